@@ -1,0 +1,440 @@
+//! Layer 3: the door answers and names the record's session; and the verdict of all three layers.
+//!
+//! Invariants kept here:
+//! - A door that is silent, slow, wrong or garbled makes a record `Unreachable`, never `Gone`:
+//!   the process behind it passed layers 1 and 2 and may be mid-turn.
+//! - The probe keeps to its deadlines (connect, then answer) and reads at most
+//!   [`MAX_CARD_BYTES`], so no door can hold a verification hostage or exhaust memory; many
+//!   records are verified concurrently, so one slow door delays no other.
+//! - A door is probed only on loopback, over plain HTTP, without proxies or redirects: a
+//!   record's `door_token` is sent to the address the record names and nowhere else.
+//! - Reasons never quote a secret, and quote a door's own words only briefly and sanitised.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::process::{ProcessState, process_state};
+use super::{RunningError, RunningRecord};
+
+/// How long a door may take to accept a connection (the spec's 2 s).
+pub const CONNECT_DEADLINE: Duration = Duration::from_secs(2);
+/// How long a connected door may take to answer (the spec's 5 s).
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(5);
+/// Cards larger than this are not read to the end.
+pub const MAX_CARD_BYTES: usize = 256 * 1024;
+/// The A2A extension under which current murmur cards carry the session id.
+pub const MURMUR_CAPSULE_EXTENSION: &str =
+    "https://docs.murmur.nexus/reference/agent-card/#murmur-capsule-v1";
+/// The most door probes in flight at once, to stay far below the open-files limit.
+pub const MAX_CONCURRENT_PROBES: usize = 256;
+
+/// What all three layers say about a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// The process is the writer and its door answers for this session (or it has no door).
+    Live,
+    /// The process passed layers 1–2 (or could not be verified) but the door did not confirm
+    /// the session. The record is kept.
+    Unreachable {
+        /// What failed, for a person.
+        reason: String,
+    },
+    /// Layers 1–2 found evidence the session is over; the record may be pruned.
+    Gone {
+        /// The evidence.
+        reason: String,
+    },
+}
+
+impl Liveness {
+    /// The state's name in the HTTP contract: `live`, `unreachable` or `gone`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::Unreachable { .. } => "unreachable",
+            Self::Gone { .. } => "gone",
+        }
+    }
+
+    /// The reason, for anything but `Live`.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Live => None,
+            Self::Unreachable { reason } | Self::Gone { reason } => Some(reason),
+        }
+    }
+}
+
+/// Both readings of one verification: layers 1–2 alone, and the verdict of all three.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// What layers 1 and 2 said.
+    pub process: ProcessState,
+    /// What all three layers say.
+    pub liveness: Liveness,
+}
+
+impl Verdict {
+    /// The verdict when the door is not (or cannot be) consulted: layers 1–2 decide what they can.
+    ///
+    /// `Gone` stays gone; an unverified process is unreachable; an alive process with no door
+    /// is live. An alive process with a door yields `None`: only the probe can tell.
+    pub fn without_door(
+        record: &RunningRecord,
+        process: ProcessState,
+    ) -> Result<Self, ProcessState> {
+        let liveness = match &process {
+            ProcessState::Gone { reason } => Liveness::Gone {
+                reason: reason.clone(),
+            },
+            ProcessState::Unverified { reason } => Liveness::Unreachable {
+                reason: reason.clone(),
+            },
+            ProcessState::Alive if record.url.is_none() => Liveness::Live,
+            ProcessState::Alive => return Err(process),
+        };
+        Ok(Self { process, liveness })
+    }
+}
+
+/// Layer 3's prober: one HTTP client and the deadlines it keeps.
+///
+/// Cheap to clone (the client is shared). Build one and reuse it.
+#[derive(Debug, Clone)]
+pub struct DoorProbe {
+    client: reqwest::Client,
+    connect_deadline: Duration,
+    answer_deadline: Duration,
+}
+
+impl DoorProbe {
+    /// A prober with the spec's deadlines: 2 s to connect, 5 s to answer.
+    pub fn new() -> Result<Self, RunningError> {
+        Self::with_deadlines(CONNECT_DEADLINE, ANSWER_DEADLINE)
+    }
+
+    /// A prober with other deadlines (tests, or an operator's setting).
+    pub fn with_deadlines(connect: Duration, answer: Duration) -> Result<Self, RunningError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect)
+            // Doors are on loopback: a proxy from the environment must never see them, and a
+            // redirect must never carry a door token elsewhere.
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            // Each probe proves the door answers now, on a fresh connection.
+            .pool_max_idle_per_host(0)
+            .user_agent(concat!("murmur-registry/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| RunningError::HttpClient(e.to_string()))?;
+        Ok(Self {
+            client,
+            connect_deadline: connect,
+            answer_deadline: answer,
+        })
+    }
+
+    /// Probe the door of `record`: `Ok` when it names the record's session, else why not.
+    ///
+    /// A record with a `door_token` is asked for its extended card (JSON-RPC
+    /// `GetExtendedAgentCard` with the token as bearer); any other for the public card at
+    /// `/.well-known/agent-card.json`. Either card shape is read.
+    pub async fn probe(&self, record: &RunningRecord) -> Result<(), String> {
+        let Some(url) = record.url.as_deref() else {
+            return Err("the record names no door".to_owned());
+        };
+        let base = door_base(url)?;
+        let request = match &record.door_token {
+            Some(token) => self
+                .client
+                .post(format!("{base}/"))
+                .bearer_auth(token.expose())
+                .header("A2A-Version", "1.0")
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"GetExtendedAgentCard","params":{}}"#),
+            None => self
+                .client
+                .get(format!("{base}/.well-known/agent-card.json"))
+                .header("A2A-Version", "1.0"),
+        };
+        let deadline = self.connect_deadline + self.answer_deadline;
+        let body = tokio::time::timeout(deadline, fetch(request))
+            .await
+            .map_err(|_| {
+                format!(
+                    "door at {url} did not answer within {}",
+                    humantime::format_duration(deadline)
+                )
+            })?
+            .map_err(|e| format!("door at {url} {e}"))?;
+        let card: Value = serde_json::from_slice(&body)
+            .map_err(|_| format!("door at {url} answered something that is not JSON"))?;
+        let card = if record.door_token.is_some() {
+            extended_card(&card).map_err(|e| format!("door at {url} {e}"))?
+        } else {
+            &card
+        };
+        match session_id_of(card) {
+            Some(id) if id == record.session_id => Ok(()),
+            Some(id) => Err(format!(
+                "door at {url} answers for session {}, not this one",
+                quote_briefly(id)
+            )),
+            None => Err(format!(
+                "door at {url} answered a card that names no session"
+            )),
+        }
+    }
+}
+
+/// Send the request; the body of a 2xx answer, at most [`MAX_CARD_BYTES`] of it.
+async fn fetch(request: reqwest::RequestBuilder) -> Result<Vec<u8>, String> {
+    let mut response = request.send().await.map_err(describe_send_error)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("answered HTTP {}", status.as_u16()));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|_| "broke off its answer".to_owned())?
+    {
+        if body.len() + chunk.len() > MAX_CARD_BYTES {
+            return Err(format!("answered more than {MAX_CARD_BYTES} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn describe_send_error(error: reqwest::Error) -> String {
+    if error.is_connect() {
+        if error.is_timeout() {
+            "did not accept a connection in time".to_owned()
+        } else {
+            "refused the connection".to_owned()
+        }
+    } else if error.is_timeout() {
+        "did not answer in time".to_owned()
+    } else {
+        "closed the connection without a valid HTTP answer".to_owned()
+    }
+}
+
+/// `http://host:port` for a record's `host:port`, if it is a loopback door.
+fn door_base(url: &str) -> Result<String, String> {
+    let refuse = || {
+        format!(
+            "door address {} is not host:port on loopback; not probed",
+            quote_briefly(url)
+        )
+    };
+    let (host, port) = url.rsplit_once(':').ok_or_else(refuse)?;
+    port.parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(refuse)?;
+    let bare_host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    let loopback = bare_host.eq_ignore_ascii_case("localhost")
+        || bare_host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !loopback || (bare_host.contains(':') && !host.starts_with('[')) {
+        return Err(refuse());
+    }
+    Ok(format!("http://{host}:{port}"))
+}
+
+/// The card inside a JSON-RPC answer to `GetExtendedAgentCard`.
+fn extended_card(answer: &Value) -> Result<&Value, String> {
+    if let Some(error) = answer.get("error") {
+        let message = error
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("no message");
+        return Err(format!(
+            "refused the extended card: {}",
+            quote_briefly(message)
+        ));
+    }
+    answer
+        .get("result")
+        .filter(|r| r.is_object())
+        .ok_or_else(|| "answered JSON-RPC without a card in `result`".to_owned())
+}
+
+/// The session id a card names, in either shape.
+///
+/// Spec generation: a top-level `session_id`. Current generation (A2A v1.0): the `sessionId`
+/// parameter of the murmur capsule extension in `capabilities.extensions`.
+pub fn session_id_of(card: &Value) -> Option<&str> {
+    if let Some(id) = card.get("session_id").and_then(Value::as_str) {
+        return Some(id);
+    }
+    card.get("capabilities")?
+        .get("extensions")?
+        .as_array()?
+        .iter()
+        .find(|ext| ext.get("uri").and_then(Value::as_str) == Some(MURMUR_CAPSULE_EXTENSION))?
+        .get("params")?
+        .get("sessionId")?
+        .as_str()
+}
+
+/// Someone else's text, cut short and stripped of control characters, fit for a reason string.
+fn quote_briefly(text: &str) -> String {
+    let cleaned: String = text.chars().filter(|c| !c.is_control()).take(80).collect();
+    if cleaned.len() < text.len() && text.chars().count() > 80 {
+        format!("{cleaned:?}…")
+    } else {
+        format!("{cleaned:?}")
+    }
+}
+
+/// All three layers, door probe included.
+///
+/// Layers 1–2 run on the blocking pool; the door is probed only for a process that passed them.
+pub async fn verify(record: &RunningRecord, door: &DoorProbe) -> Liveness {
+    verify_verdict(record, door).await.liveness
+}
+
+/// [`verify`], also returning what layers 1–2 said on their own.
+pub async fn verify_verdict(record: &RunningRecord, door: &DoorProbe) -> Verdict {
+    let process = process_state_off_workers(vec![record.clone()])
+        .await
+        .pop()
+        .unwrap_or_else(|| ProcessState::Unverified {
+            reason: "the process check did not run".to_owned(),
+        });
+    finish_verdict(record, process, door).await
+}
+
+async fn finish_verdict(
+    record: &RunningRecord,
+    process: ProcessState,
+    door: &DoorProbe,
+) -> Verdict {
+    match Verdict::without_door(record, process) {
+        Ok(verdict) => verdict,
+        Err(process) => {
+            let liveness = match door.probe(record).await {
+                Ok(()) => Liveness::Live,
+                Err(reason) => Liveness::Unreachable { reason },
+            };
+            Verdict { process, liveness }
+        }
+    }
+}
+
+/// Layers 1–2 for many records, in one trip to the blocking pool.
+pub async fn process_state_off_workers(records: Vec<RunningRecord>) -> Vec<ProcessState> {
+    let count = records.len();
+    tokio::task::spawn_blocking(move || records.iter().map(process_state).collect())
+        .await
+        .unwrap_or_else(|_| {
+            vec![
+                ProcessState::Unverified {
+                    reason: "the process check failed".to_owned(),
+                };
+                count
+            ]
+        })
+}
+
+/// All three layers for many records at once; verdicts come back in the records' order.
+///
+/// Doors are probed concurrently (at most [`MAX_CONCURRENT_PROBES`] in flight), so the whole
+/// batch takes about as long as its slowest door, not the sum of them.
+pub async fn verify_many(records: &[RunningRecord], door: &DoorProbe) -> Vec<Verdict> {
+    let states = process_state_off_workers(records.to_vec()).await;
+    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES));
+    let tasks: Vec<_> = records
+        .iter()
+        .cloned()
+        .zip(states)
+        .map(|(record, process)| {
+            let door = door.clone();
+            let permits = Arc::clone(&permits);
+            tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                finish_verdict(&record, process, &door).await
+            })
+        })
+        .collect();
+    let mut verdicts = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        verdicts.push(task.await.unwrap_or_else(|_| Verdict {
+            process: ProcessState::Unverified {
+                reason: "the verification task failed".to_owned(),
+            },
+            liveness: Liveness::Unreachable {
+                reason: "the verification task failed".to_owned(),
+            },
+        }));
+    }
+    verdicts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_both_card_shapes() {
+        assert_eq!(
+            session_id_of(&json!({"session_id": "ses_a"})),
+            Some("ses_a")
+        );
+        let current = json!({"name": "x", "capabilities": {"extensions": [
+            {"uri": "https://example.invalid/other", "params": {"sessionId": "ses_wrong"}},
+            {"uri": MURMUR_CAPSULE_EXTENSION, "params": {"sessionId": "ses_b"}}
+        ]}});
+        assert_eq!(session_id_of(&current), Some("ses_b"));
+        assert_eq!(
+            session_id_of(&json!({"capabilities": {"extensions": []}})),
+            None
+        );
+        assert_eq!(session_id_of(&json!([1, 2])), None);
+        assert_eq!(session_id_of(&json!({"session_id": 7})), None);
+    }
+
+    #[test]
+    fn only_loopback_host_port_is_a_door() {
+        for ok in [
+            "127.0.0.1:4000",
+            "localhost:1",
+            "LOCALHOST:9",
+            "[::1]:80",
+            "127.3.4.5:65535",
+        ] {
+            assert!(door_base(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "10.0.0.1:80",
+            "example.com:80",
+            "127.0.0.1",
+            "127.0.0.1:0",
+            "127.0.0.1:99999",
+            "::1:80",
+            "127.0.0.1:80/x",
+            "http://127.0.0.1:80",
+            "user@127.0.0.1:80",
+            "",
+        ] {
+            assert!(door_base(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn quotes_are_short_and_clean() {
+        let quoted = quote_briefly(&format!("a\nb{}", "z".repeat(200)));
+        assert!(!quoted.contains('\n'));
+        assert!(quoted.chars().count() < 90);
+    }
+}

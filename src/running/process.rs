@@ -1,0 +1,264 @@
+//! Layers 1 and 2: is the recorded pid held by a living process, and is that process the one
+//! that wrote the record?
+//!
+//! Invariants kept here:
+//! - Only evidence makes a process `Gone`: `kill(pid, 0)` answering ESRCH, a zombie (it will
+//!   never answer again), a pid no process can hold (0, or beyond `pid_t`), or a start token
+//!   read off `/proc` that differs from the recorded one (the pid was reused).
+//! - Anything that could not be read is `Unverified`, never `Gone`: an EPERM from `kill` still
+//!   means a process holds the pid, and a `/proc` entry we may not read (hidepid) proves nothing.
+//! - A recorded token of `""` (its writer could not read its own) never matches, so it is never
+//!   `Alive` and never signalled; it is not evidence of reuse either, so it is `Unverified`.
+//! - The pid is range-checked before any syscall: a record's `u32` cast blindly to `pid_t` could
+//!   turn into a negative number, which `kill` reads as a process group, or `-1`, everyone.
+
+use std::path::PathBuf;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use rustix::process::Pid;
+
+use super::RunningRecord;
+
+/// What layers 1 and 2 say about the process a record names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessState {
+    /// The pid is held, not by a zombie, and by the process that wrote the record.
+    Alive,
+    /// The pid is held, but whether by the writer could not be established. Kept, reported as
+    /// unreachable, never signalled.
+    Unverified {
+        /// What could not be read, for a person.
+        reason: String,
+    },
+    /// No process holds the pid, or another process does: evidence the session is over.
+    Gone {
+        /// The evidence, in the spec's words.
+        reason: String,
+    },
+}
+
+impl ProcessState {
+    /// The state's name in the HTTP contract: `alive`, `unverified` or `gone`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Alive => "alive",
+            Self::Unverified { .. } => "unverified",
+            Self::Gone { .. } => "gone",
+        }
+    }
+}
+
+/// The reason given when no process holds `pid` (zombies count as none).
+pub fn reason_no_process(pid: u32) -> String {
+    format!("no process holds pid {pid}")
+}
+
+/// The reason given when `pid` now belongs to a process that started at another time.
+pub fn reason_pid_reused(pid: u32) -> String {
+    format!("pid {pid} is held by a process that started at another time")
+}
+
+/// The recorded pid as a `Pid` a syscall may be given, or `None` when no process can hold it.
+pub(crate) fn checked_pid(pid: u32) -> Option<Pid> {
+    let raw = i32::try_from(pid).ok()?;
+    // `raw` is positive here; zero is refused by `from_raw`.
+    Pid::from_raw(raw)
+}
+
+/// Layers 1 and 2: the pid is alive, and the process holding it is the one that wrote the record.
+///
+/// Blocking (a syscall and a `/proc` read); call it off async workers.
+pub fn process_state(record: &RunningRecord) -> ProcessState {
+    state_of(record.pid, &record.process_start)
+}
+
+/// [`process_state`] for a bare pid and recorded start token.
+pub(crate) fn state_of(pid: u32, recorded_start: &str) -> ProcessState {
+    let gone = || ProcessState::Gone {
+        reason: reason_no_process(pid),
+    };
+    let Some(checked) = checked_pid(pid) else {
+        return gone();
+    };
+    match is_held(checked) {
+        Held::No => return gone(),
+        Held::Yes => {}
+        Held::Unknown(errno) => {
+            return ProcessState::Unverified {
+                reason: format!("could not tell whether pid {pid} is held: {errno}"),
+            };
+        }
+    }
+    let stat = match read_stat(pid) {
+        Ok(stat) => stat,
+        Err(error) => {
+            // The process may have exited between the two readings; only `kill` can say so.
+            // An entry hidden from us (hidepid) also reads as missing while the pid is held.
+            if matches!(is_held(checked), Held::No) {
+                return gone();
+            }
+            return ProcessState::Unverified {
+                reason: format!("pid {pid} is alive but its start time cannot be read: {error}"),
+            };
+        }
+    };
+    if stat.is_dead() {
+        return gone();
+    }
+    if recorded_start.is_empty() {
+        return ProcessState::Unverified {
+            reason: format!(
+                "pid {pid} is alive but the record holds no start time to compare, \
+                 so it cannot be confirmed as the capsule"
+            ),
+        };
+    }
+    if stat.start_token != recorded_start {
+        return ProcessState::Gone {
+            reason: reason_pid_reused(pid),
+        };
+    }
+    ProcessState::Alive
+}
+
+enum Held {
+    Yes,
+    No,
+    Unknown(Errno),
+}
+
+/// Layer 1's raw reading: `kill(pid, 0)`. EPERM still means a process holds the pid.
+fn is_held(pid: Pid) -> Held {
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) | Err(Errno::PERM) => Held::Yes,
+        Err(Errno::SRCH) => Held::No,
+        Err(errno) => Held::Unknown(errno),
+    }
+}
+
+/// The two fields of `/proc/<pid>/stat` the layers need, taken from one read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StatFields {
+    /// Field 3: `R`, `S`, `Z`, …
+    pub(crate) state: char,
+    /// Field 22: start time in clock ticks since boot, kept as text.
+    pub(crate) start_token: String,
+}
+
+impl StatFields {
+    /// A zombie (`Z`) or a dead task (`X`, `x`) will never answer; the spec counts it as no process.
+    pub(crate) fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parse a `/proc/<pid>/stat` line.
+///
+/// The command name (field 2) is in parentheses and may itself hold spaces and `)`, so fields
+/// are counted from the *last* `)`: after it come field 3 (state) … field 22 (start time).
+pub(crate) fn parse_stat(line: &str) -> Option<StatFields> {
+    let after_comm = &line[line.rfind(')')? + 1..];
+    let mut fields = after_comm.split_ascii_whitespace();
+    let state_field = fields.next()?;
+    let mut state_chars = state_field.chars();
+    let state = state_chars.next()?;
+    if state_chars.next().is_some() {
+        return None;
+    }
+    // Field 3 was consumed; field 22 is 19 further on.
+    let start_token = fields.nth(18)?;
+    if start_token.is_empty() || !start_token.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(StatFields {
+        state,
+        start_token: start_token.to_owned(),
+    })
+}
+
+fn read_stat(pid: u32) -> std::io::Result<StatFields> {
+    let path = PathBuf::from(format!("/proc/{pid}/stat"));
+    let content = std::fs::read_to_string(&path)?;
+    parse_stat(&content).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} does not have the expected fields", path.display()),
+        )
+    })
+}
+
+/// Layer 2's reading: an opaque, platform-local token for when `pid`'s process started.
+///
+/// On Linux, field 22 of `/proc/<pid>/stat` (clock ticks since boot). `None` when it cannot be
+/// read; a writer then records `""`, which never matches.
+pub fn process_start_token(pid: u32) -> Option<String> {
+    checked_pid(pid)?;
+    read_stat(pid).ok().map(|stat| stat.start_token)
+}
+
+/// Whether the calling process has a controlling terminal, which decides `outlives_launcher`:
+/// a capsule attached to a terminal dies with that window.
+///
+/// Opens `/dev/tty`, which succeeds exactly when there is one.
+pub fn has_controlling_terminal() -> bool {
+    rustix::fs::open(
+        "/dev/tty",
+        OFlags::RDWR | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat_line(comm: &str, state: char, start: &str) -> String {
+        // Fields 4..21 are filler; field 22 is `start`; a few trailing fields follow.
+        let filler: Vec<String> = (4..=21).map(|n| n.to_string()).collect();
+        format!(
+            "4242 ({comm}) {state} {} {start} 23 24 25\n",
+            filler.join(" ")
+        )
+    }
+
+    #[test]
+    fn counts_fields_after_the_last_parenthesis() {
+        for comm in ["cat", "a b", "x) S 1 2 3", ") (", "((", "tricky) Z 9 9 9 9"] {
+            let parsed = parse_stat(&stat_line(comm, 'S', "987654")).unwrap();
+            assert_eq!(parsed.state, 'S', "{comm}");
+            assert_eq!(parsed.start_token, "987654", "{comm}");
+        }
+    }
+
+    #[test]
+    fn zombie_and_dead_states_are_dead() {
+        assert!(parse_stat(&stat_line("z", 'Z', "1")).unwrap().is_dead());
+        assert!(parse_stat(&stat_line("x", 'X', "1")).unwrap().is_dead());
+        assert!(!parse_stat(&stat_line("r", 'R', "1")).unwrap().is_dead());
+    }
+
+    #[test]
+    fn malformed_lines_do_not_parse() {
+        assert_eq!(parse_stat(""), None);
+        assert_eq!(parse_stat("1 (no close paren S 1 2"), None);
+        assert_eq!(parse_stat("1 (short) S 1 2 3"), None);
+        assert_eq!(parse_stat(&stat_line("n", 'S', "12a")), None);
+    }
+
+    #[test]
+    fn pids_no_process_can_hold_are_refused_before_any_syscall() {
+        assert!(checked_pid(0).is_none());
+        assert!(checked_pid(i32::MAX as u32 + 1).is_none());
+        assert!(checked_pid(u32::MAX).is_none());
+        assert!(checked_pid(1).is_some());
+    }
+
+    #[test]
+    fn this_process_reads_its_own_token() {
+        let token = process_start_token(std::process::id()).unwrap();
+        assert!(token.bytes().all(|b| b.is_ascii_digit()));
+        assert_eq!(state_of(std::process::id(), &token), ProcessState::Alive);
+    }
+}

@@ -1,0 +1,364 @@
+//! One session's record: its shape on disk, how it parses, and how a writer puts it in place.
+//!
+//! Invariants kept here:
+//! - Every generation of record parses: the nine fields of the spec are required (`url` must be
+//!   present but may be `null`), every later key is optional, and unknown keys are ignored, so a
+//!   live session is never lost because a newer murmur wrote something this crate does not know.
+//! - The door's secrets (`door_token`, `credentials`) live only in memory, inside [`Secret`],
+//!   which has no `Serialize` and no `Display` and prints as `[redacted]` in `Debug`. This crate
+//!   cannot write them back out, by construction.
+//! - A record becomes visible only whole: [`RunningGuard::write`] stages the bytes in a hidden
+//!   `.tmp` file in the same directory, fsyncs them, and renames the file onto `<session_id>.json`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::RunningError;
+use super::dir::{FileIdentity, open_dir};
+use super::process::{has_controlling_terminal, process_start_token};
+
+/// The suffix that makes a directory entry a record; nothing else is one.
+pub const RECORD_SUFFIX: &str = ".json";
+
+/// The suffix of the control-token file a session may keep beside its record.
+pub const CONTROL_SUFFIX: &str = ".control";
+
+/// A secret read from a record: usable in memory, impossible to serialize or print.
+///
+/// `Debug` shows `Secret([redacted])`; there is no `Display` and no `Serialize`, so the only way
+/// to the value is [`Secret::expose`], which makes every use visible at the call site.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself. Only for putting it on the wire to the door it belongs to.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// The launcher process of a formation, as later generations record it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FormationLauncher {
+    /// The launcher's pid.
+    pub pid: u32,
+    /// The launcher's start token (see [`process_start_token`]).
+    pub process_start: String,
+}
+
+/// Where one running session's door is, and which process holds it.
+///
+/// The first nine fields are the spec's and are required in every record; the rest were added
+/// by later murmur generations and are optional. A record read from disk remembers which file
+/// it came from, so [`prune`](super::prune) unlinks exactly that file and nothing newer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunningRecord {
+    /// The session, compared against the session id the door reports.
+    pub session_id: String,
+    /// `host:port` of the A2A door, without a scheme; `None` for a capsule with no door.
+    #[serde(deserialize_with = "present_but_nullable")]
+    pub url: Option<String>,
+    /// The process holding the door.
+    pub pid: u32,
+    /// The writer's own start token; `""` when it could not read it, which never matches.
+    pub process_start: String,
+    /// The capsule's name.
+    pub capsule_name: String,
+    /// The capsule's version.
+    pub capsule_version: String,
+    /// The session directory.
+    pub workdir: PathBuf,
+    /// True when the launcher had no controlling terminal, so the capsule outlives it.
+    pub outlives_launcher: bool,
+    /// When the session started, RFC 3339 in UTC.
+    pub started_at: String,
+
+    /// Where the session's trace lives (required by murmur 0.8 and later, optional here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_dir: Option<PathBuf>,
+    /// The operator bearer token of an authenticated door. Never serialized.
+    #[serde(default, skip_serializing)]
+    pub door_token: Option<Secret>,
+    /// Per-credential door tokens. Never serialized.
+    #[serde(default, skip_serializing)]
+    pub credentials: BTreeMap<String, Secret>,
+    /// The formation this session belongs to (`frm_…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub formation_id: Option<String>,
+    /// This session's name in the formation's roster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub formation_member: Option<String>,
+    /// Whether this member is the formation's entry point.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub formation_entry: bool,
+    /// Whether this member is the formation's lifeline.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub formation_lifeline: bool,
+    /// The process that launched the formation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub formation_launcher: Option<FormationLauncher>,
+    /// The session that delegated to this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<String>,
+
+    /// The file this record was read from; `None` for a record built in memory.
+    #[serde(skip)]
+    pub(crate) origin: Option<Origin>,
+}
+
+/// The file a record was read from, down to its inode, so a prune can tell it apart from a file
+/// that replaced it under the same name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Origin {
+    pub(crate) dir: PathBuf,
+    pub(crate) file_name: String,
+    pub(crate) identity: FileIdentity,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// Make an `Option` field required: the key must be present, its value may be `null`.
+///
+/// serde treats a missing `Option` as `None` unless the field has its own deserializer.
+fn present_but_nullable<'de, D: Deserializer<'de>>(de: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(de)
+}
+
+impl RunningRecord {
+    /// A record for the calling process, as a capsule writes one when its door opens.
+    ///
+    /// Fills `pid`, `process_start` (or `""` when this process cannot read its own),
+    /// `outlives_launcher` (from [`has_controlling_terminal`]) and `started_at` (now, UTC).
+    pub fn for_this_process(
+        session_id: impl Into<String>,
+        url: Option<String>,
+        capsule_name: impl Into<String>,
+        capsule_version: impl Into<String>,
+        workdir: impl Into<PathBuf>,
+    ) -> Self {
+        let pid = std::process::id();
+        Self {
+            session_id: session_id.into(),
+            url,
+            pid,
+            process_start: process_start_token(pid).unwrap_or_default(),
+            capsule_name: capsule_name.into(),
+            capsule_version: capsule_version.into(),
+            workdir: workdir.into(),
+            outlives_launcher: !has_controlling_terminal(),
+            started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            records_dir: None,
+            door_token: None,
+            credentials: BTreeMap::new(),
+            formation_id: None,
+            formation_member: None,
+            formation_entry: false,
+            formation_lifeline: false,
+            formation_launcher: None,
+            spawned_by: None,
+            origin: None,
+        }
+    }
+
+    /// Parse a record's bytes, of any murmur generation.
+    ///
+    /// Fails when the bytes are not a JSON object carrying all nine spec fields with the right
+    /// types. The parsed record has no origin; [`scan`](super::scan) sets one.
+    pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
+    /// The path this record was read from, if it was read from disk.
+    pub fn source_path(&self) -> Option<PathBuf> {
+        self.origin.as_ref().map(|o| o.dir.join(&o.file_name))
+    }
+
+    /// The file name a record for `session_id` has: `<session_id>.json`.
+    pub fn file_name_for(session_id: &str) -> String {
+        format!("{session_id}{RECORD_SUFFIX}")
+    }
+}
+
+/// Whether `session_id` can name a record file without escaping its directory or hiding.
+///
+/// Murmur's ids are `ses_` + 32 hex digits; this accepts the wider `[A-Za-z0-9_-]{1,128}` the
+/// HTTP contract uses, so a path is never built from anything else.
+pub fn is_valid_session_id(session_id: &str) -> bool {
+    (1..=128).contains(&session_id.len())
+        && session_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// One session's record, written for exactly as long as the session runs.
+///
+/// [`RunningGuard::write`] puts the record in place atomically; dropping the guard removes it,
+/// unless the file under that name is no longer the one this guard wrote.
+#[derive(Debug)]
+pub struct RunningGuard {
+    dir: PathBuf,
+    file_name: String,
+    identity: FileIdentity,
+}
+
+impl RunningGuard {
+    /// Write `record` to `<dir>/<session_id>.json`, mode 0600, never half-visible.
+    ///
+    /// The bytes go to a hidden `.<session_id>.json.<pid>.<random>.tmp` created exclusively in
+    /// `dir` (never through a symlink), are fsynced, and the file is renamed into place; the
+    /// directory is fsynced after the rename so the record survives a crash. Secrets in the
+    /// record are not written (this crate never serializes them). `dir` is typically
+    /// [`running_dir`](super::running_dir)'s answer.
+    pub fn write(dir: &Path, record: &RunningRecord) -> Result<Self, RunningError> {
+        if !is_valid_session_id(&record.session_id) {
+            return Err(RunningError::InvalidSessionId(record.session_id.clone()));
+        }
+        let io_err = |source| RunningError::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        let bytes = serde_json::to_vec_pretty(record).map_err(|e| io_err(e.into()))?;
+        let dir_fd = open_dir(dir).map_err(io_err)?;
+        let file_name = RunningRecord::file_name_for(&record.session_id);
+        let staged = format!(
+            ".{file_name}.{}.{:016x}.tmp",
+            std::process::id(),
+            random_u64().map_err(io_err)?
+        );
+        let staged_fd = rustix::fs::openat(
+            &dir_fd,
+            staged.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| io_err(e.into()))?;
+        let written = write_and_sync(staged_fd, &bytes).and_then(|identity| {
+            rustix::fs::renameat(&dir_fd, staged.as_str(), &dir_fd, file_name.as_str())?;
+            rustix::fs::fsync(&dir_fd)?;
+            Ok(identity)
+        });
+        match written {
+            Ok(identity) => Ok(Self {
+                dir: dir.to_path_buf(),
+                file_name,
+                identity,
+            }),
+            Err(source) => {
+                // Best effort: the staged file is ours and useless now; the error that matters
+                // is the one that stopped the write.
+                let _ = rustix::fs::unlinkat(&dir_fd, staged.as_str(), AtFlags::empty());
+                Err(io_err(source))
+            }
+        }
+    }
+
+    /// The path of the record this guard holds.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(&self.file_name)
+    }
+}
+
+/// Write all of `bytes`, force mode 0600 whatever the umask did, fsync, and say which inode it is.
+fn write_and_sync(fd: OwnedFd, bytes: &[u8]) -> std::io::Result<FileIdentity> {
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    Ok(FileIdentity::of(&rustix::fs::fstat(&file)?))
+}
+
+fn random_u64() -> std::io::Result<u64> {
+    let mut buf = [0u8; 8];
+    let filled = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty())?;
+    if filled != buf.len() {
+        return Err(std::io::Error::other("short read from getrandom"));
+    }
+    Ok(u64::from_le_bytes(buf))
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        // Remove the record only while it is still the file this guard wrote: a record that
+        // was replaced under the same name belongs to whoever replaced it.
+        let Ok(dir_fd) = open_dir(&self.dir) else {
+            return;
+        };
+        let still_ours =
+            rustix::fs::statat(&dir_fd, self.file_name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| FileIdentity::of(&st) == self.identity);
+        if still_ours {
+            let _ = rustix::fs::unlinkat(&dir_fd, self.file_name.as_str(), AtFlags::empty());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NINE: &str = r#"{"session_id":"ses_0","url":"127.0.0.1:1","pid":1,"process_start":"5",
+        "capsule_name":"c","capsule_version":"1","workdir":"/w","outlives_launcher":true,
+        "started_at":"2026-11-30T00:00:00Z"}"#;
+
+    #[test]
+    fn url_must_be_present_but_may_be_null() {
+        assert!(RunningRecord::parse(NINE.as_bytes()).is_ok());
+        let null = NINE.replace(r#""127.0.0.1:1""#, "null");
+        assert_eq!(RunningRecord::parse(null.as_bytes()).unwrap().url, None);
+        let missing = NINE.replace(r#""url":"127.0.0.1:1","#, "");
+        assert!(RunningRecord::parse(missing.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn secrets_parse_but_never_print_or_serialize() {
+        let with = NINE.replace(
+            r#""pid":1"#,
+            r#""pid":1,"door_token":"tok-SECRET","credentials":{"a":"cred-SECRET"}"#,
+        );
+        let record = RunningRecord::parse(with.as_bytes()).unwrap();
+        assert_eq!(record.door_token.as_ref().unwrap().expose(), "tok-SECRET");
+        assert_eq!(record.credentials["a"].expose(), "cred-SECRET");
+        let debug = format!("{record:?}");
+        let json = serde_json::to_string(&record).unwrap();
+        for shown in [debug, json] {
+            assert!(!shown.contains("SECRET"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn session_ids_that_could_escape_are_invalid() {
+        for bad in [
+            "",
+            "..",
+            "a/b",
+            ".hidden",
+            "a b",
+            "ses_\u{e9}",
+            &"a".repeat(129),
+        ] {
+            assert!(!is_valid_session_id(bad), "{bad:?}");
+        }
+        assert!(is_valid_session_id("ses_0123456789abcdef0123456789abcdef"));
+    }
+}
