@@ -1,5 +1,16 @@
-//! murmur-registry: the verified picture of which murmur capsules are running on this machine.
+//! murmur-registry: the verified picture of which murmur capsules run on this machine.
 //!
+//! The crate is layered so each part can be tested alone:
 //! - [`running`]: the records murmur leaves in `~/.murmur/running/` and the three layers that
 //!   verify them. Knows nothing of HTTP.
+//! - [`registry`]: the async operations (list, verify concurrently, prune, signal, stop) that
+//!   the service and the CLI share. Blocking work runs off the async workers.
+//! - [`token`]: the bearer token file, created private and checked in constant time.
+//! - [`http`]: the axum service, its auth gates and its OpenAPI document.
+//! - [`cli`]: the command line; the only place that reads `HOME` or binds a port.
+
+pub mod cli;
+pub mod http;
+pub mod registry;
 pub mod running;
+pub mod token;

@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
-use super::record::{CONTROL_SUFFIX, Origin, RECORD_SUFFIX, RunningRecord, is_valid_session_id};
+use super::record::{
+    CONTROL_SUFFIX, Origin, OriginSlot, RECORD_SUFFIX, RunningRecord, is_valid_session_id,
+};
 use super::{Liveness, RunningError};
 
 /// Records larger than this are not records: murmur's are well under 4 KiB.
@@ -326,11 +328,11 @@ fn read_entry(
     if record.session_id != stem {
         return Err(Unreadable::NameMismatch(record.session_id));
     }
-    record.origin = Some(Origin {
+    record.origin = OriginSlot(Some(Origin {
         dir: dir.to_path_buf(),
         file_name: file_name.to_owned(),
         identity: FileIdentity::of(&stat),
-    });
+    }));
     Ok(record)
 }
 
@@ -353,7 +355,7 @@ pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, Runni
     if !matches!(reading, Liveness::Gone { .. }) {
         return Err(RunningError::NotGone(record.session_id.clone()));
     }
-    let Some(origin) = &record.origin else {
+    let Some(origin) = &record.origin.0 else {
         return Err(RunningError::NotFromDisk(record.session_id.clone()));
     };
     let io_err = |source: std::io::Error| RunningError::Io {

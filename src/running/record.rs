@@ -70,7 +70,8 @@ pub struct FormationLauncher {
 /// The first nine fields are the spec's and are required in every record; the rest were added
 /// by later murmur generations and are optional. A record read from disk remembers which file
 /// it came from, so [`prune`](super::prune) unlinks exactly that file and nothing newer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Two records are equal when their contents are; where they were read from does not count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunningRecord {
     /// The session, compared against the session id the door reports.
     pub session_id: String,
@@ -122,8 +123,20 @@ pub struct RunningRecord {
 
     /// The file this record was read from; `None` for a record built in memory.
     #[serde(skip)]
-    pub(crate) origin: Option<Origin>,
+    pub(crate) origin: OriginSlot,
 }
+
+/// Holds a record's [`Origin`] without taking part in the record's equality.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OriginSlot(pub(crate) Option<Origin>);
+
+impl PartialEq for OriginSlot {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for OriginSlot {}
 
 /// The file a record was read from, down to its inode, so a prune can tell it apart from a file
 /// that replaced it under the same name.
@@ -177,7 +190,7 @@ impl RunningRecord {
             formation_lifeline: false,
             formation_launcher: None,
             spawned_by: None,
-            origin: None,
+            origin: OriginSlot::default(),
         }
     }
 
@@ -191,7 +204,7 @@ impl RunningRecord {
 
     /// The path this record was read from, if it was read from disk.
     pub fn source_path(&self) -> Option<PathBuf> {
-        self.origin.as_ref().map(|o| o.dir.join(&o.file_name))
+        self.origin.0.as_ref().map(|o| o.dir.join(&o.file_name))
     }
 
     /// The file name a record for `session_id` has: `<session_id>.json`.

@@ -1,0 +1,480 @@
+//! The command line: `serve`, and the operator commands that work like `mur ps` / `mur stop`
+//! without a server (they call the library directly).
+//!
+//! Invariants kept here:
+//! - This is the only place that reads `HOME` or picks a port; everything below takes the
+//!   running directory, the token file and the listener as parameters.
+//! - A non-loopback bind is refused unless `--allow-remote` says otherwise.
+//! - Errors are one line: what failed and what to do. The token is printed only on `--show`.
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+
+use crate::http::sessions::{SessionView, State3};
+use crate::http::{self, AppState};
+use crate::registry::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, Reading, Registry, StopOutcome};
+use crate::running::{self, DoorProbe, Liveness, RunningRecord};
+use crate::token::{self, TokenStore};
+
+/// The verified registry of running murmur capsules.
+#[derive(Debug, Parser)]
+#[command(name = "murmur-registry", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the registry's HTTP API on loopback.
+    #[command(
+        after_help = "Example:\n  murmur-registry serve --bind 127.0.0.1:7420\n\n\
+        The first line on stdout is `listening on http://ADDR` with the real port."
+    )]
+    Serve(ServeArgs),
+    /// List running capsules, like `mur ps`; prunes records of capsules that are gone.
+    #[command(
+        after_help = "Example:\n  murmur-registry ps\n  murmur-registry ps --json | jq '.[].session_id'"
+    )]
+    Ps(PsArgs),
+    /// Stop a capsule: SIGTERM, then SIGKILL after the timeout if it is still running.
+    #[command(after_help = "Examples:\n  murmur-registry stop @1\n  \
+        murmur-registry stop ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d --timeout 30")]
+    Stop(StopArgs),
+    /// Remove the records of capsules that are gone, and files that are not records.
+    #[command(after_help = "Example:\n  murmur-registry prune")]
+    Prune(DirArgs),
+    /// Print the OpenAPI 3.1 document of the HTTP API.
+    #[command(after_help = "Example:\n  murmur-registry openapi > openapi/openapi.json")]
+    Openapi,
+    /// Print the token file's path; `--show` prints the token, `--rotate` replaces it.
+    #[command(after_help = "Examples:\n  murmur-registry token\n  \
+        curl -H \"Authorization: Bearer $(murmur-registry token --show)\" http://127.0.0.1:7420/sessions\n  \
+        murmur-registry token --rotate")]
+    Token(TokenArgs),
+}
+
+#[derive(Debug, Args)]
+struct DirArgs {
+    /// The running directory [default: $HOME/.murmur/running].
+    #[arg(long, value_name = "DIR")]
+    running_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on; port 0 picks a free one.
+    #[arg(long, env = "MURMUR_REGISTRY_BIND", default_value = "127.0.0.1:7420")]
+    bind: SocketAddr,
+    #[command(flatten)]
+    dir: DirArgs,
+    /// The bearer token file [default: $HOME/.murmur/registry/token].
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Permit a bind address that is not loopback.
+    #[arg(long)]
+    allow_remote: bool,
+    /// Another Host name to answer (repeatable); loopback names are always accepted.
+    #[arg(long, value_name = "NAME")]
+    allow_host: Vec<String>,
+    /// Another browser Origin to accept, with CORS (repeatable, exact match).
+    #[arg(long, value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct PsArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Print the sessions as a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct StopArgs {
+    /// A full session id, or `@N` for the N-th newest running session (`@1` first).
+    session: String,
+    /// Seconds to wait after SIGTERM before SIGKILL; 0 sends SIGKILL at once.
+    #[arg(long, default_value_t = DEFAULT_STOP_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=MAX_STOP_TIMEOUT.as_secs()))]
+    timeout: u64,
+    #[command(flatten)]
+    dir: DirArgs,
+}
+
+#[derive(Debug, Args)]
+struct TokenArgs {
+    /// The token file [default: $HOME/.murmur/registry/token].
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Print the token itself.
+    #[arg(long)]
+    show: bool,
+    /// Replace the token with a fresh one; a running server accepts only the new one.
+    #[arg(long)]
+    rotate: bool,
+}
+
+/// Parse the command line and run it.
+pub fn run() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Ps(args) => runtime()?.block_on(ps(args)),
+        Command::Stop(args) => runtime()?.block_on(stop(args)),
+        Command::Prune(args) => runtime()?.block_on(prune(args)),
+        Command::Openapi => {
+            print!("{}", http::openapi_json_text());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Token(args) => token_command(args),
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn home() -> anyhow::Result<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .context("HOME is not set; set it, or pass --running-dir / --token-file")
+}
+
+/// The running directory: `--running-dir` if given, else `$HOME/.murmur/running`; held 0700.
+fn resolve_running_dir(args: &DirArgs) -> anyhow::Result<PathBuf> {
+    match &args.running_dir {
+        Some(dir) => {
+            running::hold_private_dir(dir)?;
+            Ok(dir.clone())
+        }
+        None => Ok(running::running_dir_in(&home()?)?),
+    }
+}
+
+fn resolve_token_file(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
+    match given {
+        Some(path) => Ok(path.clone()),
+        None => {
+            let home = home()?;
+            running::hold_private_dir(&home.join(".murmur"))?;
+            running::hold_private_dir(&home.join(".murmur").join("registry"))?;
+            Ok(token::default_token_path(&home))
+        }
+    }
+}
+
+fn registry_for(args: &DirArgs) -> anyhow::Result<Registry> {
+    Ok(Registry::new(resolve_running_dir(args)?, DoorProbe::new()?))
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    init_tracing();
+    if !args.bind.ip().is_loopback() && !args.allow_remote {
+        bail!(
+            "refusing to listen on {}: it is not a loopback address; pass --allow-remote to expose the registry beyond this machine",
+            args.bind
+        );
+    }
+    let registry = registry_for(&args.dir)?;
+    let token_path = resolve_token_file(args.token_file.as_ref())?;
+    let tokens = TokenStore::open(&token_path)?;
+    runtime()?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.bind)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.bind))?;
+        let bound = listener.local_addr()?;
+        tracing::info!(running_dir = %registry.dir().display(), token_file = %token_path.display(), "serving");
+        let state = AppState::new(registry, tokens, bound, &args.allow_host, &args.allow_origin);
+        let mut stdout = std::io::stdout();
+        writeln!(stdout, "listening on http://{bound}")?;
+        stdout.flush()?;
+        http::serve(listener, state, shutdown_signal()).await?;
+        tracing::info!("shut down");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut stream) => {
+                stream.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = interrupt => {}
+        () = terminate => {}
+    }
+}
+
+/// The sessions `ps` shows, after pruning what is gone (each named on stderr).
+async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<Reading>> {
+    let listing = registry.sessions(true).await.with_context(|| {
+        format!(
+            "cannot read the running directory {}",
+            registry.dir().display()
+        )
+    })?;
+    let mut shown = Vec::new();
+    for reading in listing.readings {
+        if matches!(reading.liveness, Some(Liveness::Gone { .. })) {
+            // Prune on fresh evidence; a record that came back to life stays listed.
+            match registry.prune_session(&reading.record.session_id).await {
+                Ok(crate::registry::PruneOutcome::Pruned { reason }) => {
+                    eprintln!("pruned: {} — {reason}", reading.record.session_id);
+                    continue;
+                }
+                Ok(crate::registry::PruneOutcome::Kept { .. }) => {}
+                Err(crate::registry::RegistryError::NotFound(_)) => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        shown.push(reading);
+    }
+    let dir = registry.dir().to_path_buf();
+    let unreadable = listing.unreadable;
+    tokio::task::spawn_blocking(move || running::remove_unreadable(&dir, &unreadable)).await??;
+    Ok(shown)
+}
+
+async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
+    let registry = registry_for(&args.dir)?;
+    let sessions = running_sessions(&registry).await?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let views: Vec<SessionView> = sessions.iter().map(SessionView::of).collect();
+        serde_json::to_writer_pretty(&mut out, &views)?;
+        writeln!(out)?;
+    } else if sessions.is_empty() {
+        writeln!(out, "no running capsules")?;
+    } else {
+        write!(out, "{}", ps_table(&sessions, SystemTime::now()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `ps` table: left-aligned columns, the full session id, a header line.
+fn ps_table(sessions: &[Reading], now: SystemTime) -> String {
+    let header = ["SESSION", "CAPSULE", "STATUS", "DETACHED", "UPTIME", "URL"];
+    let rows: Vec<[String; 6]> = sessions
+        .iter()
+        .map(|reading| {
+            let r = &reading.record;
+            let status = match reading.liveness.as_ref().map(State3::from) {
+                Some(State3::Live) => "running",
+                _ => "unreachable",
+            };
+            [
+                r.session_id.clone(),
+                format!("{}@{}", r.capsule_name, r.capsule_version),
+                status.to_owned(),
+                if r.outlives_launcher { "yes" } else { "no" }.to_owned(),
+                uptime(r, now),
+                r.url.clone().unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut table = String::new();
+    let mut push_row = |cells: &[&str]| {
+        let line: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        table.push_str(line.join("  ").trim_end());
+        table.push('\n');
+    };
+    push_row(&header);
+    for row in &rows {
+        push_row(&row.each_ref().map(String::as_str));
+    }
+    table
+}
+
+/// `HH:MM:SS` since `started_at`, with `Nd ` in front past a day; `-` when unknown.
+fn uptime(record: &RunningRecord, now: SystemTime) -> String {
+    let started = record.started_at.trim();
+    let normalised = started
+        .strip_suffix("+00:00")
+        .map(|s| format!("{s}Z"))
+        .unwrap_or_else(|| started.to_owned());
+    let Ok(start) = humantime::parse_rfc3339_weak(&normalised) else {
+        return "-".to_owned();
+    };
+    let secs = now
+        .duration_since(start)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    format_uptime(secs)
+}
+
+fn format_uptime(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let clock = format!(
+        "{:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    );
+    if days > 0 {
+        format!("{days}d {clock}")
+    } else {
+        clock
+    }
+}
+
+async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
+    let registry = registry_for(&args.dir)?;
+    let session_id = match args.session.strip_prefix('@') {
+        Some(n) => {
+            let index: usize = n.parse().ok().filter(|n| *n >= 1).with_context(|| {
+                format!(
+                    "{:?} is not an address: use @1, @2, … or a full session id",
+                    args.session
+                )
+            })?;
+            let sessions = running_sessions(&registry).await?;
+            match sessions.get(index - 1) {
+                Some(reading) => reading.record.session_id.clone(),
+                None => {
+                    eprintln!(
+                        "error: @{index} names no running session ({} running); see `murmur-registry ps`",
+                        sessions.len()
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        None => args.session.clone(),
+    };
+    if !running::is_valid_session_id(&session_id) {
+        bail!("{session_id:?} is not a session id: use a full id from `murmur-registry ps`, or @N");
+    }
+    let report = match registry
+        .stop(&session_id, Duration::from_secs(args.timeout))
+        .await
+    {
+        Ok(report) => report,
+        Err(crate::registry::RegistryError::NotFound(_)) => {
+            eprintln!("error: no running session {session_id}; see `murmur-registry ps`");
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let record = &report.record;
+    match report.outcome {
+        StopOutcome::Stopped { signal_sent } => {
+            println!("stopped: {}", record.session_id);
+            println!(
+                "capsule: {}@{}",
+                record.capsule_name, record.capsule_version
+            );
+            println!("signal: {}", signal_sent.name());
+            Ok(ExitCode::SUCCESS)
+        }
+        StopOutcome::AlreadyGone => {
+            eprintln!(
+                "error: session {} was not running (pid {} is gone); its record was removed",
+                record.session_id, record.pid
+            );
+            Ok(ExitCode::FAILURE)
+        }
+        StopOutcome::Refused { reason, .. } => {
+            eprintln!("error: could not stop {}: {reason}", record.session_id);
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+async fn prune(args: DirArgs) -> anyhow::Result<ExitCode> {
+    let registry = registry_for(&args)?;
+    let report = registry.prune_all().await.with_context(|| {
+        format!(
+            "cannot prune the running directory {}",
+            registry.dir().display()
+        )
+    })?;
+    for (session_id, reason) in &report.pruned {
+        println!("pruned: {session_id} — {reason}");
+    }
+    if report.removed_unreadable > 0 {
+        println!(
+            "removed: {} file(s) that were not valid records",
+            report.removed_unreadable
+        );
+    }
+    if report.pruned.is_empty() && report.removed_unreadable == 0 {
+        println!("nothing to prune");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn token_command(args: TokenArgs) -> anyhow::Result<ExitCode> {
+    let path = resolve_token_file(args.token_file.as_ref())?;
+    let token = if args.rotate {
+        token::rotate(&path).with_context(|| {
+            format!(
+                "cannot rotate {} (start `murmur-registry serve` once to create it)",
+                path.display()
+            )
+        })?
+    } else {
+        token::load_or_create(&path)?
+    };
+    if args.show {
+        println!("{token}");
+    } else {
+        println!("{}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uptime_is_clock_then_days() {
+        assert_eq!(format_uptime(0), "00:00:00");
+        assert_eq!(format_uptime(3_661), "01:01:01");
+        assert_eq!(format_uptime(86_399), "23:59:59");
+        assert_eq!(format_uptime(86_400 + 5), "1d 00:00:05");
+        assert_eq!(format_uptime(3 * 86_400 + 7_200), "3d 02:00:00");
+    }
+}

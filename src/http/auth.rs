@@ -1,0 +1,207 @@
+//! Who may talk to the registry: the Host/Origin gate and the bearer token.
+//!
+//! Invariants kept here:
+//! - The Host check runs before anything else, on every route: a page on another site that
+//!   rebinds its DNS name to 127.0.0.1 still sends its own name as `Host`, and gets 403.
+//!   A browser `Origin` other than the registry's own (or one listed with `--allow-origin`)
+//!   gets 403 too.
+//! - The token is taken only from `Authorization: Bearer …` (scheme in any case), never from a
+//!   query string or a cookie, and compared by [`TokenStore::check`] in constant time.
+//! - A missing or wrong token gets 401 with `WWW-Authenticate: Bearer realm="murmur-registry"`;
+//!   the answer never says which it was.
+
+use std::net::SocketAddr;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::error::Problem;
+
+/// The `WWW-Authenticate` challenge of every 401.
+pub const CHALLENGE: &str = r#"Bearer realm="murmur-registry""#;
+
+/// Which `Host` and `Origin` values the registry answers.
+#[derive(Debug, Clone)]
+pub struct HostPolicy {
+    hosts: Vec<String>,
+    origins: Vec<String>,
+}
+
+impl HostPolicy {
+    /// The policy for a registry bound at `bound`.
+    ///
+    /// Hosts: `localhost`, `127.0.0.1`, `[::1]` (any port), plus `extra_hosts` and, when the
+    /// bind is not loopback, the bound IP. Origins: `http://{127.0.0.1,localhost,[::1]}:PORT`
+    /// for the bound port, plus `extra_origins` (exact match).
+    pub fn new(bound: SocketAddr, extra_hosts: &[String], extra_origins: &[String]) -> Self {
+        let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        if !bound.ip().is_loopback() && !bound.ip().is_unspecified() {
+            hosts.push(match bound {
+                SocketAddr::V4(v4) => v4.ip().to_string(),
+                SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
+            });
+        }
+        hosts.extend(extra_hosts.iter().map(|h| h.to_ascii_lowercase()));
+        let port = bound.port();
+        let mut origins: Vec<String> = ["127.0.0.1", "localhost", "[::1]"]
+            .into_iter()
+            .map(|h| format!("http://{h}:{port}"))
+            .collect();
+        origins.extend(extra_origins.iter().cloned());
+        Self { hosts, origins }
+    }
+
+    fn allows_host(&self, host: &str) -> bool {
+        let name = host_without_port(host).to_ascii_lowercase();
+        self.hosts.iter().any(|allowed| *allowed == name)
+    }
+
+    fn allows_origin(&self, origin: &str) -> bool {
+        self.origins.iter().any(|allowed| allowed == origin)
+    }
+}
+
+/// `example:80` → `example`; `[::1]:80` → `[::1]`; a bare name or `[v6]` stays as it is.
+fn host_without_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |end| &host[..=end]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    }
+}
+
+/// Middleware: 403 unless `Host` (and `Origin`, if sent) are the registry's own.
+pub async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let policy = state.host_policy();
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    if !host.is_some_and(|h| policy.allows_host(h)) {
+        return Problem::new(
+            StatusCode::FORBIDDEN,
+            "forbidden-host",
+            "the Host header must name this registry (localhost, 127.0.0.1 or [::1])",
+        )
+        .into_response();
+    }
+    if let Some(origin) = request.headers().get(header::ORIGIN) {
+        if !origin.to_str().is_ok_and(|o| policy.allows_origin(o)) {
+            return Problem::new(
+                StatusCode::FORBIDDEN,
+                "forbidden-origin",
+                "requests from this Origin are not accepted; start the registry with --allow-origin to permit it",
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Middleware: 401 unless the request carries the current bearer token.
+pub async fn require_token(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(presented) = bearer_token(request.headers()) else {
+        return unauthorized(
+            "this endpoint needs Authorization: Bearer <token>; the token is in the registry's token file",
+        );
+    };
+    match state.tokens().check(presented) {
+        Ok(true) => next.run(request).await,
+        Ok(false) => unauthorized("the bearer token is not this registry's token"),
+        Err(error) => {
+            // Fail closed: with no trustworthy token file, no token is right.
+            tracing::error!(%error, "token file unusable; rejecting requests until it is fixed");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "token-file-unusable",
+                "the registry's token file is unusable; its log says why",
+            )
+            .into_response()
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header, scheme matched in any case.
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn unauthorized(detail: &str) -> Response {
+    let mut response =
+        Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(CHALLENGE),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_ports_but_not_names() {
+        assert_eq!(host_without_port("localhost:7420"), "localhost");
+        assert_eq!(host_without_port("localhost"), "localhost");
+        assert_eq!(host_without_port("[::1]:80"), "[::1]");
+        assert_eq!(host_without_port("[::1]"), "[::1]");
+        assert_eq!(host_without_port("127.0.0.1:1"), "127.0.0.1");
+        assert_eq!(host_without_port("evil.example:80"), "evil.example");
+    }
+
+    #[test]
+    fn loopback_names_pass_and_others_do_not() {
+        let policy = HostPolicy::new("127.0.0.1:7420".parse().unwrap(), &[], &[]);
+        for ok in ["localhost", "LOCALHOST:1", "127.0.0.1:7420", "[::1]:9"] {
+            assert!(policy.allows_host(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "127.0.0.1.nip.io",
+            "localhost.evil",
+            "[::2]",
+            "",
+            "10.0.0.1",
+        ] {
+            assert!(!policy.allows_host(bad), "{bad}");
+        }
+        assert!(policy.allows_origin("http://localhost:7420"));
+        assert!(!policy.allows_origin("http://localhost:7421"));
+        assert!(!policy.allows_origin("null"));
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_required() {
+        let mut headers = HeaderMap::new();
+        for (value, expected) in [
+            ("Bearer abc", Some("abc")),
+            ("bearer abc", Some("abc")),
+            ("BEARER  abc ", Some("abc")),
+            ("Basic abc", None),
+            ("Bearer", None),
+            ("abc", None),
+        ] {
+            headers.insert(header::AUTHORIZATION, HeaderValue::from_str(value).unwrap());
+            assert_eq!(bearer_token(&headers), expected, "{value}");
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The registry's HTTP service: routes, layers, and the `serve` loop shared by `main` and tests.
+//!
+//! Invariants kept here:
+//! - Routes and the OpenAPI spec come from the same `utoipa_axum` routers, so a route cannot
+//!   exist undocumented, nor a documented one be missing.
+//! - Layer order, outermost first: `Authorization` is marked sensitive before the trace layer
+//!   can see it; the Host/Origin gate answers 403 before any other work; error responses are
+//!   reshaped into problems; the bearer check guards every route but `/healthz` and
+//!   `/openapi.json`.
+//! - Nothing here touches `/proc` or the running directory itself: all of that goes through
+//!   [`crate::registry::Registry`].
+
+pub mod auth;
+pub mod error;
+pub mod sessions;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderName, StatusCode, header};
+use axum::response::IntoResponse;
+use axum::{Json, Router, middleware};
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::registry::Registry;
+use crate::token::TokenStore;
+use auth::HostPolicy;
+use error::{ApiError, Problem};
+
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// What every handler shares: the registry, the token, and the Host/Origin policy.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    registry: Registry,
+    tokens: TokenStore,
+    hosts: HostPolicy,
+    cors_origins: Vec<String>,
+}
+
+impl AppState {
+    /// State for a registry bound at `bound`.
+    ///
+    /// `allow_hosts` and `allow_origins` extend the loopback defaults (see [`HostPolicy`]);
+    /// origins listed here are also granted CORS.
+    pub fn new(
+        registry: Registry,
+        tokens: TokenStore,
+        bound: SocketAddr,
+        allow_hosts: &[String],
+        allow_origins: &[String],
+    ) -> Self {
+        Self {
+            inner: Arc::new(Shared {
+                registry,
+                tokens,
+                hosts: HostPolicy::new(bound, allow_hosts, allow_origins),
+                cors_origins: allow_origins.to_vec(),
+            }),
+        }
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry {
+        &self.inner.registry
+    }
+
+    /// The token store.
+    pub fn tokens(&self) -> &TokenStore {
+        &self.inner.tokens
+    }
+
+    /// The Host/Origin policy.
+    pub fn host_policy(&self) -> &HostPolicy {
+        &self.inner.hosts
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "murmur-registry",
+        description = "The verified registry of running murmur capsules on this machine.\n\n\
+            Every route but `/healthz` and `/openapi.json` needs `Authorization: Bearer <token>`; \
+            the token is in `~/.murmur/registry/token` (see `murmur-registry token`). \
+            Errors are RFC 9457 `application/problem+json`.",
+        license(name = "MIT OR Apache-2.0"),
+    ),
+    servers((url = "http://127.0.0.1:7420", description = "the default loopback bind")),
+    modifiers(&BearerScheme),
+    tags(
+        (name = sessions::TAG, description = "Running capsule sessions, verified in three layers"),
+        (name = "service", description = "The registry itself"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerScheme;
+
+impl Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let mut scheme = Http::new(HttpAuthScheme::Bearer);
+        scheme.description = Some(
+            "The hex token from the registry's token file (`murmur-registry token --show`)."
+                .to_owned(),
+        );
+        components.add_security_scheme("bearer", SecurityScheme::Http(scheme));
+    }
+}
+
+fn protected_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(sessions::list_sessions, sessions::prune_all))
+        .routes(routes!(sessions::get_session, sessions::prune_session))
+        .routes(routes!(sessions::get_liveness))
+        .routes(routes!(sessions::signal_session))
+        .routes(routes!(sessions::stop_session))
+}
+
+fn public_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(openapi_json))
+}
+
+/// The OpenAPI 3.1 document, generated from the handlers.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    OpenApiRouter::<AppState>::with_openapi(ApiDoc::openapi())
+        .merge(protected_routes())
+        .merge(public_routes())
+        .into_openapi()
+}
+
+/// The OpenAPI document as the pretty JSON that is committed at `openapi/openapi.json`.
+pub fn openapi_json_text() -> String {
+    let mut text = openapi()
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// The service's router, with every layer, ready to serve.
+pub fn app(state: AppState) -> Router {
+    let (protected, _) = protected_routes().split_for_parts();
+    let (public, _) = public_routes().split_for_parts();
+    let protected = protected.route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_token,
+    ));
+    let mut router = Router::new()
+        .merge(protected)
+        .merge(public)
+        .fallback(unknown_route)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::map_response(error::problem_for_plain_errors));
+    if !state.inner.cors_origins.is_empty() {
+        let origins = state
+            .inner
+            .cors_origins
+            .iter()
+            .filter_map(|o| o.parse().ok())
+            .collect::<Vec<_>>();
+        router = router.layer(
+            CorsLayer::new()
+                .allow_origin(AllowOrigin::list(origins))
+                .allow_methods([
+                    axum::http::Method::GET,
+                    axum::http::Method::POST,
+                    axum::http::Method::DELETE,
+                ])
+                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+        );
+    }
+    router
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::check_host,
+        ))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(DefaultMakeSpan::new().include_headers(true))
+                .on_response(DefaultOnResponse::new().include_headers(true)),
+        )
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            header::AUTHORIZATION,
+            header::COOKIE,
+            HeaderName::from_static("proxy-authorization"),
+        ]))
+        .with_state(state)
+}
+
+/// Serve `app(state)` on `listener` until `shutdown` resolves, then finish in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The registry's own health.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"status": "ok"}))]
+struct Health {
+    /// Always `ok` while the registry answers.
+    status: &'static str,
+}
+
+/// Whether the registry answers. Needs no token and reveals nothing.
+#[utoipa::path(
+    get, path = "/healthz", tag = "service",
+    responses((status = 200, description = "The registry is up", body = Health))
+)]
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// This document. Needs no token.
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "service",
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"))
+)]
+async fn openapi_json() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        openapi_json_text(),
+    )
+}
+
+/// 404 for unknown paths; 400 for a session path whose id is empty.
+async fn unknown_route(request: Request) -> ApiError {
+    let path = request.uri().path();
+    if path == "/sessions/" || path.starts_with("/sessions//") {
+        return ApiError::invalid_session_id();
+    }
+    Problem::new(
+        StatusCode::NOT_FOUND,
+        "not-found",
+        "no such endpoint; GET /openapi.json lists them",
+    )
+    .into()
+}

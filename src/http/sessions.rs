@@ -1,0 +1,690 @@
+//! The sessions API: list, inspect, prune, signal and stop, each documented in the OpenAPI spec
+//! by its own handler's annotation.
+//!
+//! Invariants kept here:
+//! - Session ids are validated before anything reaches the registry; no path is built from
+//!   raw input.
+//! - The session JSON is built field by field from the record ([`SessionView`]): it has no
+//!   place for `door_token` or `credentials`, so they cannot leak through it.
+//! - GETs change nothing on disk; only DELETE, signal and stop remove a record, and only on the
+//!   evidence the registry returns.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use crate::registry::{
+    DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, PruneOutcome, Reading, SignalKind, StopOutcome,
+};
+use crate::running::{Liveness, ProcessState, SignalOutcome, is_valid_session_id};
+
+/// The tag every sessions endpoint carries in the OpenAPI spec.
+pub const TAG: &str = "sessions";
+
+const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
+
+/// What all three layers say, as a word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum State3 {
+    /// The process is the writer and the door answers for the session.
+    Live,
+    /// The process is alive (or unverified) but the door did not confirm the session.
+    Unreachable,
+    /// No process holds the pid, or another process does.
+    Gone,
+}
+
+impl From<&Liveness> for State3 {
+    fn from(liveness: &Liveness) -> Self {
+        match liveness {
+            Liveness::Live => Self::Live,
+            Liveness::Unreachable { .. } => Self::Unreachable,
+            Liveness::Gone { .. } => Self::Gone,
+        }
+    }
+}
+
+/// What layers 1–2 say, as a word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessWord {
+    /// The pid is held by the process that wrote the record.
+    Alive,
+    /// The pid is held, but by whom could not be established.
+    Unverified,
+    /// No process holds the pid, or another process does.
+    Gone,
+}
+
+impl From<&ProcessState> for ProcessWord {
+    fn from(state: &ProcessState) -> Self {
+        match state {
+            ProcessState::Alive => Self::Alive,
+            ProcessState::Unverified { .. } => Self::Unverified,
+            ProcessState::Gone { .. } => Self::Gone,
+        }
+    }
+}
+
+/// The verification of one session.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LivenessView {
+    /// All three layers' verdict. Omitted under `probe=false` when only the door could decide.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<State3>,
+    /// Layers 1–2 alone.
+    pub process: ProcessWord,
+    /// Why the session is not live, when it is not.
+    #[schema(example = "no process holds pid 41234")]
+    pub reason: Option<String>,
+}
+
+impl LivenessView {
+    fn of(reading: &Reading) -> Self {
+        let reason = reading
+            .liveness
+            .as_ref()
+            .and_then(Liveness::reason)
+            .or(match &reading.process {
+                ProcessState::Unverified { reason } | ProcessState::Gone { reason } => Some(reason),
+                ProcessState::Alive => None,
+            })
+            .map(str::to_owned);
+        Self {
+            state: reading.liveness.as_ref().map(State3::from),
+            process: ProcessWord::from(&reading.process),
+            reason,
+        }
+    }
+}
+
+/// One running session: its record's fields (never its secrets) and its verification.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(example = json!({
+    "session_id": EXAMPLE_ID,
+    "url": "127.0.0.1:41235",
+    "pid": 41234,
+    "process_start": "8234517",
+    "capsule_name": "researcher",
+    "capsule_version": "0.3.1",
+    "workdir": "/home/ada/.murmur/sessions/ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d",
+    "outlives_launcher": true,
+    "started_at": "2026-11-30T09:12:44Z",
+    "liveness": {"state": "live", "process": "alive", "reason": null}
+}))]
+pub struct SessionView {
+    /// The session id (`ses_` + 32 hex digits in murmur).
+    pub session_id: String,
+    /// `host:port` of the A2A door; `null` for a capsule without one.
+    pub url: Option<String>,
+    /// The process that holds the door.
+    pub pid: u32,
+    /// The process's start token as recorded (clock ticks since boot on Linux).
+    pub process_start: String,
+    /// The capsule's name.
+    pub capsule_name: String,
+    /// The capsule's version.
+    pub capsule_version: String,
+    /// The session directory.
+    pub workdir: String,
+    /// Whether the capsule outlives the terminal that launched it.
+    pub outlives_launcher: bool,
+    /// When the session started (RFC 3339, UTC).
+    pub started_at: String,
+    /// The formation the session belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub formation_id: Option<String>,
+    /// The session's name in its formation's roster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub formation_member: Option<String>,
+    /// The session that delegated to this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<String>,
+    /// Where the session's trace lives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records_dir: Option<String>,
+    /// The verification.
+    pub liveness: LivenessView,
+}
+
+impl SessionView {
+    /// The view of one reading. Copies public fields only.
+    pub fn of(reading: &Reading) -> Self {
+        let r = &reading.record;
+        Self {
+            session_id: r.session_id.clone(),
+            url: r.url.clone(),
+            pid: r.pid,
+            process_start: r.process_start.clone(),
+            capsule_name: r.capsule_name.clone(),
+            capsule_version: r.capsule_version.clone(),
+            workdir: r.workdir.to_string_lossy().into_owned(),
+            outlives_launcher: r.outlives_launcher,
+            started_at: r.started_at.clone(),
+            formation_id: r.formation_id.clone(),
+            formation_member: r.formation_member.clone(),
+            spawned_by: r.spawned_by.clone(),
+            records_dir: r
+                .records_dir
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            liveness: LivenessView::of(reading),
+        }
+    }
+}
+
+/// Every session, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionList {
+    /// The sessions that match the filter, newest first.
+    pub sessions: Vec<SessionView>,
+    /// How many `*.json` entries in the running directory are not valid records.
+    #[schema(example = 0)]
+    pub unreadable: usize,
+}
+
+/// Filters of `GET /sessions`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Comma-separated states to keep: `live`, `unreachable`, `gone`.
+    #[param(example = "live,unreachable")]
+    pub status: Option<String>,
+    /// `false` runs layers 1–2 only (no door probes). Default `true`.
+    #[param(example = false)]
+    pub probe: Option<bool>,
+}
+
+/// Options of `GET /sessions/{id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ProbeQuery {
+    /// `false` runs layers 1–2 only (no door probe). Default `true`.
+    pub probe: Option<bool>,
+}
+
+/// The three layers for one session.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"session_id": EXAMPLE_ID, "state": "unreachable", "process": "alive",
+    "reason": "door at 127.0.0.1:41235 did not answer within 7s"}))]
+pub struct LivenessReport {
+    /// The session.
+    pub session_id: String,
+    /// All three layers' verdict.
+    pub state: State3,
+    /// Layers 1–2 alone.
+    pub process: ProcessWord,
+    /// Why the session is not live, when it is not.
+    pub reason: Option<String>,
+}
+
+/// A record removed on evidence.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"session_id": EXAMPLE_ID, "pruned": true,
+    "reason": "no process holds pid 41234"}))]
+pub struct PruneResponse {
+    /// The session whose record was removed.
+    pub session_id: String,
+    /// Always `true`.
+    pub pruned: bool,
+    /// The evidence.
+    pub reason: String,
+}
+
+/// One record removed by `DELETE /sessions`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PrunedEntry {
+    /// The session whose record was removed.
+    pub session_id: String,
+    /// The evidence.
+    pub reason: String,
+}
+
+/// What `DELETE /sessions` removed.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"pruned": [{"session_id": EXAMPLE_ID,
+    "reason": "pid 41234 is held by a process that started at another time"}],
+    "removed_unreadable": 1}))]
+pub struct PruneAllResponse {
+    /// Records whose process was gone.
+    pub pruned: Vec<PrunedEntry>,
+    /// How many entries that were not valid records were removed.
+    pub removed_unreadable: usize,
+}
+
+/// The body of `POST /sessions/{id}/signal`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"signal": "SIGTERM"}))]
+pub struct SignalRequest {
+    /// `SIGTERM` or `SIGKILL` (`TERM`, `KILL` also accepted).
+    pub signal: String,
+}
+
+/// A signal that was delivered.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"session_id": EXAMPLE_ID, "signal": "SIGTERM", "outcome": "sent"}))]
+pub struct SignalResponse {
+    /// The session signalled.
+    pub session_id: String,
+    /// `SIGTERM` or `SIGKILL`.
+    pub signal: String,
+    /// Always `sent`.
+    pub outcome: String,
+}
+
+/// Options of `POST /sessions/{id}/stop`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StopQuery {
+    /// Seconds to wait after SIGTERM before SIGKILL (default 10, at most 300; `0` = SIGKILL at once).
+    #[param(example = 10, maximum = 300)]
+    pub timeout: Option<u64>,
+}
+
+/// A stop that ended.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"session_id": EXAMPLE_ID, "signal_sent": "SIGTERM",
+    "outcome": "stopped", "waited_ms": 132}))]
+pub struct StopResponse {
+    /// The session stopped.
+    pub session_id: String,
+    /// The last signal sent (`SIGTERM` if it sufficed, else `SIGKILL`); `null` if the process
+    /// was already gone.
+    pub signal_sent: Option<String>,
+    /// `stopped` or `already_gone`.
+    pub outcome: String,
+    /// How long the stop waited for the process to go, in milliseconds.
+    pub waited_ms: u64,
+}
+
+/// A signal or stop that did not happen: problem details plus what was attempted.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"type": "urn:murmur-registry:problem:signal-refused",
+    "title": "Conflict", "status": 409,
+    "detail": "pid 41234 is alive but its start time cannot be read: Permission denied (os error 13)",
+    "session_id": EXAMPLE_ID, "signal": "SIGTERM", "outcome": "refused",
+    "reason": "pid 41234 is alive but its start time cannot be read: Permission denied (os error 13)"}))]
+pub struct SignalProblem {
+    /// A URI naming the kind of problem.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A short summary.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What happened.
+    pub detail: String,
+    /// The session.
+    pub session_id: String,
+    /// The signal that was not delivered (`null` if none was attempted).
+    pub signal: Option<String>,
+    /// `refused` or `already_gone`.
+    pub outcome: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// A prune that was refused: problem details plus what layers 1–2 said.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"type": "urn:murmur-registry:problem:session-not-gone",
+    "title": "Conflict", "status": 409,
+    "detail": "the process of session ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d is alive; its record stays",
+    "session_id": EXAMPLE_ID, "process": "alive", "reason": null}))]
+pub struct PruneProblem {
+    /// A URI naming the kind of problem.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A short summary.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What happened.
+    pub detail: String,
+    /// The session.
+    pub session_id: String,
+    /// `alive` or `unverified`.
+    pub process: ProcessWord,
+    /// Why the process could not be verified, if it could not.
+    pub reason: Option<String>,
+}
+
+fn valid_id(id: &str) -> Result<(), ApiError> {
+    if is_valid_session_id(id) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_session_id())
+    }
+}
+
+fn parse_status_filter(status: &str) -> Result<Vec<State3>, ApiError> {
+    status
+        .split(',')
+        .map(str::trim)
+        .map(|word| match word {
+            "live" => Ok(State3::Live),
+            "unreachable" => Ok(State3::Unreachable),
+            "gone" => Ok(State3::Gone),
+            other => Err(ApiError::bad_query(format!(
+                "unknown status {other:?}: use live, unreachable or gone, comma-separated"
+            ))),
+        })
+        .collect()
+}
+
+/// List every session, verified.
+///
+/// All records are verified concurrently (one slow door delays no other), newest first.
+/// Nothing on disk changes.
+#[utoipa::path(
+    get, path = "/sessions", tag = TAG,
+    params(ListQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every session that matches", body = SessionList),
+        (status = 400, description = "Unknown status, or live/unreachable asked for without the probe", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Host or Origin is not this registry's", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<SessionList>, ApiError> {
+    let probe = query.probe.unwrap_or(true);
+    let filter = query
+        .status
+        .as_deref()
+        .map(parse_status_filter)
+        .transpose()?;
+    if !probe
+        && filter
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|s| *s != State3::Gone))
+    {
+        return Err(ApiError::bad_query(
+            "status=live and status=unreachable need the door probe; drop probe=false",
+        ));
+    }
+    let listing = state.registry().sessions(probe).await?;
+    let sessions = listing
+        .readings
+        .iter()
+        .map(SessionView::of)
+        .filter(|view| match &filter {
+            None => true,
+            Some(keep) => view.liveness.state.is_some_and(|s| keep.contains(&s)),
+        })
+        .collect();
+    Ok(Json(SessionList {
+        sessions,
+        unreadable: listing.unreadable.len(),
+    }))
+}
+
+/// One session, verified.
+#[utoipa::path(
+    get, path = "/sessions/{id}", tag = TAG,
+    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d"), ProbeQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The session", body = SessionView),
+        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<ProbeQuery>,
+) -> Result<Json<SessionView>, ApiError> {
+    valid_id(&id)?;
+    let reading = state
+        .registry()
+        .session(&id, query.probe.unwrap_or(true))
+        .await?;
+    Ok(Json(SessionView::of(&reading)))
+}
+
+/// The three layers for one session.
+#[utoipa::path(
+    get, path = "/sessions/{id}/liveness", tag = TAG,
+    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The verdict", body = LivenessReport),
+        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_liveness(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<LivenessReport>, ApiError> {
+    valid_id(&id)?;
+    let reading = state.registry().session(&id, true).await?;
+    let view = LivenessView::of(&reading);
+    Ok(Json(LivenessReport {
+        session_id: id,
+        // A probed reading always has a verdict; `unreachable` is the cautious fallback.
+        state: view.state.unwrap_or(State3::Unreachable),
+        process: view.process,
+        reason: view.reason,
+    }))
+}
+
+/// Prune one session's record, on evidence only.
+///
+/// Re-reads layers 1–2; unlinks the record and its `.control` only if the process is gone.
+#[utoipa::path(
+    delete, path = "/sessions/{id}", tag = TAG,
+    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The record was removed", body = PruneResponse),
+        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The process is alive or unverified; the record stays", body = PruneProblem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn prune_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<PruneResponse>, ApiError> {
+    valid_id(&id)?;
+    match state.registry().prune_session(&id).await? {
+        PruneOutcome::Pruned { reason } => Ok(Json(PruneResponse {
+            session_id: id,
+            pruned: true,
+            reason,
+        })),
+        PruneOutcome::Kept { process } => {
+            let word = ProcessWord::from(&process);
+            let reason = match &process {
+                ProcessState::Unverified { reason } => Some(reason.clone()),
+                _ => None,
+            };
+            let detail = match &reason {
+                Some(reason) => format!("{reason}; the record stays"),
+                None => format!("the process of session {id} is alive; its record stays"),
+            };
+            Err(
+                Problem::new(StatusCode::CONFLICT, "session-not-gone", detail)
+                    .with("session_id", id)
+                    .with("process", serde_json::to_value(word).unwrap_or_default())
+                    .with("reason", reason)
+                    .into(),
+            )
+        }
+    }
+}
+
+/// Prune every gone record and every unreadable file.
+#[utoipa::path(
+    delete, path = "/sessions", tag = TAG,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "What was removed", body = PruneAllResponse),
+        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllResponse>, ApiError> {
+    let report = state.registry().prune_all().await?;
+    Ok(Json(PruneAllResponse {
+        pruned: report
+            .pruned
+            .into_iter()
+            .map(|(session_id, reason)| PrunedEntry { session_id, reason })
+            .collect(),
+        removed_unreadable: report.removed_unreadable,
+    }))
+}
+
+/// Send SIGTERM or SIGKILL to a session's process, if it is still that process.
+///
+/// Re-checks layers 1–2 and signals through a pidfd, so a reused pid is never signalled.
+#[utoipa::path(
+    post, path = "/sessions/{id}/signal", tag = TAG,
+    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")),
+    request_body(content = SignalRequest, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The signal was delivered", body = SignalResponse),
+        (status = 400, description = "Invalid session id or malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Refused: the process could not be confirmed, or the kernel said EPERM", body = SignalProblem, content_type = "application/problem+json"),
+        (status = 410, description = "The process was already gone; its record was removed", body = SignalProblem, content_type = "application/problem+json"),
+        (status = 413, description = "Body over 16 KiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Unknown signal", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn signal_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(body): Json<SignalRequest>,
+) -> Result<Json<SignalResponse>, ApiError> {
+    valid_id(&id)?;
+    let Some(kind) = SignalKind::parse(&body.signal) else {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown-signal",
+            "signal must be SIGTERM or SIGKILL",
+        )
+        .into());
+    };
+    let report = state.registry().signal(&id, kind).await?;
+    match report.outcome {
+        SignalOutcome::Sent => Ok(Json(SignalResponse {
+            session_id: id,
+            signal: kind.name().to_owned(),
+            outcome: "sent".to_owned(),
+        })),
+        SignalOutcome::AlreadyGone { reason } => Err(signal_problem(
+            StatusCode::GONE,
+            "already-gone",
+            &id,
+            Some(kind),
+            "already_gone",
+            reason,
+        )),
+        SignalOutcome::Refused { reason } => Err(signal_problem(
+            StatusCode::CONFLICT,
+            "signal-refused",
+            &id,
+            Some(kind),
+            "refused",
+            reason,
+        )),
+    }
+}
+
+fn signal_problem(
+    status: StatusCode,
+    slug: &str,
+    id: &str,
+    signal: Option<SignalKind>,
+    outcome: &str,
+    reason: String,
+) -> ApiError {
+    let detail = if status == StatusCode::GONE {
+        format!("{reason}; nothing was sent and the record was removed")
+    } else {
+        format!("{reason}; nothing was sent")
+    };
+    Problem::new(status, slug, detail)
+        .with("session_id", id)
+        .with("signal", signal.map(SignalKind::name))
+        .with("outcome", outcome)
+        .with("reason", reason)
+        .into()
+}
+
+/// Stop a session: SIGTERM, wait, then SIGKILL if it is still the same process.
+///
+/// Waits at most `timeout` seconds for the process to go after SIGTERM, returning as soon as
+/// it does; then sends SIGKILL only if layers 1–2 still confirm it. `timeout=0` sends SIGKILL
+/// at once. The record is removed once the process is gone.
+#[utoipa::path(
+    post, path = "/sessions/{id}/stop", tag = TAG,
+    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d"), StopQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The process is gone (stopped now, or already)", body = StopResponse),
+        (status = 400, description = "Invalid session id or timeout", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Refused: the process could not be confirmed, or the kernel said EPERM", body = SignalProblem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn stop_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<StopQuery>,
+) -> Result<Json<StopResponse>, ApiError> {
+    valid_id(&id)?;
+    let timeout = match query.timeout {
+        None => DEFAULT_STOP_TIMEOUT,
+        Some(secs) if secs <= MAX_STOP_TIMEOUT.as_secs() => Duration::from_secs(secs),
+        Some(_) => {
+            return Err(ApiError::bad_query(format!(
+                "timeout is at most {} seconds",
+                MAX_STOP_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    let report = state.registry().stop(&id, timeout).await?;
+    let waited_ms = u64::try_from(report.waited.as_millis()).unwrap_or(u64::MAX);
+    match report.outcome {
+        StopOutcome::Stopped { signal_sent } => Ok(Json(StopResponse {
+            session_id: id,
+            signal_sent: Some(signal_sent.name().to_owned()),
+            outcome: "stopped".to_owned(),
+            waited_ms,
+        })),
+        StopOutcome::AlreadyGone => Ok(Json(StopResponse {
+            session_id: id,
+            signal_sent: None,
+            outcome: "already_gone".to_owned(),
+            waited_ms,
+        })),
+        StopOutcome::Refused { reason, signal } => Err(signal_problem(
+            StatusCode::CONFLICT,
+            "stop-refused",
+            &id,
+            signal,
+            "refused",
+            reason,
+        )),
+    }
+}

@@ -1,0 +1,451 @@
+//! The registry's operations on one running directory, shared by the HTTP service and the CLI.
+//!
+//! Invariants kept here:
+//! - Every blocking step (directory reads, `/proc` reads, signals) runs on tokio's blocking
+//!   pool; async callers never stall a worker.
+//! - Reading changes nothing: [`Registry::sessions`] and [`Registry::session`] only scan.
+//! - Removal happens on fresh evidence only. Pruning re-reads layers 1–2 right before it
+//!   unlinks; a signal or stop prunes only when the kernel or layers 1–2 said the process is gone.
+//! - Stops of one session are serialised, so two concurrent stops never race each other's
+//!   escalation; the second finds the outcome of the first.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::running::{
+    self, DoorProbe, Liveness, ProcessState, Pruned, RunningError, RunningRecord, SignalOutcome,
+    UnreadableEntry, Verdict,
+};
+
+/// The longest a stop may wait between SIGTERM and SIGKILL.
+pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(300);
+/// The wait between SIGTERM and SIGKILL when the caller names none (murmur's default).
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a stop re-reads layers 1–2 while it waits for the process to go.
+const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// What can go wrong in a registry operation.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// No record file exists for the session.
+    #[error("no record for session {0}")]
+    NotFound(String),
+    /// The id cannot name a record file.
+    #[error("invalid session id: expected 1 to 128 of A-Z a-z 0-9 _ -")]
+    InvalidSessionId,
+    /// The running module failed (the directory is unreadable, a file is not a record, …).
+    #[error(transparent)]
+    Running(#[from] RunningError),
+    /// A blocking task panicked or was cancelled.
+    #[error("an internal task failed: {0}")]
+    Task(String),
+}
+
+/// One record with what the layers said about it.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    /// The record as read.
+    pub record: RunningRecord,
+    /// Layers 1–2.
+    pub process: ProcessState,
+    /// All three layers; `None` when the door was not probed and layers 1–2 cannot decide.
+    pub liveness: Option<Liveness>,
+}
+
+/// Every record in the directory, read, plus how many entries are not records.
+#[derive(Debug)]
+pub struct Listing {
+    /// Newest session first.
+    pub readings: Vec<Reading>,
+    /// Entries that are not valid records.
+    pub unreadable: Vec<UnreadableEntry>,
+}
+
+/// What a prune of one session did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PruneOutcome {
+    /// The record was unlinked on this evidence.
+    Pruned {
+        /// The evidence.
+        reason: String,
+    },
+    /// The process is alive or unverified; the record stays.
+    Kept {
+        /// What layers 1–2 said.
+        process: ProcessState,
+    },
+}
+
+/// What a prune of the whole directory did.
+#[derive(Debug, Default)]
+pub struct PruneReport {
+    /// `(session_id, evidence)` for each record removed.
+    pub pruned: Vec<(String, String)>,
+    /// How many unreadable entries were removed.
+    pub removed_unreadable: usize,
+}
+
+/// Which signal to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalKind {
+    /// SIGTERM: ask the capsule to finish.
+    Term,
+    /// SIGKILL: end it now.
+    Kill,
+}
+
+impl SignalKind {
+    /// The signal's conventional name, `SIGTERM` or `SIGKILL`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Term => "SIGTERM",
+            Self::Kill => "SIGKILL",
+        }
+    }
+
+    /// Parse `SIGTERM`/`TERM`/`SIGKILL`/`KILL`, in any case.
+    pub fn parse(text: &str) -> Option<Self> {
+        let upper = text.to_ascii_uppercase();
+        match upper.strip_prefix("SIG").unwrap_or(&upper) {
+            "TERM" => Some(Self::Term),
+            "KILL" => Some(Self::Kill),
+            _ => None,
+        }
+    }
+}
+
+/// What a signal request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalReport {
+    /// The outcome; for `AlreadyGone`, the record has been pruned.
+    pub outcome: SignalOutcome,
+    /// The record the signal was meant for.
+    pub record: RunningRecord,
+}
+
+/// How a stop ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// The process was ended by the signal named.
+    Stopped {
+        /// The last signal sent: SIGTERM if that sufficed, else SIGKILL.
+        signal_sent: SignalKind,
+    },
+    /// The process was already gone before any signal was sent.
+    AlreadyGone,
+    /// Nothing was ended: the process could not be confirmed, or the kernel refused.
+    Refused {
+        /// Why.
+        reason: String,
+        /// The signal that was refused, if one was attempted.
+        signal: Option<SignalKind>,
+    },
+}
+
+/// What a stop request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopReport {
+    /// How it ended.
+    pub outcome: StopOutcome,
+    /// The record of the session that was stopped.
+    pub record: RunningRecord,
+    /// How long the stop waited for the process to go.
+    pub waited: Duration,
+}
+
+/// The registry over one running directory.
+#[derive(Debug)]
+pub struct Registry {
+    dir: PathBuf,
+    door: DoorProbe,
+    stopping: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Registry {
+    /// A registry over `dir` (normally [`running::running_dir`]'s answer), probing with `door`.
+    pub fn new(dir: impl Into<PathBuf>, door: DoorProbe) -> Self {
+        Self {
+            dir: dir.into(),
+            door,
+            stopping: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The running directory this registry reads.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every record, verified (three layers when `probe`, else layers 1–2), newest first.
+    ///
+    /// Changes nothing on disk.
+    pub async fn sessions(&self, probe: bool) -> Result<Listing, RegistryError> {
+        let dir = self.dir.clone();
+        let scan = blocking(move || running::scan(&dir)).await??;
+        let readings = self.read_all(scan.records, probe).await;
+        Ok(Listing {
+            readings,
+            unreadable: scan.unreadable,
+        })
+    }
+
+    /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.
+    pub async fn session(&self, session_id: &str, probe: bool) -> Result<Reading, RegistryError> {
+        let record = self.record(session_id).await?;
+        let mut readings = self.read_all(vec![record], probe).await;
+        readings
+            .pop()
+            .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))
+    }
+
+    async fn read_all(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
+        if probe {
+            let verdicts = running::verify_many(&records, &self.door).await;
+            records
+                .into_iter()
+                .zip(verdicts)
+                .map(|(record, Verdict { process, liveness })| Reading {
+                    record,
+                    process,
+                    liveness: Some(liveness),
+                })
+                .collect()
+        } else {
+            let states = running::process_state_off_workers(records.clone()).await;
+            records
+                .into_iter()
+                .zip(states)
+                .map(|(record, process)| {
+                    let liveness = decided_without_door(&record, &process);
+                    Reading {
+                        record,
+                        process,
+                        liveness,
+                    }
+                })
+                .collect()
+        }
+    }
+
+    /// The record of `session_id`, or why there is none.
+    pub async fn record(&self, session_id: &str) -> Result<RunningRecord, RegistryError> {
+        if !running::is_valid_session_id(session_id) {
+            return Err(RegistryError::InvalidSessionId);
+        }
+        let dir = self.dir.clone();
+        let id = session_id.to_owned();
+        blocking(move || running::read_record(&dir, &id))
+            .await??
+            .ok_or_else(|| RegistryError::NotFound(session_id.to_owned()))
+    }
+
+    /// Prune one session on fresh evidence: re-read layers 1–2 and unlink only if gone.
+    pub async fn prune_session(&self, session_id: &str) -> Result<PruneOutcome, RegistryError> {
+        let record = self.record(session_id).await?;
+        blocking(move || match running::process_state(&record) {
+            ProcessState::Gone { reason } => {
+                unlink_gone(&record, &reason)?;
+                Ok(PruneOutcome::Pruned { reason })
+            }
+            process => Ok(PruneOutcome::Kept { process }),
+        })
+        .await?
+    }
+
+    /// Prune every record whose process is gone, and every removable unreadable entry.
+    pub async fn prune_all(&self) -> Result<PruneReport, RegistryError> {
+        let dir = self.dir.clone();
+        blocking(move || {
+            let scan = running::scan(&dir)?;
+            let mut report = PruneReport::default();
+            for record in &scan.records {
+                if let ProcessState::Gone { reason } = running::process_state(record) {
+                    if unlink_gone(record, &reason)? == Pruned::Removed {
+                        report.pruned.push((record.session_id.clone(), reason));
+                    }
+                }
+            }
+            report.removed_unreadable = running::remove_unreadable(&dir, &scan.unreadable)?;
+            Ok(report)
+        })
+        .await?
+    }
+
+    /// Send one signal to a session's process, through the module's pidfd path.
+    ///
+    /// An `AlreadyGone` outcome is evidence, so the record is pruned before this returns.
+    pub async fn signal(
+        &self,
+        session_id: &str,
+        kind: SignalKind,
+    ) -> Result<SignalReport, RegistryError> {
+        let record = self.record(session_id).await?;
+        blocking(move || {
+            let outcome = send_signal(&record, kind);
+            if let SignalOutcome::AlreadyGone { reason } = &outcome {
+                unlink_gone(&record, reason)?;
+            }
+            Ok(SignalReport { outcome, record })
+        })
+        .await?
+    }
+
+    /// Stop a session: SIGTERM, wait up to `timeout` for the process to go, then SIGKILL if it
+    /// is still the same process. A zero timeout sends SIGKILL at once.
+    ///
+    /// The wait re-reads layers 1–2 every few milliseconds and ends as soon as the process is
+    /// gone. The record is pruned once it is. Stops of one session run one at a time; a later
+    /// one finds the record already pruned and answers [`RegistryError::NotFound`].
+    pub async fn stop(
+        &self,
+        session_id: &str,
+        timeout: Duration,
+    ) -> Result<StopReport, RegistryError> {
+        let timeout = timeout.min(MAX_STOP_TIMEOUT);
+        let lock = self.stop_lock(session_id);
+        let _serialised = lock.lock().await;
+        let record = self.record(session_id).await?;
+        let started = Instant::now();
+        let first = if timeout.is_zero() {
+            SignalKind::Kill
+        } else {
+            SignalKind::Term
+        };
+        let report = |outcome| StopReport {
+            outcome,
+            record: record.clone(),
+            waited: started.elapsed(),
+        };
+        match self.signal_record(&record, first).await? {
+            SignalOutcome::Sent => {}
+            SignalOutcome::AlreadyGone { .. } => return Ok(report(StopOutcome::AlreadyGone)),
+            SignalOutcome::Refused { reason } => {
+                return Ok(report(StopOutcome::Refused {
+                    reason,
+                    signal: Some(first),
+                }));
+            }
+        }
+        if first == SignalKind::Term && self.wait_until_gone(&record, timeout).await? {
+            return Ok(report(StopOutcome::Stopped {
+                signal_sent: SignalKind::Term,
+            }));
+        }
+        if first == SignalKind::Term {
+            match self.signal_record(&record, SignalKind::Kill).await? {
+                // Gone between the last poll and the SIGKILL: SIGTERM did it.
+                SignalOutcome::AlreadyGone { .. } => {
+                    return Ok(report(StopOutcome::Stopped {
+                        signal_sent: SignalKind::Term,
+                    }));
+                }
+                SignalOutcome::Refused { reason } => {
+                    return Ok(report(StopOutcome::Refused {
+                        reason,
+                        signal: Some(SignalKind::Kill),
+                    }));
+                }
+                SignalOutcome::Sent => {}
+            }
+        }
+        // SIGKILL cannot be ignored; the wait is only for the kernel to tear the process down.
+        self.wait_until_gone(&record, MAX_STOP_TIMEOUT).await?;
+        Ok(report(StopOutcome::Stopped {
+            signal_sent: SignalKind::Kill,
+        }))
+    }
+
+    fn stop_lock(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .stopping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Forget locks nobody holds, so the map stays as small as the stops in flight.
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        Arc::clone(locks.entry(session_id.to_owned()).or_default())
+    }
+
+    /// Signal and, on `AlreadyGone`, prune: the kernel's ESRCH is evidence.
+    async fn signal_record(
+        &self,
+        record: &RunningRecord,
+        kind: SignalKind,
+    ) -> Result<SignalOutcome, RegistryError> {
+        let record = record.clone();
+        blocking(move || {
+            let outcome = send_signal(&record, kind);
+            if let SignalOutcome::AlreadyGone { reason } = &outcome {
+                unlink_gone(&record, reason)?;
+            }
+            Ok(outcome)
+        })
+        .await?
+    }
+
+    /// Poll layers 1–2 until the process is gone (then prune) or `limit` passes. True if gone.
+    async fn wait_until_gone(
+        &self,
+        record: &RunningRecord,
+        limit: Duration,
+    ) -> Result<bool, RegistryError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let probe = record.clone();
+            let gone = blocking(move || match running::process_state(&probe) {
+                ProcessState::Gone { reason } => unlink_gone(&probe, &reason).map(|_| true),
+                _ => Ok(false),
+            })
+            .await??;
+            if gone {
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep_until(
+                deadline.min(tokio::time::Instant::now() + STOP_POLL_INTERVAL),
+            )
+            .await;
+        }
+    }
+}
+
+/// What layers 1–2 decide alone: `gone`, and `live` for a record with no door.
+///
+/// An unverified process, or an alive one with a door, needs the probe: `None`.
+pub fn decided_without_door(record: &RunningRecord, process: &ProcessState) -> Option<Liveness> {
+    match process {
+        ProcessState::Gone { reason } => Some(Liveness::Gone {
+            reason: reason.clone(),
+        }),
+        ProcessState::Alive if record.url.is_none() => Some(Liveness::Live),
+        _ => None,
+    }
+}
+
+fn send_signal(record: &RunningRecord, kind: SignalKind) -> SignalOutcome {
+    match kind {
+        SignalKind::Term => running::signal_term(record),
+        SignalKind::Kill => running::signal_kill(record),
+    }
+}
+
+fn unlink_gone(record: &RunningRecord, reason: &str) -> Result<Pruned, RunningError> {
+    running::prune(
+        record,
+        &Liveness::Gone {
+            reason: reason.to_owned(),
+        },
+    )
+}
+
+/// Run blocking work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RegistryError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| RegistryError::Task(e.to_string()))
+}

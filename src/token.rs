@@ -1,0 +1,344 @@
+//! The registry's bearer token: a private file, created once, checked on every request.
+//!
+//! Invariants kept here:
+//! - The file is created with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600, holding 256 bits from
+//!   the OS as hex. A file that is a symlink, not a regular file, not ours, readable or writable
+//!   by group or others, or empty is refused with its path and the fix; it is never repaired
+//!   silently, since a token others could read is already spent.
+//! - Only a SHA-256 digest of the token is kept in memory, and presented tokens are compared by
+//!   digest in constant time, so neither the token's bytes nor its length leak through timing.
+//! - Rotation replaces the file atomically (staged, fsynced, renamed); a running server notices
+//!   the new file on its next request and from then on accepts only the new token.
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::running::hold_private_dir;
+
+/// How many random bytes a token holds (256 bits).
+const TOKEN_BYTES: usize = 32;
+/// Token files larger than this are not token files.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// What is wrong with a token file.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The file exists but must not be trusted.
+    #[error("refusing token file {path}: {problem}; {fix}")]
+    Insecure {
+        /// The token file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+        /// What to do about it.
+        fix: String,
+    },
+    /// Reading, creating or replacing it failed.
+    #[error("token file {path}: {source}")]
+    Io {
+        /// The token file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Its directory could not be made private.
+    #[error(transparent)]
+    Dir(#[from] crate::running::RunningError),
+}
+
+/// A token's digest: what the server keeps instead of the token.
+#[derive(Clone, PartialEq, Eq)]
+struct TokenDigest([u8; 32]);
+
+impl TokenDigest {
+    fn of(token: &[u8]) -> Self {
+        Self(Sha256::digest(token).into())
+    }
+
+    fn matches(&self, presented: &[u8]) -> bool {
+        bool::from(Self::of(presented).0.ct_eq(&self.0))
+    }
+}
+
+/// The default token file under a home directory: `<home>/.murmur/registry/token`.
+pub fn default_token_path(home: &Path) -> PathBuf {
+    home.join(".murmur").join("registry").join("token")
+}
+
+/// Read the token file at `path`, creating it (and a private parent) if it does not exist.
+///
+/// Returns the token text. Refuses an insecure or empty file.
+pub fn load_or_create(path: &Path) -> Result<String, TokenError> {
+    match read_checked(path) {
+        Ok((token, _)) => Ok(token),
+        Err(TokenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            ensure_parent(path)?;
+            let token = new_token(path)?;
+            match create_exclusive(path, &token) {
+                Ok(()) => Ok(token),
+                // Someone created it first: theirs stands, if it passes the checks.
+                Err(TokenError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists =>
+                {
+                    read_checked(path).map(|(token, _)| token)
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Replace the token at `path` with a fresh one, atomically; returns the new token.
+///
+/// The old file must pass the same checks as at start (a file someone else planted is not
+/// replaced). A server reading this file accepts the new token from its next request on.
+pub fn rotate(path: &Path) -> Result<String, TokenError> {
+    read_checked(path)?;
+    let token = new_token(path)?;
+    let parent = parent_of(path);
+    let file_name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| io_error(path, std::io::Error::other("the path has no file name")))?;
+    let staged = format!(".{file_name}.{}.tmp", std::process::id());
+    let dir_fd = open_parent(path, &parent)?;
+    let replaced = (|| -> std::io::Result<()> {
+        let fd = rustix::fs::openat(
+            &dir_fd,
+            staged.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        write_token(fd, &token)?;
+        rustix::fs::renameat(&dir_fd, staged.as_str(), &dir_fd, file_name)?;
+        rustix::fs::fsync(&dir_fd)?;
+        Ok(())
+    })();
+    if let Err(source) = replaced {
+        let _ = rustix::fs::unlinkat(&dir_fd, staged.as_str(), AtFlags::empty());
+        return Err(io_error(path, source));
+    }
+    Ok(token)
+}
+
+/// The token file as a running server sees it: re-read whenever the file changes.
+///
+/// Keeps the digest of the current token and the identity (inode, size, change time) of the
+/// file it came from; each check costs one `lstat`.
+#[derive(Debug)]
+pub struct TokenStore {
+    path: PathBuf,
+    current: Mutex<Loaded>,
+}
+
+struct Loaded {
+    stamp: FileStamp,
+    digest: TokenDigest,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Loaded([redacted])")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: i64,
+    ctime: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(stat: &Stat) -> Self {
+        Self {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: stat.st_size,
+            ctime: (stat.st_ctime, stat.st_ctime_nsec as i64),
+        }
+    }
+}
+
+impl TokenStore {
+    /// Load (or create) the token file at `path` and watch it for rotation.
+    pub fn open(path: &Path) -> Result<Self, TokenError> {
+        load_or_create(path)?;
+        let (token, stamp) = read_checked(path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            current: Mutex::new(Loaded {
+                stamp,
+                digest: TokenDigest::of(token.as_bytes()),
+            }),
+        })
+    }
+
+    /// The token file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether `presented` is the current token, compared in constant time.
+    ///
+    /// Re-reads the file first if it changed since the last check. Fails (and so rejects
+    /// every token) while the file is missing or insecure: the server fails closed.
+    pub fn check(&self, presented: &str) -> Result<bool, TokenError> {
+        let stat = rustix::fs::lstat(&self.path).map_err(|e| io_error(&self.path, e.into()))?;
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if FileStamp::of(&stat) != current.stamp {
+            let (token, stamp) = read_checked(&self.path)?;
+            *current = Loaded {
+                stamp,
+                digest: TokenDigest::of(token.as_bytes()),
+            };
+        }
+        Ok(current.digest.matches(presented.as_bytes()))
+    }
+}
+
+fn io_error(path: &Path, source: std::io::Error) -> TokenError {
+    TokenError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn open_parent(path: &Path, parent: &Path) -> Result<OwnedFd, TokenError> {
+    rustix::fs::open(
+        parent,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_error(path, e.into()))
+}
+
+/// Create the token's directory at 0700 when it is missing; an existing one is left as it is.
+fn ensure_parent(path: &Path) -> Result<(), TokenError> {
+    let parent = parent_of(path);
+    if rustix::fs::lstat(&parent).is_err() {
+        if let Some(grandparent) = parent.parent().filter(|g| !g.as_os_str().is_empty()) {
+            if rustix::fs::lstat(grandparent).is_err() {
+                hold_private_dir(grandparent)?;
+            }
+        }
+        hold_private_dir(&parent)?;
+    }
+    Ok(())
+}
+
+fn new_token(path: &Path) -> Result<String, TokenError> {
+    let mut bytes = [0u8; TOKEN_BYTES];
+    let filled = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
+        .map_err(|e| io_error(path, e.into()))?;
+    if filled != TOKEN_BYTES {
+        return Err(io_error(
+            path,
+            std::io::Error::other("short read from the OS's random source"),
+        ));
+    }
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn create_exclusive(path: &Path, token: &str) -> Result<(), TokenError> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| io_error(path, e.into()))?;
+    write_token(fd, token).map_err(|e| io_error(path, e))
+}
+
+fn write_token(fd: OwnedFd, token: &str) -> std::io::Result<()> {
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
+    let mut file = std::fs::File::from(fd);
+    writeln!(file, "{token}")?;
+    file.sync_all()
+}
+
+/// Open without following links, check it is a private regular file of ours, read the token.
+fn read_checked(path: &Path) -> Result<(String, FileStamp), TokenError> {
+    let insecure = |problem: &str, fix: &str| TokenError::Insecure {
+        path: path.to_path_buf(),
+        problem: problem.to_owned(),
+        fix: fix.to_owned(),
+    };
+    let remove_it = format!(
+        "remove it (rm {}) so a fresh one is created, or point --token-file elsewhere",
+        path.display()
+    );
+    let fd = match rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP) => return Err(insecure("it is a symlink", &remove_it)),
+        Err(e) => return Err(io_error(path, e.into())),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(path, e.into()))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(insecure("it is not a regular file", &remove_it));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if stat.st_uid != me {
+        return Err(insecure(
+            &format!(
+                "it is owned by uid {}, not by this user (uid {me})",
+                stat.st_uid
+            ),
+            &remove_it,
+        ));
+    }
+    if stat.st_mode & 0o077 != 0 {
+        return Err(insecure(
+            &format!(
+                "its mode {:04o} lets group or others at it, so the token may be known",
+                stat.st_mode & 0o7777
+            ),
+            &remove_it,
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(path, e))?;
+    if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(insecure("it is too large to be a token file", &remove_it));
+    }
+    let token = String::from_utf8(bytes)
+        .map_err(|_| insecure("it is not text", &remove_it))?
+        .trim()
+        .to_owned();
+    if token.is_empty() {
+        return Err(insecure("it is empty", &remove_it));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(insecure(
+            "it holds characters that cannot travel in an Authorization header",
+            &remove_it,
+        ));
+    }
+    Ok((token, FileStamp::of(&stat)))
+}
