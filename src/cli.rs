@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 
-use crate::http::sessions::{SessionView, State3};
+use crate::http::sessions::{SessionView, SessionState};
 use crate::http::{self, AppState};
 use crate::registry::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, Reading, Registry, StopOutcome};
 use crate::running::{self, DoorProbe, Liveness, RunningRecord};
@@ -290,8 +290,8 @@ fn ps_table(sessions: &[Reading], now: SystemTime) -> String {
         .iter()
         .map(|reading| {
             let r = &reading.record;
-            let status = match reading.liveness.as_ref().map(State3::from) {
-                Some(State3::Live) => "running",
+            let status = match reading.liveness.as_ref().map(SessionState::from) {
+                Some(SessionState::Live) => "running",
                 _ => "unreachable",
             };
             [

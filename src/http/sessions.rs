@@ -32,7 +32,7 @@ const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
 /// What all three layers say, as a word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum State3 {
+pub enum SessionState {
     /// The process is the writer and the door answers for the session.
     Live,
     /// The process is alive (or unverified) but the door did not confirm the session.
@@ -41,7 +41,7 @@ pub enum State3 {
     Gone,
 }
 
-impl From<&Liveness> for State3 {
+impl From<&Liveness> for SessionState {
     fn from(liveness: &Liveness) -> Self {
         match liveness {
             Liveness::Live => Self::Live,
@@ -54,7 +54,7 @@ impl From<&Liveness> for State3 {
 /// What layers 1–2 say, as a word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum ProcessWord {
+pub enum ProcessStatus {
     /// The pid is held by the process that wrote the record.
     Alive,
     /// The pid is held, but by whom could not be established.
@@ -63,7 +63,7 @@ pub enum ProcessWord {
     Gone,
 }
 
-impl From<&ProcessState> for ProcessWord {
+impl From<&ProcessState> for ProcessStatus {
     fn from(state: &ProcessState) -> Self {
         match state {
             ProcessState::Alive => Self::Alive,
@@ -78,9 +78,9 @@ impl From<&ProcessState> for ProcessWord {
 pub struct LivenessView {
     /// All three layers' verdict. Omitted under `probe=false` when only the door could decide.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<State3>,
+    pub state: Option<SessionState>,
     /// Layers 1–2 alone.
-    pub process: ProcessWord,
+    pub process: ProcessStatus,
     /// Why the session is not live, when it is not.
     #[schema(example = "no process holds pid 41234")]
     pub reason: Option<String>,
@@ -98,8 +98,8 @@ impl LivenessView {
             })
             .map(str::to_owned);
         Self {
-            state: reading.liveness.as_ref().map(State3::from),
-            process: ProcessWord::from(&reading.process),
+            state: reading.liveness.as_ref().map(SessionState::from),
+            process: ProcessStatus::from(&reading.process),
             reason,
         }
     }
@@ -218,9 +218,9 @@ pub struct LivenessReport {
     /// The session.
     pub session_id: String,
     /// All three layers' verdict.
-    pub state: State3,
+    pub state: SessionState,
     /// Layers 1–2 alone.
-    pub process: ProcessWord,
+    pub process: ProcessStatus,
     /// Why the session is not live, when it is not.
     pub reason: Option<String>,
 }
@@ -350,7 +350,7 @@ pub struct PruneProblem {
     /// The session.
     pub session_id: String,
     /// `alive` or `unverified`.
-    pub process: ProcessWord,
+    pub process: ProcessStatus,
     /// Why the process could not be verified, if it could not.
     pub reason: Option<String>,
 }
@@ -363,14 +363,14 @@ fn valid_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
-fn parse_status_filter(status: &str) -> Result<Vec<State3>, ApiError> {
+fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
     status
         .split(',')
         .map(str::trim)
         .map(|word| match word {
-            "live" => Ok(State3::Live),
-            "unreachable" => Ok(State3::Unreachable),
-            "gone" => Ok(State3::Gone),
+            "live" => Ok(SessionState::Live),
+            "unreachable" => Ok(SessionState::Unreachable),
+            "gone" => Ok(SessionState::Gone),
             other => Err(ApiError::bad_query(format!(
                 "unknown status {other:?}: use live, unreachable or gone, comma-separated"
             ))),
@@ -406,7 +406,7 @@ pub async fn list_sessions(
     if !probe
         && filter
             .as_ref()
-            .is_some_and(|f| f.iter().any(|s| *s != State3::Gone))
+            .is_some_and(|f| f.iter().any(|s| *s != SessionState::Gone))
     {
         return Err(ApiError::bad_query(
             "status=live and status=unreachable need the door probe; drop probe=false",
@@ -475,7 +475,7 @@ pub async fn get_liveness(
     Ok(Json(LivenessReport {
         session_id: id,
         // A probed reading always has a verdict; `unreachable` is the cautious fallback.
-        state: view.state.unwrap_or(State3::Unreachable),
+        state: view.state.unwrap_or(SessionState::Unreachable),
         process: view.process,
         reason: view.reason,
     }))
@@ -508,7 +508,7 @@ pub async fn prune_session(
             reason,
         })),
         PruneOutcome::Kept { process } => {
-            let word = ProcessWord::from(&process);
+            let word = ProcessStatus::from(&process);
             let reason = match &process {
                 ProcessState::Unverified { reason } => Some(reason.clone()),
                 _ => None,
