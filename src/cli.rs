@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 
-use crate::http::sessions::{SessionView, SessionState};
+use crate::http::sessions::{SessionState, SessionView};
 use crate::http::{self, AppState};
 use crate::registry::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, Reading, Registry, StopOutcome};
 use crate::running::{self, DoorProbe, Liveness, RunningRecord};

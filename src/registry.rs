@@ -261,10 +261,10 @@ impl Registry {
             let scan = running::scan(&dir)?;
             let mut report = PruneReport::default();
             for record in &scan.records {
-                if let ProcessState::Gone { reason } = running::process_state(record) {
-                    if unlink_gone(record, &reason)? == Pruned::Removed {
-                        report.pruned.push((record.session_id.clone(), reason));
-                    }
+                if let ProcessState::Gone { reason } = running::process_state(record)
+                    && unlink_gone(record, &reason)? == Pruned::Removed
+                {
+                    report.pruned.push((record.session_id.clone(), reason));
                 }
             }
             report.removed_unreadable = running::remove_unreadable(&dir, &scan.unreadable)?;

@@ -236,10 +236,10 @@ fn open_parent(path: &Path, parent: &Path) -> Result<OwnedFd, TokenError> {
 fn ensure_parent(path: &Path) -> Result<(), TokenError> {
     let parent = parent_of(path);
     if rustix::fs::lstat(&parent).is_err() {
-        if let Some(grandparent) = parent.parent().filter(|g| !g.as_os_str().is_empty()) {
-            if rustix::fs::lstat(grandparent).is_err() {
-                hold_private_dir(grandparent)?;
-            }
+        if let Some(grandparent) = parent.parent().filter(|g| !g.as_os_str().is_empty())
+            && rustix::fs::lstat(grandparent).is_err()
+        {
+            hold_private_dir(grandparent)?;
         }
         hold_private_dir(&parent)?;
     }

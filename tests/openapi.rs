@@ -10,8 +10,12 @@ const REGENERATE: &str = "cargo run -- openapi > openapi/openapi.json";
 #[test]
 fn committed_spec_equals_the_generated_one() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/openapi.json");
-    let committed = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}; create it with `{REGENERATE}`", path.display()));
+    let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; create it with `{REGENERATE}`",
+            path.display()
+        )
+    });
     let generated = murmur_registry::http::openapi_json_text();
     assert!(
         committed == generated,
@@ -23,19 +27,36 @@ fn committed_spec_equals_the_generated_one() {
 fn spec_is_openapi_3_1_with_bearer_security_and_every_route() {
     let spec: Value = serde_json::from_str(&murmur_registry::http::openapi_json_text()).unwrap();
     assert_eq!(spec["openapi"], "3.1.0");
-    assert_eq!(spec["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    assert_eq!(
+        spec["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
     let expected = [
         ("/sessions", "get", vec!["200", "400", "401"]),
         ("/sessions", "delete", vec!["200", "401"]),
         ("/sessions/{id}", "get", vec!["200", "400", "401", "404"]),
-        ("/sessions/{id}", "delete", vec!["200", "400", "401", "404", "409"]),
-        ("/sessions/{id}/liveness", "get", vec!["200", "400", "401", "404"]),
+        (
+            "/sessions/{id}",
+            "delete",
+            vec!["200", "400", "401", "404", "409"],
+        ),
+        (
+            "/sessions/{id}/liveness",
+            "get",
+            vec!["200", "400", "401", "404"],
+        ),
         (
             "/sessions/{id}/signal",
             "post",
-            vec!["200", "400", "401", "404", "409", "410", "413", "415", "422"],
+            vec![
+                "200", "400", "401", "404", "409", "410", "413", "415", "422",
+            ],
         ),
-        ("/sessions/{id}/stop", "post", vec!["200", "400", "401", "404", "409"]),
+        (
+            "/sessions/{id}/stop",
+            "post",
+            vec!["200", "400", "401", "404", "409"],
+        ),
         ("/healthz", "get", vec!["200"]),
         ("/openapi.json", "get", vec!["200"]),
     ];

@@ -59,7 +59,7 @@ impl HostPolicy {
 
     fn allows_host(&self, host: &str) -> bool {
         let name = host_without_port(host).to_ascii_lowercase();
-        self.hosts.iter().any(|allowed| *allowed == name)
+        self.hosts.contains(&name)
     }
 
     fn allows_origin(&self, origin: &str) -> bool {
@@ -96,15 +96,15 @@ pub async fn check_host(State(state): State<AppState>, request: Request, next: N
         )
         .into_response();
     }
-    if let Some(origin) = request.headers().get(header::ORIGIN) {
-        if !origin.to_str().is_ok_and(|o| policy.allows_origin(o)) {
-            return Problem::new(
-                StatusCode::FORBIDDEN,
-                "forbidden-origin",
-                "requests from this Origin are not accepted; start the registry with --allow-origin to permit it",
-            )
-            .into_response();
-        }
+    if let Some(origin) = request.headers().get(header::ORIGIN)
+        && !origin.to_str().is_ok_and(|o| policy.allows_origin(o))
+    {
+        return Problem::new(
+            StatusCode::FORBIDDEN,
+            "forbidden-origin",
+            "requests from this Origin are not accepted; start the registry with --allow-origin to permit it",
+        )
+        .into_response();
     }
     next.run(request).await
 }

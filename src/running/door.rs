@@ -143,6 +143,12 @@ impl DoorProbe {
     /// `GetExtendedAgentCard` with the token as bearer); any other for the public card at
     /// `/.well-known/agent-card.json`. Either card shape is read.
     pub async fn probe(&self, record: &RunningRecord) -> Result<(), String> {
+        self.probe_unredacted(record)
+            .await
+            .map_err(|reason| redact_secrets(reason, record))
+    }
+
+    async fn probe_unredacted(&self, record: &RunningRecord) -> Result<(), String> {
         let Some(url) = record.url.as_deref() else {
             return Err("the record names no door".to_owned());
         };
@@ -250,17 +256,23 @@ fn door_base(url: &str) -> Result<String, String> {
     Ok(format!("http://{host}:{port}"))
 }
 
+/// `reason` with every secret of `record` replaced, in case a door echoed one back.
+fn redact_secrets(mut reason: String, record: &RunningRecord) -> String {
+    let secrets = record.door_token.iter().chain(record.credentials.values());
+    for secret in secrets.filter(|s| !s.expose().is_empty()) {
+        reason = reason.replace(secret.expose(), "[redacted]");
+    }
+    reason
+}
+
 /// The card inside a JSON-RPC answer to `GetExtendedAgentCard`.
 fn extended_card(answer: &Value) -> Result<&Value, String> {
     if let Some(error) = answer.get("error") {
-        let message = error
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("no message");
-        return Err(format!(
-            "refused the extended card: {}",
-            quote_briefly(message)
-        ));
+        // The door's own message is not quoted: it may echo what it was sent.
+        return Err(match error.get("code").and_then(Value::as_i64) {
+            Some(code) => format!("refused the extended card (JSON-RPC error {code})"),
+            None => "refused the extended card".to_owned(),
+        });
     }
     answer
         .get("result")

@@ -70,11 +70,6 @@ fn send(record: &RunningRecord, signal: Signal) -> SignalOutcome {
             reason: reason_no_process(pid),
         };
     };
-    if pid == std::process::id() {
-        return SignalOutcome::Refused {
-            reason: format!("pid {pid} is the registry itself"),
-        };
-    }
     let pinned: Option<OwnedFd> = match rustix::process::pidfd_open(checked, PidfdFlags::empty()) {
         Ok(fd) => Some(fd),
         Err(Errno::SRCH) => {
@@ -103,6 +98,12 @@ fn send(record: &RunningRecord, signal: Signal) -> SignalOutcome {
         ProcessState::Alive => {}
         ProcessState::Gone { reason } => return SignalOutcome::AlreadyGone { reason },
         ProcessState::Unverified { reason } => return SignalOutcome::Refused { reason },
+    }
+    // Checked only now: a record naming this pid with another start time is simply gone.
+    if pid == std::process::id() {
+        return SignalOutcome::Refused {
+            reason: format!("pid {pid} is the registry itself"),
+        };
     }
     let sent = match &pinned {
         Some(pidfd) => rustix::process::pidfd_send_signal(pidfd, signal),

@@ -1,0 +1,1002 @@
+//! The HTTP contract, end to end: the real server on `127.0.0.1:0` (through the same `serve`
+//! that `main` uses), a temporary running directory, real capsule processes and real doors.
+//!
+//! Covers the auth and Host gates, every sessions endpoint with live / unreachable / gone
+//! records, prune refused and accepted, signal and stop outcomes, secrets never leaving, and
+//! bad input answered with a problem while the directory stays untouched.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use murmur_registry::http::{AppState, serve};
+use murmur_registry::registry::Registry;
+use murmur_registry::running::DoorProbe;
+use murmur_registry::token::TokenStore;
+use reqwest::Method;
+use reqwest::header::{self, HeaderMap};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+/// A running registry server over its own running directory and token file.
+struct Api {
+    base: String,
+    token: String,
+    client: reqwest::Client,
+    running: TempDir,
+    _home: TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+/// An answer: status, headers, and the body as JSON (`Null` when empty or not JSON).
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: HeaderMap,
+    body: Value,
+    text: String,
+}
+
+enum Auth<'a> {
+    Token,
+    None,
+    Header(&'a str),
+}
+
+impl Api {
+    /// A server whose door probe keeps short deadlines, so silent doors fail fast.
+    async fn start() -> Self {
+        let probe =
+            DoorProbe::with_deadlines(Duration::from_millis(500), Duration::from_millis(1500))
+                .expect("door probe");
+        Self::start_with(probe).await
+    }
+
+    async fn start_with(probe: DoorProbe) -> Self {
+        let home = temp_dir();
+        let running = temp_dir();
+        let token_path = home.path().join(".murmur/registry/token");
+        let tokens = TokenStore::open(&token_path).expect("token store");
+        let token = std::fs::read_to_string(&token_path)
+            .unwrap()
+            .trim()
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = AppState::new(Registry::new(running.path(), probe), tokens, addr, &[], &[]);
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, state, async move {
+            let _ = stop.await;
+        }));
+        Self {
+            base: format!("http://{addr}"),
+            token,
+            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            running,
+            _home: home,
+            shutdown: Some(shutdown),
+            server: Some(server),
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self.running.path()
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder, auth: Auth<'_>) -> Answer {
+        let request = match auth {
+            Auth::Token => request.bearer_auth(&self.token),
+            Auth::None => request,
+            Auth::Header(value) => request.header(header::AUTHORIZATION, value),
+        };
+        let response = request.send().await.expect("the registry answers");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.client.request(method, format!("{}{path}", self.base))
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send(self.request(Method::GET, path), Auth::Token)
+            .await
+    }
+
+    async fn delete(&self, path: &str) -> Answer {
+        self.send(self.request(Method::DELETE, path), Auth::Token)
+            .await
+    }
+
+    async fn post_json(&self, path: &str, body: Value) -> Answer {
+        let request = self
+            .request(Method::POST, path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        self.send(request, Auth::Token).await
+    }
+
+    async fn signal(&self, id: &str, signal: &str) -> Answer {
+        self.post_json(
+            &format!("/sessions/{id}/signal"),
+            json!({ "signal": signal }),
+        )
+        .await
+    }
+
+    async fn stop(&self, id: &str, timeout: u64) -> Answer {
+        let request = self.request(
+            Method::POST,
+            &format!("/sessions/{id}/stop?timeout={timeout}"),
+        );
+        self.send(request, Auth::Token).await
+    }
+
+    /// Send `method path` byte for byte over a fresh connection; answer the status and
+    /// content type. For paths a client library would normalise (`..`).
+    async fn raw(&self, method: &str, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.base.trim_start_matches("http://");
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: 20\r\nConnection: close\r\n\r\n\
+             {{\"signal\":\"SIGTERM\"}}",
+            self.token
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
+        let content_type = answer
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-type: ")
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+        (status, content_type)
+    }
+
+    /// Stop the server and wait for it to finish.
+    async fn shut_down(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+fn assert_problem(answer: &Answer, status: u16) {
+    assert_eq!(answer.status, status, "{}", answer.text);
+    let content_type = answer.headers[header::CONTENT_TYPE].to_str().unwrap();
+    assert_eq!(content_type, "application/problem+json", "{}", answer.text);
+    for member in ["type", "title", "status", "detail"] {
+        assert!(
+            !answer.body[member].is_null(),
+            "problem lacks {member}: {}",
+            answer.text
+        );
+    }
+    assert_eq!(answer.body["status"], status);
+}
+
+/// A session of a listing, by id.
+fn session<'a>(listing: &'a Answer, id: &str) -> &'a Value {
+    listing.body["sessions"]
+        .as_array()
+        .expect("sessions array")
+        .iter()
+        .find(|s| s["session_id"] == id)
+        .unwrap_or_else(|| panic!("{id} not listed: {}", listing.text))
+}
+
+fn ids(listing: &Answer) -> Vec<String> {
+    listing.body["sessions"]
+        .as_array()
+        .expect("sessions array")
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn exists(dir: &Path, record: &RecordJson) -> bool {
+    dir.join(record.file_name()).exists()
+}
+
+/// A capsule stand-in that ignores SIGTERM (`SIG_IGN` survives the `exec`).
+struct TermIgnoringChild {
+    child: Child,
+}
+
+impl TermIgnoringChild {
+    fn spawn() -> Self {
+        let child = Command::new("sh")
+            .args(["-c", "trap '' TERM; exec sleep 1000"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Wait for the evidence that SIGTERM is ignored, not for time to pass.
+        wait_until("the child ignores SIGTERM", DEADLINE, || {
+            sigterm_ignored(pid)
+        });
+        Self { child }
+    }
+
+    fn record(&self) -> RecordJson {
+        let pid = self.child.id();
+        RecordJson::fresh().process(
+            pid,
+            &murmur_registry::running::process_start_token(pid).unwrap(),
+        )
+    }
+}
+
+impl Drop for TermIgnoringChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sigterm_ignored(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (15 - 1)) != 0)
+}
+
+fn reap_status(child: &mut Child) -> std::process::ExitStatus {
+    let mut status = None;
+    wait_until("the child exits", DEADLINE, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    status.unwrap()
+}
+
+fn snapshot(dir: &Path) -> BTreeMap<String, EntrySnapshot> {
+    dir_snapshot(dir)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gates: health, auth, Host, Origin
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_spec_need_no_token_and_reveal_nothing() {
+    let api = Api::start().await;
+    let health = api
+        .send(api.request(Method::GET, "/healthz"), Auth::None)
+        .await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.body, json!({"status": "ok"}));
+    let spec = api
+        .send(api.request(Method::GET, "/openapi.json"), Auth::None)
+        .await;
+    assert_eq!(spec.status, 200);
+    assert_eq!(spec.body["openapi"], "3.1.0");
+    assert!(!spec.text.contains(&api.token));
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_or_wrong_tokens_get_401_with_a_bearer_challenge() {
+    let api = Api::start().await;
+    let wrong_same_length = "0".repeat(api.token.len());
+    let cases = [
+        Auth::None,
+        Auth::Header("Bearer nope"),
+        Auth::Header(&wrong_same_length),
+        Auth::Header("Basic Zm9vOmJhcg=="),
+    ];
+    for auth in cases {
+        let answer = api.send(api.request(Method::GET, "/sessions"), auth).await;
+        assert_problem(&answer, 401);
+        assert_eq!(
+            answer.headers[header::WWW_AUTHENTICATE],
+            r#"Bearer realm="murmur-registry""#
+        );
+        assert!(!answer.text.contains(&api.token));
+    }
+    // Never from a query string or a cookie.
+    let in_query = api
+        .send(
+            api.request(
+                Method::GET,
+                &format!("/sessions?access_token={}", api.token),
+            ),
+            Auth::None,
+        )
+        .await;
+    assert_problem(&in_query, 401);
+    let in_cookie = api
+        .send(
+            api.request(Method::GET, "/sessions")
+                .header(header::COOKIE, format!("token={}", api.token)),
+            Auth::None,
+        )
+        .await;
+    assert_problem(&in_cookie, 401);
+    // The scheme is case-insensitive.
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let value = format!("{scheme} {}", api.token);
+        let answer = api
+            .send(api.request(Method::GET, "/sessions"), Auth::Header(&value))
+            .await;
+        assert_eq!(answer.status, 200, "{scheme}: {}", answer.text);
+    }
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_host_or_origin_gets_403_before_anything_else() {
+    let api = Api::start().await;
+    for host in [
+        "evil.example",
+        "evil.example:80",
+        "127.0.0.1.nip.io",
+        "localhost.evil",
+    ] {
+        for path in ["/healthz", "/sessions", "/nowhere"] {
+            let answer = api
+                .send(
+                    api.request(Method::GET, path).header(header::HOST, host),
+                    Auth::Token,
+                )
+                .await;
+            assert_problem(&answer, 403);
+        }
+    }
+    for host in ["localhost", "localhost:1", "127.0.0.1:9", "[::1]:7420"] {
+        let answer = api
+            .send(
+                api.request(Method::GET, "/sessions")
+                    .header(header::HOST, host),
+                Auth::Token,
+            )
+            .await;
+        assert_eq!(answer.status, 200, "{host}: {}", answer.text);
+    }
+    let foreign = api
+        .send(
+            api.request(Method::GET, "/sessions")
+                .header(header::ORIGIN, "http://evil.example"),
+            Auth::Token,
+        )
+        .await;
+    assert_problem(&foreign, 403);
+    let own_origin = api.base.replace("127.0.0.1", "localhost");
+    let own = api
+        .send(
+            api.request(Method::GET, "/sessions")
+                .header(header::ORIGIN, own_origin),
+            Auth::Token,
+        )
+        .await;
+    assert_eq!(own.status, 200, "{}", own.text);
+    api.shut_down().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listing and inspecting
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_live_unreachable_and_gone_newest_first_without_touching_the_directory() {
+    let api = Api::start().await;
+    let dir = api.dir();
+
+    let capsule = SleepingChild::spawn();
+    let live = capsule.record();
+    let door = DoorServer::start(DoorMode::A2aCard(live.session_id()));
+    let live = live.url(door.url());
+    live.write_in(dir);
+
+    let silent_door = DoorServer::start(DoorMode::Silent);
+    let silent = RecordJson::fresh().url(silent_door.url());
+    silent.write_in(dir);
+
+    let other_door = DoorServer::start(DoorMode::SpecCard(session_id()));
+    let wrong_session = RecordJson::fresh().url(other_door.url());
+    wrong_session.write_in(dir);
+
+    let exited = ExitedChild::spawn().record();
+    exited.write_in(dir);
+
+    let me = std::process::id();
+    let reused = RecordJson::fresh().process(me, &wrong_start_token(me));
+    reused.write_in(dir);
+
+    let doorless = RecordJson::fresh().no_door();
+    doorless.write_in(dir);
+
+    write_raw(dir, "junk.json", "{ not a record");
+    let before = snapshot(dir);
+
+    let listing = api.get("/sessions").await;
+    assert_eq!(listing.status, 200, "{}", listing.text);
+    assert_eq!(listing.body["unreadable"], 1);
+    let mut expected: Vec<String> = [&live, &silent, &wrong_session, &exited, &reused, &doorless]
+        .iter()
+        .map(|r| r.session_id())
+        .collect();
+    expected.sort_by(|a, b| b.cmp(a));
+    assert_eq!(ids(&listing), expected, "newest first");
+
+    let state = |r: &RecordJson| session(&listing, &r.session_id())["liveness"].clone();
+    assert_eq!(
+        state(&live),
+        json!({"state": "live", "process": "alive", "reason": null})
+    );
+    assert_eq!(state(&doorless)["state"], "live");
+    for unreachable in [&silent, &wrong_session] {
+        assert_eq!(state(unreachable)["state"], "unreachable");
+        assert_eq!(state(unreachable)["process"], "alive");
+        assert!(state(unreachable)["reason"].is_string());
+    }
+    assert_eq!(
+        state(&exited),
+        json!({"state": "gone", "process": "gone",
+               "reason": format!("no process holds pid {}", exited.to_json()["pid"])})
+    );
+    assert_eq!(
+        state(&reused)["reason"],
+        format!("pid {me} is held by a process that started at another time")
+    );
+    assert!(
+        state(&wrong_session)["reason"]
+            .as_str()
+            .unwrap()
+            .contains("answers for session"),
+        "{}",
+        listing.text
+    );
+
+    // The record's fields travel; a GET changed nothing.
+    let shown = session(&listing, &live.session_id());
+    assert_eq!(shown["pid"], capsule.pid());
+    assert_eq!(shown["url"], door.url());
+    assert_eq!(shown["capsule_name"], live.to_json()["capsule_name"]);
+    assert_eq!(
+        session(&listing, &doorless.session_id())["url"],
+        Value::Null
+    );
+    assert_eq!(
+        snapshot(dir),
+        before,
+        "a GET must not change the running directory"
+    );
+
+    // Filters.
+    let only_gone = api.get("/sessions?status=gone").await;
+    let mut gone_ids = vec![exited.session_id(), reused.session_id()];
+    gone_ids.sort_by(|a, b| b.cmp(a));
+    assert_eq!(ids(&only_gone), gone_ids);
+    let live_or_unreachable = api.get("/sessions?status=live,unreachable").await;
+    assert_eq!(ids(&live_or_unreachable).len(), 4);
+    assert_problem(&api.get("/sessions?status=dead").await, 400);
+
+    // Layers 1-2 only: no probe reaches a door, and `state` is there only where they decide.
+    let silent_requests = silent_door.requests().len();
+    let unprobed = api.get("/sessions?probe=false").await;
+    assert_eq!(unprobed.status, 200, "{}", unprobed.text);
+    assert_eq!(
+        silent_door.requests().len(),
+        silent_requests,
+        "probe=false probed a door"
+    );
+    let unprobed_live = &session(&unprobed, &live.session_id())["liveness"];
+    assert!(unprobed_live.get("state").is_none(), "{unprobed_live}");
+    assert_eq!(unprobed_live["process"], "alive");
+    assert_eq!(
+        session(&unprobed, &doorless.session_id())["liveness"]["state"],
+        "live"
+    );
+    assert_eq!(
+        session(&unprobed, &exited.session_id())["liveness"]["state"],
+        "gone"
+    );
+    assert_eq!(
+        ids(&api.get("/sessions?probe=false&status=gone").await).len(),
+        2
+    );
+    assert_problem(&api.get("/sessions?probe=false&status=live").await, 400);
+    assert_problem(
+        &api.get("/sessions?probe=false&status=unreachable").await,
+        400,
+    );
+    assert_problem(&api.get("/sessions?probe=maybe").await, 400);
+    assert_eq!(
+        snapshot(dir),
+        before,
+        "a GET must not change the running directory"
+    );
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_session_and_its_liveness() {
+    let api = Api::start().await;
+    let door_session = RecordJson::fresh();
+    let door = DoorServer::start(DoorMode::SpecCard(door_session.session_id()));
+    let record = door_session.url(door.url());
+    record.write_in(api.dir());
+    let id = record.session_id();
+
+    let one = api.get(&format!("/sessions/{id}")).await;
+    assert_eq!(one.status, 200, "{}", one.text);
+    assert_eq!(one.body["session_id"], id);
+    assert_eq!(one.body["liveness"]["state"], "live");
+
+    let liveness = api.get(&format!("/sessions/{id}/liveness")).await;
+    assert_eq!(
+        liveness.body,
+        json!({"session_id": id, "state": "live", "process": "alive", "reason": null})
+    );
+
+    let missing = session_id();
+    assert_problem(&api.get(&format!("/sessions/{missing}")).await, 404);
+    assert_problem(
+        &api.get(&format!("/sessions/{missing}/liveness")).await,
+        404,
+    );
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_slow_doors_are_probed_concurrently() {
+    // The spec's deadlines: a door answering after 3 s is within them.
+    let api = Api::start_with(DoorProbe::new().unwrap()).await;
+    let token = own_start_token();
+    let mut doors = Vec::new();
+    for _ in 0..50 {
+        let record = RecordJson::fresh().process(std::process::id(), &token);
+        let door = DoorServer::start_slow(
+            DoorMode::SpecCard(record.session_id()),
+            Duration::from_secs(3),
+        );
+        record.url(door.url()).write_in(api.dir());
+        doors.push(door);
+    }
+    let started = Instant::now();
+    let listing = api.get("/sessions").await;
+    let took = started.elapsed();
+    assert_eq!(listing.status, 200);
+    let sessions = listing.body["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 50);
+    for s in sessions {
+        assert_eq!(s["liveness"]["state"], "live", "{s}");
+    }
+    // One after the other would take 150 s; concurrently it is one door's 3 s plus overhead.
+    assert!(
+        took < Duration::from_secs(20),
+        "listing 50 slow doors took {took:?}"
+    );
+    api.shut_down().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn door_tokens_and_credentials_never_leave() {
+    let api = Api::start().await;
+    let secret = "door-SECRET-0123456789";
+    let pending = RecordJson::fresh();
+    let door = DoorServer::start(DoorMode::Authenticated {
+        session_id: pending.session_id(),
+        token: secret.to_owned(),
+        rejection: Rejection::EchoingJsonRpcError,
+    });
+    let authenticated = pending
+        .url(door.url())
+        .door_token(secret)
+        .set("credentials", json!({"github": "cred-SECRET-42"}));
+    authenticated.write_in(api.dir());
+    // Another record carrying the same door token, pointed at a door that echoes what it got.
+    let echoing_door = DoorServer::start(DoorMode::Authenticated {
+        session_id: session_id(),
+        token: "another".to_owned(),
+        rejection: Rejection::EchoingJsonRpcError,
+    });
+    let echoed = RecordJson::fresh()
+        .url(echoing_door.url())
+        .door_token(secret);
+    echoed.write_in(api.dir());
+    let id = authenticated.session_id();
+
+    let answers = [
+        api.get("/sessions").await,
+        api.get(&format!("/sessions/{id}")).await,
+        api.get(&format!("/sessions/{id}/liveness")).await,
+        api.get(&format!("/sessions/{}", echoed.session_id())).await,
+        api.delete(&format!("/sessions/{id}")).await,
+    ];
+    assert_eq!(
+        answers[1].body["liveness"]["state"], "live",
+        "{}",
+        answers[1].text
+    );
+    assert_eq!(
+        answers[3].body["liveness"]["state"], "unreachable",
+        "{}",
+        answers[3].text
+    );
+    for answer in &answers {
+        for leak in [secret, "cred-SECRET-42", &api.token] {
+            assert!(
+                !answer.text.contains(leak),
+                "{leak} leaked in {}",
+                answer.text
+            );
+        }
+        assert!(answer.body.get("door_token").is_none());
+        assert!(!answer.text.contains("credentials"), "{}", answer.text);
+    }
+    api.shut_down().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pruning
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_needs_evidence() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let live = RecordJson::fresh().no_door();
+    live.write_in(dir);
+    let capsule = SleepingChild::spawn();
+    let unverified = RecordJson::fresh().process(capsule.pid(), "");
+    unverified.write_in(dir);
+    let exited = ExitedChild::spawn().record();
+    exited.write_in(dir);
+    let control = dir.join(format!("{}.control", exited.session_id()));
+    std::fs::write(&control, "control-token").unwrap();
+
+    let refused = api
+        .delete(&format!("/sessions/{}", live.session_id()))
+        .await;
+    assert_problem(&refused, 409);
+    assert_eq!(refused.body["process"], "alive");
+    assert!(exists(dir, &live), "a live record was pruned");
+
+    let refused = api
+        .delete(&format!("/sessions/{}", unverified.session_id()))
+        .await;
+    assert_problem(&refused, 409);
+    assert_eq!(refused.body["process"], "unverified");
+    assert!(refused.body["reason"].is_string());
+    assert!(exists(dir, &unverified), "an unverified record was pruned");
+
+    let pruned = api
+        .delete(&format!("/sessions/{}", exited.session_id()))
+        .await;
+    assert_eq!(pruned.status, 200, "{}", pruned.text);
+    assert_eq!(
+        pruned.body,
+        json!({"session_id": exited.session_id(), "pruned": true,
+               "reason": format!("no process holds pid {}", exited.to_json()["pid"])})
+    );
+    assert!(!exists(dir, &exited));
+    assert!(
+        !control.exists(),
+        "the .control file must go with the record"
+    );
+
+    assert_problem(
+        &api.delete(&format!("/sessions/{}", exited.session_id()))
+            .await,
+        404,
+    );
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_all_removes_gone_records_and_unreadable_files_only() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let live = RecordJson::fresh().no_door();
+    live.write_in(dir);
+    let zombie = Zombie::spawn();
+    let dead = zombie.record();
+    dead.write_in(dir);
+    let me = std::process::id();
+    let reused = RecordJson::fresh().process(me, &wrong_start_token(me));
+    reused.write_in(dir);
+    write_raw(dir, "junk.json", "not json");
+    std::fs::create_dir(dir.join("folder.json")).unwrap();
+    let staging = write_raw(dir, ".ses_x.json.1.tmp", "{");
+
+    let answer = api.delete("/sessions").await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let mut pruned: Vec<String> = answer.body["pruned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["session_id"].as_str().unwrap().to_owned())
+        .collect();
+    pruned.sort();
+    let mut expected = vec![dead.session_id(), reused.session_id()];
+    expected.sort();
+    assert_eq!(pruned, expected);
+    assert_eq!(answer.body["removed_unreadable"], 1);
+    assert!(exists(dir, &live));
+    assert!(!dir.join("junk.json").exists());
+    assert!(
+        dir.join("folder.json").is_dir(),
+        "directories are never removed"
+    );
+    assert!(staging.exists(), "staging files are not records");
+    api.shut_down().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signal_sent_already_gone_and_refused() {
+    let api = Api::start().await;
+    let dir = api.dir();
+
+    let mut capsule = SleepingChild::spawn();
+    let record = capsule.record();
+    record.write_in(dir);
+    let sent = api.signal(&record.session_id(), "TERM").await;
+    assert_eq!(sent.status, 200, "{}", sent.text);
+    assert_eq!(
+        sent.body,
+        json!({"session_id": record.session_id(), "signal": "SIGTERM", "outcome": "sent"})
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(capsule.wait_exit(DEADLINE).signal(), Some(15));
+
+    // The child is reaped now: its pid is free, so the next signal finds it gone.
+    let gone = api.signal(&record.session_id(), "SIGKILL").await;
+    assert_problem(&gone, 410);
+    assert_eq!(gone.body["outcome"], "already_gone");
+    assert_eq!(gone.body["signal"], "SIGKILL");
+    assert_eq!(gone.body["session_id"], record.session_id());
+    assert!(!exists(dir, &record), "410 means the record was unlinked");
+
+    let mut survivor = SleepingChild::spawn();
+    let unverified = RecordJson::fresh().process(survivor.pid(), "");
+    unverified.write_in(dir);
+    let refused = api.signal(&unverified.session_id(), "SIGKILL").await;
+    assert_problem(&refused, 409);
+    assert_eq!(refused.body["outcome"], "refused");
+    assert!(refused.body["reason"].is_string());
+    assert!(survivor.is_running(), "an unverified process was signalled");
+    assert!(exists(dir, &unverified));
+
+    let me = std::process::id();
+    let reused = RecordJson::fresh().process(me, &wrong_start_token(me));
+    reused.write_in(dir);
+    let reused_answer = api.signal(&reused.session_id(), "KILL").await;
+    assert_problem(&reused_answer, 410);
+    // This test process is still here to read the answer: nothing was sent to the reused pid.
+
+    assert_problem(&api.signal(&session_id(), "TERM").await, 404);
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let mut capsule = SleepingChild::spawn();
+    let record = capsule.record();
+    record.write_in(dir);
+    let id = record.session_id();
+    let before = snapshot(dir);
+
+    let long = "a".repeat(200);
+    // `..` is sent raw: an HTTP client library would resolve it away before sending.
+    for (method, path) in [
+        ("GET", "/sessions/.."),
+        ("GET", "/sessions/../liveness"),
+        ("DELETE", "/sessions/.."),
+        ("POST", "/sessions/../signal"),
+        ("GET", "/sessions/%2E%2E"),
+        ("GET", "/sessions/%2e%2e/liveness"),
+    ] {
+        let (status, content_type) = api.raw(method, path).await;
+        assert_eq!(status, 400, "{method} {path}");
+        assert_eq!(content_type, "application/problem+json");
+    }
+    for bad in ["%2F", "a%2Fb", long.as_str(), "ses%00x", "a.b"] {
+        for path in [
+            format!("/sessions/{bad}"),
+            format!("/sessions/{bad}/liveness"),
+        ] {
+            assert_problem(&api.get(&path).await, 400);
+        }
+        assert_problem(&api.delete(&format!("/sessions/{bad}")).await, 400);
+        assert_problem(&api.signal(bad, "TERM").await, 400);
+    }
+    // An empty id.
+    assert_problem(&api.get("/sessions/").await, 400);
+    assert_problem(&api.delete("/sessions/").await, 400);
+    assert_problem(&api.get("/sessions//liveness").await, 400);
+
+    assert_problem(&api.signal(&id, "SIGHUP").await, 422);
+    assert_problem(&api.signal(&id, "").await, 422);
+    assert_problem(
+        &api.post_json(&format!("/sessions/{id}/signal"), json!({}))
+            .await,
+        422,
+    );
+    let not_json = api
+        .send(
+            api.request(Method::POST, &format!("/sessions/{id}/signal"))
+                .header(header::CONTENT_TYPE, "text/plain")
+                .body(r#"{"signal":"SIGTERM"}"#),
+            Auth::Token,
+        )
+        .await;
+    assert_problem(&not_json, 415);
+    let broken = api
+        .send(
+            api.request(Method::POST, &format!("/sessions/{id}/signal"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body("{\"signal\":"),
+            Auth::Token,
+        )
+        .await;
+    assert_problem(&broken, 400);
+    let huge = json!({"signal": "SIGTERM", "padding": "x".repeat(64 * 1024)});
+    assert_problem(
+        &api.post_json(&format!("/sessions/{id}/signal"), huge).await,
+        413,
+    );
+
+    let wrong_method = api
+        .send(api.request(Method::PUT, "/sessions"), Auth::Token)
+        .await;
+    assert_problem(&wrong_method, 405);
+    assert!(wrong_method.headers.contains_key(header::ALLOW));
+    let wrong_method = api
+        .send(
+            api.request(Method::GET, &format!("/sessions/{id}/signal")),
+            Auth::Token,
+        )
+        .await;
+    assert_problem(&wrong_method, 405);
+    assert_problem(&api.get("/nowhere").await, 404);
+    assert_problem(&api.stop(&id, 301).await, 400);
+
+    assert_eq!(
+        snapshot(dir),
+        before,
+        "bad input changed the running directory"
+    );
+    assert!(capsule.is_running(), "bad input signalled the capsule");
+    api.shut_down().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stop
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_returns_as_soon_as_sigterm_suffices() {
+    let api = Api::start().await;
+    let mut capsule = SleepingChild::spawn();
+    let record = capsule.record();
+    record.write_in(api.dir());
+    // Once SIGTERM lands the child is a zombie until this test reaps it: gone, for layer 1.
+    let answer = api.stop(&record.session_id(), 300).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(answer.body["outcome"], "stopped");
+    assert_eq!(answer.body["signal_sent"], "SIGTERM");
+    let waited = answer.body["waited_ms"].as_u64().unwrap();
+    assert!(waited < 60_000, "waited {waited} ms of a 300 s timeout");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(capsule.wait_exit(DEADLINE).signal(), Some(15));
+    assert!(
+        !exists(api.dir(), &record),
+        "a stopped session's record is pruned"
+    );
+    assert_problem(&api.stop(&record.session_id(), 1).await, 404);
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_escalates_to_sigkill_for_a_capsule_that_ignores_sigterm() {
+    let api = Api::start().await;
+    let mut capsule = TermIgnoringChild::spawn();
+    let record = capsule.record();
+    record.write_in(api.dir());
+    let answer = api.stop(&record.session_id(), 1).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(answer.body["signal_sent"], "SIGKILL");
+    assert_eq!(answer.body["outcome"], "stopped");
+    assert!(answer.body["waited_ms"].as_u64().unwrap() >= 1000);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(reap_status(&mut capsule.child).signal(), Some(9));
+    assert!(!exists(api.dir(), &record));
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_with_zero_timeout_kills_at_once_and_gone_is_already_gone() {
+    let api = Api::start().await;
+    let mut capsule = TermIgnoringChild::spawn();
+    let record = capsule.record();
+    record.write_in(api.dir());
+    let answer = api.stop(&record.session_id(), 0).await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(answer.body["signal_sent"], "SIGKILL");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(reap_status(&mut capsule.child).signal(), Some(9));
+
+    let exited = ExitedChild::spawn().record();
+    exited.write_in(api.dir());
+    let gone = api.stop(&exited.session_id(), 5).await;
+    assert_eq!(gone.status, 200, "{}", gone.text);
+    assert_eq!(gone.body["outcome"], "already_gone");
+    assert_eq!(gone.body["signal_sent"], Value::Null);
+    assert!(!exists(api.dir(), &exited));
+
+    let mut survivor = SleepingChild::spawn();
+    let unverified = RecordJson::fresh().process(survivor.pid(), "");
+    unverified.write_in(api.dir());
+    let refused = api.stop(&unverified.session_id(), 0).await;
+    assert_problem(&refused, 409);
+    assert_eq!(refused.body["outcome"], "refused");
+    assert!(survivor.is_running());
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_stops_of_one_session_both_answer_truthfully() {
+    let api = Api::start().await;
+    let mut capsule = TermIgnoringChild::spawn();
+    let record = capsule.record();
+    record.write_in(api.dir());
+    let id = record.session_id();
+    let (first, second) = tokio::join!(api.stop(&id, 1), api.stop(&id, 1));
+    let mut statuses = [first.status, second.status];
+    statuses.sort();
+    assert_eq!(statuses, [200, 404], "{} / {}", first.text, second.text);
+    let stopped = if first.status == 200 { &first } else { &second };
+    assert_eq!(stopped.body["signal_sent"], "SIGKILL");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(reap_status(&mut capsule.child).signal(), Some(9));
+    api.shut_down().await;
+}
