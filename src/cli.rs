@@ -50,6 +50,9 @@ enum Command {
     /// Remove the records of capsules that are gone, and files that are not records.
     #[command(after_help = "Example:\n  murmur-registry prune")]
     Prune(DirArgs),
+    /// Check that a registry answers on its address (for container health checks).
+    #[command(after_help = "Example:\n  murmur-registry health --bind 127.0.0.1:7420")]
+    Health(HealthArgs),
     /// Print the OpenAPI 3.1 document of the HTTP API.
     #[command(after_help = "Example:\n  murmur-registry openapi > openapi/openapi.json")]
     Openapi,
@@ -86,6 +89,13 @@ struct ServeArgs {
     /// Another browser Origin to accept, with CORS (repeatable, exact match).
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct HealthArgs {
+    /// The address the registry listens on; an unspecified IP (0.0.0.0) is asked on loopback.
+    #[arg(long, env = "MURMUR_REGISTRY_BIND", default_value = "127.0.0.1:7420")]
+    bind: SocketAddr,
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +140,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Ps(args) => runtime()?.block_on(ps(args)),
         Command::Stop(args) => runtime()?.block_on(stop(args)),
         Command::Prune(args) => runtime()?.block_on(prune(args)),
+        Command::Health(args) => runtime()?.block_on(health(args)),
         Command::Openapi => {
             print!("{}", http::openapi_json_text());
             Ok(ExitCode::SUCCESS)
@@ -420,6 +431,31 @@ async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+async fn health(args: HealthArgs) -> anyhow::Result<ExitCode> {
+    let mut addr = args.bind;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let url = format!("http://{addr}/healthz");
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(3))
+        .build()?;
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .with_context(|| format!("no registry answers at {url}"))?;
+    if response.status() != reqwest::StatusCode::OK {
+        bail!(
+            "the registry at {url} answered HTTP {}",
+            response.status().as_u16()
+        );
+    }
+    println!("ok");
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn prune(args: DirArgs) -> anyhow::Result<ExitCode> {
