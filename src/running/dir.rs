@@ -28,11 +28,16 @@ use super::{Liveness, RunningError};
 /// Records larger than this are not records: murmur's are well under 4 KiB.
 pub const MAX_RECORD_BYTES: u64 = 64 * 1024;
 
-/// Which inode a directory entry is, to tell a file from one that replaced it under its name.
+/// Which file a directory entry is, to tell it from one that replaced it under its name.
+///
+/// Device and inode alone are not enough: a filesystem may hand a freed inode number straight
+/// to the next new file. The change time (to the nanosecond) tells those apart; it also changes
+/// on a chmod or rename, which then counts as "replaced", the safe side for a prune.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileIdentity {
     dev: u64,
     ino: u64,
+    ctime: (i64, u64),
 }
 
 impl FileIdentity {
@@ -40,6 +45,7 @@ impl FileIdentity {
         Self {
             dev: stat.st_dev,
             ino: stat.st_ino,
+            ctime: (stat.st_ctime, stat.st_ctime_nsec),
         }
     }
 }

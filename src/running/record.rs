@@ -266,10 +266,11 @@ impl RunningGuard {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| io_err(e.into()))?;
-        let written = write_and_sync(staged_fd, &bytes).and_then(|identity| {
+        let written = write_and_sync(staged_fd, &bytes).and_then(|file| {
             rustix::fs::renameat(&dir_fd, staged.as_str(), &dir_fd, file_name.as_str())?;
             rustix::fs::fsync(&dir_fd)?;
-            Ok(identity)
+            // After the rename, which changes the inode's ctime that the identity includes.
+            Ok(FileIdentity::of(&rustix::fs::fstat(&file)?))
         });
         match written {
             Ok(identity) => Ok(Self {
@@ -292,13 +293,13 @@ impl RunningGuard {
     }
 }
 
-/// Write all of `bytes`, force mode 0600 whatever the umask did, fsync, and say which inode it is.
-fn write_and_sync(fd: OwnedFd, bytes: &[u8]) -> std::io::Result<FileIdentity> {
+/// Write all of `bytes`, force mode 0600 whatever the umask did, and fsync.
+fn write_and_sync(fd: OwnedFd, bytes: &[u8]) -> std::io::Result<std::fs::File> {
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
     let mut file = std::fs::File::from(fd);
     file.write_all(bytes)?;
     file.sync_all()?;
-    Ok(FileIdentity::of(&rustix::fs::fstat(&file)?))
+    Ok(file)
 }
 
 fn random_u64() -> std::io::Result<u64> {

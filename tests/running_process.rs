@@ -1,0 +1,265 @@
+//! Layers 1 and 2 (`process_state`, `process_start_token`) and signalling (`signal_term`,
+//! `signal_kill`), against real processes the test owns: the test process itself, a live
+//! `sleep` child, a child that exited and was reaped, and an unreaped zombie.
+//!
+//! Every record here names one of those processes, or a pid no process can hold; the only pid
+//! beyond `i32::MAX` given to a signal function is 2147483649 (as `pid_t`, the nonexistent group
+//! -2147483647), which must be refused before any syscall.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+
+use common::{
+    DEADLINE, ExitedChild, RecordJson, SleepingChild, Zombie, own_start_token, proc_state,
+    wrong_start_token,
+};
+use murmur_registry::running::{
+    ProcessState, RunningRecord, SignalOutcome, process_start_token, process_state,
+    reason_no_process, reason_pid_reused, signal_kill, signal_term,
+};
+
+const SIGTERM: i32 = 15;
+const SIGKILL: i32 = 9;
+
+fn gone_no_process(pid: u32) -> ProcessState {
+    ProcessState::Gone {
+        reason: format!("no process holds pid {pid}"),
+    }
+}
+
+fn gone_reused(pid: u32) -> ProcessState {
+    ProcessState::Gone {
+        reason: format!("pid {pid} is held by a process that started at another time"),
+    }
+}
+
+fn record_for(pid: u32, token: &str) -> RunningRecord {
+    RecordJson::fresh().process(pid, token).parse()
+}
+
+/// The child is alive and not a zombie, by two independent readings.
+fn assert_survives(child: &mut SleepingChild) {
+    let pid = child.pid();
+    assert!(child.is_running(), "child {pid} exited");
+    let state = proc_state(pid);
+    assert!(
+        matches!(state, Some(s) if s != 'Z' && s != 'X'),
+        "child {pid} is in state {state:?}"
+    );
+}
+
+#[test]
+fn the_reasons_are_the_specs_words() {
+    assert_eq!(reason_no_process(42), "no process holds pid 42");
+    assert_eq!(
+        reason_pid_reused(42),
+        "pid 42 is held by a process that started at another time"
+    );
+}
+
+#[test]
+fn start_tokens_are_read_for_live_pids_only() {
+    let own = own_start_token();
+    assert!(
+        !own.is_empty() && own.bytes().all(|b| b.is_ascii_digit()),
+        "{own:?}"
+    );
+    assert_eq!(process_start_token(std::process::id()), Some(own.clone()));
+
+    let child = SleepingChild::spawn();
+    let token = child.start_token();
+    assert!(token.bytes().all(|b| b.is_ascii_digit()), "{token:?}");
+    // Stable across readings.
+    assert_eq!(process_start_token(child.pid()), Some(token));
+
+    let exited = ExitedChild::spawn();
+    assert_eq!(process_start_token(exited.pid), None);
+    for impossible in [0, i32::MAX as u32 + 1, u32::MAX] {
+        assert_eq!(process_start_token(impossible), None, "pid {impossible}");
+    }
+}
+
+#[test]
+fn this_process_with_its_real_token_is_alive() {
+    let record = RecordJson::fresh().parse();
+    assert_eq!(record.pid, std::process::id());
+    assert_eq!(process_state(&record), ProcessState::Alive);
+    assert_eq!(ProcessState::Alive.as_str(), "alive");
+}
+
+#[test]
+fn a_live_child_with_its_real_token_is_alive() {
+    let mut child = SleepingChild::spawn();
+    let record = child.record().parse();
+    assert_eq!(process_state(&record), ProcessState::Alive);
+    assert_survives(&mut child);
+}
+
+#[test]
+fn a_child_that_exited_and_was_reaped_is_gone() {
+    let exited = ExitedChild::spawn();
+    let record = exited.record().parse();
+    let state = process_state(&record);
+    assert_eq!(state, gone_no_process(exited.pid));
+    assert_eq!(state.as_str(), "gone");
+}
+
+#[test]
+fn an_unreaped_zombie_is_gone() {
+    let zombie = Zombie::spawn();
+    // With its real start token: the zombie is the writer, and it will never answer again.
+    let record = zombie.record().parse();
+    assert_eq!(process_state(&record), gone_no_process(zombie.pid()));
+    assert_eq!(proc_state(zombie.pid()), Some('Z'), "still unreaped");
+}
+
+#[test]
+fn this_process_with_a_wrong_token_is_a_reused_pid() {
+    let pid = std::process::id();
+    let record = record_for(pid, &wrong_start_token(pid));
+    assert_eq!(process_state(&record), gone_reused(pid));
+}
+
+#[test]
+fn a_live_child_with_a_wrong_token_is_a_reused_pid_and_is_never_signalled() {
+    let mut child = SleepingChild::spawn();
+    let pid = child.pid();
+    let record = record_for(pid, &wrong_start_token(pid));
+    assert_eq!(process_state(&record), gone_reused(pid));
+    for outcome in [signal_term(&record), signal_kill(&record)] {
+        assert_eq!(
+            outcome,
+            SignalOutcome::AlreadyGone {
+                reason: reason_pid_reused(pid)
+            }
+        );
+    }
+    assert_survives(&mut child);
+}
+
+#[test]
+fn signal_kill_on_this_process_with_a_wrong_token_is_already_gone() {
+    let pid = std::process::id();
+    let record = record_for(pid, &wrong_start_token(pid));
+    // Layers 1-2 call this record gone (the pid was reused, by us); signalling agrees, so the
+    // record may be pruned. Surviving this line is the other half of the assertion.
+    let outcome = signal_kill(&record);
+    assert_eq!(
+        outcome,
+        SignalOutcome::AlreadyGone {
+            reason: reason_pid_reused(pid)
+        }
+    );
+    assert_eq!(outcome.as_str(), "already_gone");
+}
+
+#[test]
+fn signalling_this_process_with_its_real_token_is_refused() {
+    let record = RecordJson::fresh().parse();
+    assert_eq!(process_state(&record), ProcessState::Alive);
+    for outcome in [signal_term(&record), signal_kill(&record)] {
+        let SignalOutcome::Refused { reason } = &outcome else {
+            panic!("the registry must never signal itself: {outcome:?}");
+        };
+        assert!(!reason.is_empty());
+        assert_eq!(outcome.as_str(), "refused");
+    }
+}
+
+#[test]
+fn an_empty_recorded_token_never_matches_and_is_never_signalled() {
+    let mut child = SleepingChild::spawn();
+    let record = record_for(child.pid(), "");
+    let state = process_state(&record);
+    let ProcessState::Unverified { reason } = &state else {
+        panic!("an empty token on a live pid must be unverified, got {state:?}");
+    };
+    assert!(reason.contains(&child.pid().to_string()), "{reason}");
+    assert_eq!(state.as_str(), "unverified");
+
+    for outcome in [signal_term(&record), signal_kill(&record)] {
+        assert!(
+            matches!(outcome, SignalOutcome::Refused { .. }),
+            "{outcome:?}"
+        );
+    }
+    assert_survives(&mut child);
+
+    // This process too: its own pid with no token is not confirmed either.
+    let own = record_for(std::process::id(), "");
+    assert!(matches!(
+        process_state(&own),
+        ProcessState::Unverified { .. }
+    ));
+}
+
+#[test]
+fn pids_no_process_can_hold_are_gone() {
+    for pid in [
+        0,
+        i32::MAX as u32 + 1,
+        2_147_483_649,
+        u32::MAX - 1,
+        u32::MAX,
+    ] {
+        let record = record_for(pid, &own_start_token());
+        assert_eq!(process_state(&record), gone_no_process(pid), "pid {pid}");
+    }
+}
+
+#[test]
+fn a_pid_beyond_pid_t_is_refused_before_any_signal() {
+    // As pid_t this is -2147483647: a process group that does not exist. It must never reach
+    // kill(2); it is answered as a pid no process holds.
+    let pid = 2_147_483_649;
+    let record = record_for(pid, &own_start_token());
+    assert_eq!(
+        signal_term(&record),
+        SignalOutcome::AlreadyGone {
+            reason: reason_no_process(pid)
+        }
+    );
+}
+
+#[test]
+fn signal_term_on_a_confirmed_child_is_sent_and_it_dies_of_sigterm() {
+    let mut child = SleepingChild::spawn();
+    let record = child.record().parse();
+    let outcome = signal_term(&record);
+    assert_eq!(outcome, SignalOutcome::Sent);
+    assert_eq!(outcome.as_str(), "sent");
+    let status = child.wait_exit(DEADLINE);
+    assert_eq!(status.signal(), Some(SIGTERM), "{status:?}");
+}
+
+#[test]
+fn signal_kill_on_a_confirmed_child_is_sent_and_it_dies_of_sigkill() {
+    let mut child = SleepingChild::spawn();
+    let record = child.record().parse();
+    assert_eq!(signal_kill(&record), SignalOutcome::Sent);
+    let status = child.wait_exit(DEADLINE);
+    assert_eq!(status.signal(), Some(SIGKILL), "{status:?}");
+}
+
+#[test]
+fn signalling_a_reaped_child_is_already_gone() {
+    let exited = ExitedChild::spawn();
+    let record = exited.record().parse();
+    let expected = SignalOutcome::AlreadyGone {
+        reason: reason_no_process(exited.pid),
+    };
+    assert_eq!(signal_term(&record), expected);
+    assert_eq!(signal_kill(&record), expected);
+}
+
+#[test]
+fn signalling_a_zombie_is_already_gone() {
+    let zombie = Zombie::spawn();
+    let record = zombie.record().parse();
+    let expected = SignalOutcome::AlreadyGone {
+        reason: reason_no_process(zombie.pid()),
+    };
+    assert_eq!(signal_term(&record), expected);
+    assert_eq!(signal_kill(&record), expected);
+}

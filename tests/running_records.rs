@@ -1,0 +1,1030 @@
+//! Records on disk, with real files in a private temporary running directory per test:
+//!
+//! - parsing every generation of record (the nine spec fields are required, later and unknown
+//!   keys are accepted, `url` may be `null`);
+//! - `scan` (reports, changes nothing) and `list` (unlinks what can never be a record) facing
+//!   truncated JSON, oversized files, symlinks, directories, FIFOs, name mismatches, and the
+//!   staging / control / hidden files that are not records at all; newest-first ordering;
+//! - `read_record`; `running_dir_in` creating, narrowing and refusing directories;
+//! - `RunningGuard`: mode, round trip, secrets never written or printed, removal on drop (only
+//!   of its own file), and atomic replacement under a racing reader;
+//! - `prune`: only for `Gone`, only records read from disk, only the very file that was read,
+//!   together with its `.control`.
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{
+    DEADLINE, ExitedChild, NINE_FIELDS, RecordJson, assert_absent, dir_snapshot, make_fifo,
+    mode_of, replace_by_rename, session_id, temp_dir, thread_bytes_read, within, write_raw,
+};
+use murmur_registry::running::{
+    Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RunningError, RunningGuard, RunningRecord,
+    Secret, Unreadable, UnreadableEntry, list, process_state, prune, read_record, running_dir_in,
+    scan,
+};
+use serde_json::{Value, json};
+
+fn formation_id() -> String {
+    format!("frm_{}", &session_id()[4..])
+}
+
+fn names_of(records: &[RunningRecord]) -> Vec<String> {
+    records.iter().map(|r| r.session_id.clone()).collect()
+}
+
+fn unreadable_kinds(entries: &[UnreadableEntry]) -> Vec<(String, Unreadable)> {
+    entries
+        .iter()
+        .map(|e| (e.file_name.clone(), e.why.clone()))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_spec_generation_record_with_only_the_nine_fields_parses() {
+    let id = session_id();
+    let json = json!({
+        "session_id": id,
+        "url": "localhost:41235",
+        "pid": 4242,
+        "process_start": "123456",
+        "capsule_name": "scribe",
+        "capsule_version": "0.3.1",
+        "workdir": "/home/u/.murmur/sessions/x",
+        "outlives_launcher": true,
+        "started_at": "2026-01-02T03:04:05Z",
+    });
+    let record = RunningRecord::parse(json.to_string().as_bytes()).unwrap();
+    assert_eq!(record.session_id, id);
+    assert_eq!(record.url.as_deref(), Some("localhost:41235"));
+    assert_eq!(record.pid, 4242);
+    assert_eq!(record.process_start, "123456");
+    assert_eq!(record.capsule_name, "scribe");
+    assert_eq!(record.capsule_version, "0.3.1");
+    assert_eq!(record.workdir, Path::new("/home/u/.murmur/sessions/x"));
+    assert!(record.outlives_launcher);
+    assert_eq!(record.started_at, "2026-01-02T03:04:05Z");
+    assert_eq!(record.records_dir, None);
+    assert!(record.door_token.is_none());
+    assert!(record.credentials.is_empty());
+    assert_eq!(record.formation_id, None);
+    assert!(!record.formation_entry && !record.formation_lifeline);
+    assert_eq!(
+        record.source_path(),
+        None,
+        "parsed from bytes, not from disk"
+    );
+}
+
+#[test]
+fn a_later_generation_record_with_every_optional_key_and_unknown_keys_parses() {
+    let id = session_id();
+    let frm = formation_id();
+    let spawner = session_id();
+    let bytes = RecordJson::new(&id)
+        .set("records_dir", "/home/u/.murmur/records/x")
+        .set("door_token", "door-tok-0123")
+        .set("credentials", json!({"ops": "cred-a", "ci": "cred-b"}))
+        .set("formation_id", frm.as_str())
+        .set("formation_member", "reviewer")
+        .set("formation_entry", true)
+        .set("formation_lifeline", true)
+        .set(
+            "formation_launcher",
+            json!({"pid": 777, "process_start": "999"}),
+        )
+        .set("spawned_by", spawner.as_str())
+        .set(
+            "a_key_from_the_future",
+            json!({"nested": [1, 2, {"x": null}]}),
+        )
+        .set("another_unknown", 12.5)
+        .to_bytes();
+    let record = RunningRecord::parse(&bytes).unwrap();
+    assert_eq!(record.session_id, id);
+    assert_eq!(
+        record.records_dir.as_deref(),
+        Some(Path::new("/home/u/.murmur/records/x"))
+    );
+    assert_eq!(record.door_token, Some(Secret::new("door-tok-0123")));
+    assert_eq!(record.credentials.len(), 2);
+    assert_eq!(record.credentials["ops"].expose(), "cred-a");
+    assert_eq!(record.credentials["ci"].expose(), "cred-b");
+    assert_eq!(record.formation_id.as_deref(), Some(frm.as_str()));
+    assert_eq!(record.formation_member.as_deref(), Some("reviewer"));
+    assert!(record.formation_entry);
+    assert!(record.formation_lifeline);
+    let launcher = record.formation_launcher.as_ref().unwrap();
+    assert_eq!(
+        (launcher.pid, launcher.process_start.as_str()),
+        (777, "999")
+    );
+    assert_eq!(record.spawned_by.as_deref(), Some(spawner.as_str()));
+}
+
+#[test]
+fn a_null_url_parses_as_a_record_without_a_door() {
+    let record = RecordJson::fresh().no_door().parse();
+    assert_eq!(record.url, None);
+}
+
+#[test]
+fn a_record_missing_any_one_of_the_nine_fields_does_not_parse() {
+    let full = RecordJson::fresh();
+    assert!(RunningRecord::parse(&full.to_bytes()).is_ok());
+    for field in NINE_FIELDS {
+        let bytes = full.clone().without(field).to_bytes();
+        assert!(
+            RunningRecord::parse(&bytes).is_err(),
+            "a record without `{field}` parsed"
+        );
+    }
+}
+
+#[test]
+fn a_record_with_a_wrongly_typed_spec_field_does_not_parse() {
+    let full = RecordJson::fresh();
+    let wrong: [(&str, Value); 11] = [
+        ("session_id", json!(5)),
+        ("url", json!(41235)),
+        ("pid", json!("4242")),
+        ("pid", json!(-1)),
+        ("pid", json!(4_294_967_296_u64)),
+        ("process_start", json!(123)),
+        ("capsule_name", Value::Null),
+        ("capsule_version", json!(1)),
+        ("workdir", json!(["/w"])),
+        ("outlives_launcher", json!("true")),
+        ("started_at", json!(0)),
+    ];
+    for (field, value) in wrong {
+        let bytes = full.clone().set(field, value.clone()).to_bytes();
+        assert!(
+            RunningRecord::parse(&bytes).is_err(),
+            "`{field}: {value}` parsed"
+        );
+    }
+    for not_an_object in [&b"[]"[..], b"null", b"\"ses\"", b""] {
+        assert!(RunningRecord::parse(not_an_object).is_err());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// scan and list
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn list_keeps_valid_records_of_every_generation() {
+    let dir = temp_dir();
+    let spec = RecordJson::fresh();
+    let later = RecordJson::fresh()
+        .set("records_dir", "/r")
+        .set("door_token", "tok")
+        .set("formation_id", formation_id())
+        .set(
+            "formation_launcher",
+            json!({"pid": 1, "process_start": "1"}),
+        )
+        .set("unknown_key", json!({"a": 1}));
+    let script = RecordJson::fresh().no_door();
+    let paths: Vec<_> = [&spec, &later, &script]
+        .iter()
+        .map(|r| r.write_in(dir.path()))
+        .collect();
+
+    let found = scan(dir.path()).unwrap();
+    assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
+    let listed = list(dir.path()).unwrap();
+    assert_eq!(listed.len(), 3);
+    for path in &paths {
+        assert!(path.exists(), "{} was removed", path.display());
+    }
+    let script_listed = listed
+        .iter()
+        .find(|r| r.session_id == script.session_id())
+        .unwrap();
+    assert_eq!(script_listed.url, None);
+    assert_eq!(
+        script_listed.source_path().as_deref(),
+        Some(dir.path().join(script.file_name()).as_path())
+    );
+}
+
+#[test]
+fn records_come_newest_session_first() {
+    let dir = temp_dir();
+    let ids: Vec<String> = (0..6).map(|_| session_id()).collect();
+    // Written in an order unrelated to their age.
+    for i in [3, 0, 5, 1, 4, 2] {
+        RecordJson::new(&ids[i]).write_in(dir.path());
+    }
+    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+    assert_eq!(names_of(&scan(dir.path()).unwrap().records), newest_first);
+    assert_eq!(names_of(&list(dir.path()).unwrap()), newest_first);
+}
+
+#[test]
+fn truncated_json_is_reported_by_scan_and_unlinked_by_list() {
+    let dir = temp_dir();
+    let good = RecordJson::fresh();
+    let good_path = good.write_in(dir.path());
+    let broken = RecordJson::fresh();
+    let bytes = broken.to_bytes();
+    let broken_path = write_raw(dir.path(), &broken.file_name(), &bytes[..bytes.len() / 2]);
+
+    let found = scan(dir.path()).unwrap();
+    assert_eq!(names_of(&found.records), [good.session_id()]);
+    assert_eq!(found.unreadable.len(), 1);
+    assert_eq!(found.unreadable[0].file_name, broken.file_name());
+    assert!(
+        matches!(found.unreadable[0].why, Unreadable::Malformed(_)),
+        "{:?}",
+        found.unreadable[0].why
+    );
+    assert!(found.unreadable[0].is_removable());
+    assert!(broken_path.exists(), "scan must not remove anything");
+
+    assert_eq!(names_of(&list(dir.path()).unwrap()), [good.session_id()]);
+    assert_absent(&broken_path);
+    assert!(good_path.exists());
+}
+
+#[test]
+fn an_oversized_record_is_too_large_and_is_not_read_past_the_cap() {
+    let dir = temp_dir();
+    let big = RecordJson::fresh().set("padding", "x".repeat(10 * 1024 * 1024));
+    let big_bytes = big.to_bytes();
+    // Were it read whole, it would be a perfectly good record: only the cap can refuse it.
+    assert!(RunningRecord::parse(&big_bytes).is_ok());
+    let big_path = write_raw(dir.path(), &big.file_name(), &big_bytes);
+    drop(big_bytes);
+
+    let before = thread_bytes_read();
+    let found = scan(dir.path()).unwrap();
+    let read = thread_bytes_read() - before;
+    assert!(found.records.is_empty());
+    assert_eq!(
+        unreadable_kinds(&found.unreadable),
+        [(big.file_name(), Unreadable::TooLarge)]
+    );
+    assert!(
+        read < 1024 * 1024,
+        "scan read {read} bytes of a 10 MB file; the cap is {MAX_RECORD_BYTES}"
+    );
+
+    list(dir.path()).unwrap();
+    assert_absent(&big_path);
+}
+
+#[test]
+fn a_record_of_exactly_the_cap_is_read_and_one_byte_more_is_too_large() {
+    let dir = temp_dir();
+    let cap = usize::try_from(MAX_RECORD_BYTES).unwrap();
+    let padded = |total: usize| {
+        let base = RecordJson::fresh().set("padding", "");
+        let len = base.to_bytes().len();
+        base.set("padding", "p".repeat(total - len))
+    };
+    let at_cap = padded(cap);
+    assert_eq!(at_cap.to_bytes().len(), cap);
+    at_cap.write_in(dir.path());
+    let over = padded(cap + 1);
+    assert_eq!(over.to_bytes().len(), cap + 1);
+    over.write_in(dir.path());
+
+    let found = scan(dir.path()).unwrap();
+    assert_eq!(names_of(&found.records), [at_cap.session_id()]);
+    assert_eq!(
+        unreadable_kinds(&found.unreadable),
+        [(over.file_name(), Unreadable::TooLarge)]
+    );
+}
+
+#[test]
+fn a_symlinked_record_is_never_followed_and_list_removes_only_the_link() {
+    let dir = temp_dir();
+    let elsewhere = temp_dir();
+    let record = RecordJson::fresh();
+    // The target is a valid record for the very session the link is named after.
+    let target = record.write_in(elsewhere.path());
+    let target_bytes = std::fs::read(&target).unwrap();
+    let link = dir.path().join(record.file_name());
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+
+    let found = scan(dir.path()).unwrap();
+    assert!(found.records.is_empty(), "a symlink was followed");
+    assert_eq!(
+        unreadable_kinds(&found.unreadable),
+        [(record.file_name(), Unreadable::Symlink)]
+    );
+    assert!(std::fs::symlink_metadata(&link).is_ok());
+
+    assert!(list(dir.path()).unwrap().is_empty());
+    assert_absent(&link);
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        target_bytes,
+        "the link's target must survive untouched"
+    );
+}
+
+#[test]
+fn a_directory_named_like_a_record_is_reported_and_never_removed() {
+    let dir = temp_dir();
+    let record_dir = dir.path().join("x.json");
+    std::fs::create_dir(&record_dir).unwrap();
+    let inside = write_raw(&record_dir, "keep.txt", "not ours to judge");
+
+    let found = scan(dir.path()).unwrap();
+    assert_eq!(
+        unreadable_kinds(&found.unreadable),
+        [("x.json".to_owned(), Unreadable::Directory)]
+    );
+    assert!(!found.unreadable[0].is_removable());
+
+    assert!(list(dir.path()).unwrap().is_empty());
+    assert!(record_dir.is_dir());
+    assert!(inside.exists());
+    // Still reported on the next pass.
+    assert_eq!(scan(dir.path()).unwrap().unreadable.len(), 1);
+}
+
+#[test]
+fn a_fifo_named_like_a_record_does_not_block_and_is_removed_by_list() {
+    let dir = temp_dir();
+    let fifo = dir.path().join("f.json");
+    make_fifo(&fifo);
+    let path = dir.path().to_path_buf();
+    let found = within("scan of a directory holding a FIFO", DEADLINE, move || {
+        scan(&path).unwrap()
+    });
+    assert!(found.records.is_empty());
+    assert_eq!(
+        unreadable_kinds(&found.unreadable),
+        [("f.json".to_owned(), Unreadable::NotRegularFile)]
+    );
+
+    let path = dir.path().to_path_buf();
+    let listed = within("list of a directory holding a FIFO", DEADLINE, move || {
+        list(&path).unwrap()
+    });
+    assert!(listed.is_empty());
+    assert_absent(&fifo);
+}
+
+#[test]
+fn a_record_whose_session_id_disagrees_with_its_file_name_is_reported_and_unlinked() {
+    let dir = temp_dir();
+    let inner = RecordJson::fresh();
+    let outer_name = format!("{}.json", session_id());
+    let path = inner.write_as(dir.path(), &outer_name);
+
+    let found = scan(dir.path()).unwrap();
+    assert!(found.records.is_empty());
+    assert_eq!(
+        unreadable_kinds(&found.unreadable),
+        [(outer_name, Unreadable::NameMismatch(inner.session_id()))]
+    );
+    assert!(path.exists());
+
+    assert!(list(dir.path()).unwrap().is_empty());
+    assert_absent(&path);
+}
+
+#[test]
+fn staging_control_and_hidden_files_are_not_records() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    let record_path = record.write_in(dir.path());
+    let id = record.session_id();
+    // A writer's staging file, holding a complete valid record, and a truncated one.
+    let staged = write_raw(
+        dir.path(),
+        &format!(".{id}.json.4242.0123456789abcdef.tmp"),
+        record.to_bytes(),
+    );
+    let staged_broken = write_raw(
+        dir.path(),
+        &format!(".{}.json.4242.fedcba9876543210.tmp", session_id()),
+        "{\"session_id\":",
+    );
+    let control = write_raw(dir.path(), &format!("{id}.control"), "control-token");
+    let hidden_json = write_raw(dir.path(), ".hidden.json", "not json at all");
+    let bare_suffix = write_raw(dir.path(), ".json", "nothing");
+    let notes = write_raw(dir.path(), "notes.txt", "{");
+    let before = dir_snapshot(dir.path());
+
+    let found = scan(dir.path()).unwrap();
+    assert_eq!(names_of(&found.records), [id]);
+    assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
+
+    assert_eq!(list(dir.path()).unwrap().len(), 1);
+    for kept in [
+        &record_path,
+        &staged,
+        &staged_broken,
+        &control,
+        &hidden_json,
+        &bare_suffix,
+        &notes,
+    ] {
+        assert!(kept.exists(), "{} was removed", kept.display());
+    }
+    assert_eq!(dir_snapshot(dir.path()), before);
+}
+
+#[test]
+fn scan_changes_nothing_on_disk() {
+    let dir = temp_dir();
+    let elsewhere = temp_dir();
+    RecordJson::fresh().write_in(dir.path());
+    RecordJson::fresh().no_door().write_in(dir.path());
+    let truncated = RecordJson::fresh();
+    write_raw(
+        dir.path(),
+        &truncated.file_name(),
+        "{\"session_id\": \"ses_",
+    );
+    RecordJson::fresh()
+        .set("padding", "y".repeat(200 * 1024))
+        .write_in(dir.path());
+    RecordJson::fresh().write_as(dir.path(), &format!("{}.json", session_id()));
+    let target = RecordJson::fresh().write_in(elsewhere.path());
+    std::os::unix::fs::symlink(&target, dir.path().join("link.json")).unwrap();
+    std::fs::create_dir(dir.path().join("x.json")).unwrap();
+    make_fifo(&dir.path().join("f.json"));
+    write_raw(dir.path(), "s.control", "c");
+    write_raw(dir.path(), ".s.json.1.2.tmp", "{");
+    // A record at mode 0644 and one at 0400: a reader narrows nothing and widens nothing.
+    let loose = RecordJson::fresh().write_in(dir.path());
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let readonly = RecordJson::fresh().write_in(dir.path());
+    std::fs::set_permissions(&readonly, std::fs::Permissions::from_mode(0o400)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let before = dir_snapshot(dir.path());
+    let dir_mode = mode_of(dir.path());
+    let path = dir.path().to_path_buf();
+    let found = within("scan", DEADLINE, move || scan(&path).unwrap());
+    assert_eq!(found.records.len(), 4);
+    assert_eq!(found.unreadable.len(), 6, "{:?}", found.unreadable);
+    assert_eq!(dir_snapshot(dir.path()), before);
+    assert_eq!(mode_of(dir.path()), dir_mode);
+    assert_eq!(
+        std::fs::read_link(dir.path().join("link.json")).unwrap(),
+        target
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// read_record
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn read_record_finds_a_present_record() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh().set("capsule_name", "finder");
+    let path = record.write_in(dir.path());
+    let read = read_record(dir.path(), &record.session_id())
+        .unwrap()
+        .expect("the record is there");
+    assert_eq!(read.session_id, record.session_id());
+    assert_eq!(read.capsule_name, "finder");
+    assert_eq!(read.source_path(), Some(path));
+}
+
+#[test]
+fn read_record_answers_none_for_an_absent_record_or_an_impossible_id() {
+    let home = temp_dir();
+    let dir = home.path().join("running");
+    std::fs::create_dir(&dir).unwrap();
+    RecordJson::fresh().write_in(&dir);
+    assert!(read_record(&dir, &session_id()).unwrap().is_none());
+    // An id that would escape the directory names no file: a record beside it is not read.
+    RecordJson::new("escapee").write_in(home.path());
+    RecordJson::new("running").write_in(home.path());
+    for impossible in ["", "..", "../running", ".hidden", "../escapee", "a/b"] {
+        assert!(
+            read_record(&dir, impossible).unwrap().is_none(),
+            "{impossible:?}"
+        );
+    }
+}
+
+#[test]
+fn read_record_reports_why_an_existing_entry_is_not_a_record() {
+    let dir = temp_dir();
+    let elsewhere = temp_dir();
+
+    let malformed = session_id();
+    write_raw(dir.path(), &format!("{malformed}.json"), "{ not json");
+    let mismatched = session_id();
+    let other = RecordJson::fresh();
+    other.write_as(dir.path(), &format!("{mismatched}.json"));
+    let linked = RecordJson::fresh();
+    std::os::unix::fs::symlink(
+        linked.write_in(elsewhere.path()),
+        dir.path().join(linked.file_name()),
+    )
+    .unwrap();
+    let directory = session_id();
+    std::fs::create_dir(dir.path().join(format!("{directory}.json"))).unwrap();
+    let fifo = session_id();
+    make_fifo(&dir.path().join(format!("{fifo}.json")));
+
+    let cases = [
+        (malformed, "malformed"),
+        (mismatched, "mismatch"),
+        (linked.session_id(), "symlink"),
+        (directory, "directory"),
+        (fifo, "fifo"),
+    ];
+    for (id, what) in cases {
+        let path = dir.path().to_path_buf();
+        let read = within("read_record", DEADLINE, move || read_record(&path, &id));
+        let Err(RunningError::Unreadable(entry)) = read else {
+            panic!("{what}: expected Unreadable, got {read:?}");
+        };
+        let ok = match what {
+            "malformed" => matches!(entry.why, Unreadable::Malformed(_)),
+            "mismatch" => entry.why == Unreadable::NameMismatch(other.session_id()),
+            "symlink" => entry.why == Unreadable::Symlink,
+            "directory" => entry.why == Unreadable::Directory,
+            "fifo" => entry.why == Unreadable::NotRegularFile,
+            _ => unreachable!(),
+        };
+        assert!(ok, "{what}: {:?}", entry.why);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// running_dir_in
+// ---------------------------------------------------------------------------------------------
+
+fn expect_refusal(home: &Path, offending: &Path) -> String {
+    let err = running_dir_in(home).expect_err("the directory must be refused");
+    let message = err.to_string();
+    assert!(
+        matches!(err, RunningError::InsecureDir { .. }),
+        "expected InsecureDir, got {err:?}"
+    );
+    assert!(
+        message.contains(&offending.display().to_string()),
+        "the error does not name {}: {message}",
+        offending.display()
+    );
+    message
+}
+
+#[test]
+fn running_dir_in_creates_murmur_and_running_at_0700() {
+    let home = temp_dir();
+    let running = running_dir_in(home.path()).unwrap();
+    assert_eq!(running, home.path().join(".murmur").join("running"));
+    for dir in [home.path().join(".murmur"), running.clone()] {
+        assert!(dir.is_dir(), "{} not created", dir.display());
+        assert_eq!(mode_of(&dir), 0o700, "{}", dir.display());
+    }
+    // A second call finds and keeps them.
+    let marker = write_raw(&running, "kept.json", "{}");
+    assert_eq!(running_dir_in(home.path()).unwrap(), running);
+    assert!(marker.exists());
+}
+
+#[test]
+fn running_dir_in_narrows_wider_modes_back_to_0700() {
+    let home = temp_dir();
+    let murmur = home.path().join(".murmur");
+    let running = murmur.join("running");
+    std::fs::create_dir_all(&running).unwrap();
+    std::fs::set_permissions(&murmur, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&running, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(running_dir_in(home.path()).unwrap(), running);
+    assert_eq!(mode_of(&murmur), 0o700);
+    assert_eq!(mode_of(&running), 0o700);
+}
+
+#[test]
+fn running_dir_in_refuses_a_symlinked_murmur_dir() {
+    let home = temp_dir();
+    let real = temp_dir();
+    std::fs::set_permissions(real.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let murmur = home.path().join(".murmur");
+    std::os::unix::fs::symlink(real.path(), &murmur).unwrap();
+    expect_refusal(home.path(), &murmur);
+    assert!(
+        std::fs::read_dir(real.path()).unwrap().next().is_none(),
+        "nothing may be created through the link"
+    );
+    assert_eq!(
+        mode_of(real.path()),
+        0o755,
+        "nothing may be changed through the link"
+    );
+}
+
+#[test]
+fn running_dir_in_refuses_a_symlinked_running_dir() {
+    let home = temp_dir();
+    let real = temp_dir();
+    std::fs::set_permissions(real.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let murmur = home.path().join(".murmur");
+    std::fs::create_dir(&murmur).unwrap();
+    let running = murmur.join("running");
+    std::os::unix::fs::symlink(real.path(), &running).unwrap();
+    expect_refusal(home.path(), &running);
+    assert_eq!(mode_of(real.path()), 0o755);
+}
+
+#[test]
+fn running_dir_in_refuses_a_regular_file_in_place_of_a_directory() {
+    let home = temp_dir();
+    let murmur = home.path().join(".murmur");
+    std::fs::create_dir(&murmur).unwrap();
+    let running = write_raw(&murmur, "running", "I am a file");
+    expect_refusal(home.path(), &running);
+    assert_eq!(std::fs::read_to_string(&running).unwrap(), "I am a file");
+
+    let other_home = temp_dir();
+    let murmur_file = write_raw(other_home.path(), ".murmur", "also a file");
+    expect_refusal(other_home.path(), &murmur_file);
+    assert!(murmur_file.is_file());
+}
+
+#[test]
+fn running_dir_in_refuses_a_directory_owned_by_another_user_and_changes_nothing() {
+    const NOBODY: u32 = 65534;
+    // A foreign ~/.murmur.
+    let home = temp_dir();
+    let murmur = home.path().join(".murmur");
+    std::fs::create_dir(&murmur).unwrap();
+    std::fs::set_permissions(&murmur, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&murmur, Some(NOBODY), Some(NOBODY)).unwrap();
+    expect_refusal(home.path(), &murmur);
+    assert_eq!(
+        mode_of(&murmur),
+        0o755,
+        "a refused directory must not be narrowed"
+    );
+    assert_eq!(std::fs::metadata(&murmur).unwrap().uid(), NOBODY);
+    assert!(!murmur.join("running").exists());
+
+    // A foreign ~/.murmur/running inside our own ~/.murmur.
+    let home = temp_dir();
+    let murmur = home.path().join(".murmur");
+    let running = murmur.join("running");
+    std::fs::create_dir_all(&running).unwrap();
+    std::fs::set_permissions(&running, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&running, Some(NOBODY), Some(NOBODY)).unwrap();
+    let message = expect_refusal(home.path(), &running);
+    assert!(message.contains("65534"), "{message}");
+    assert_eq!(mode_of(&running), 0o755);
+}
+
+// ---------------------------------------------------------------------------------------------
+// RunningGuard
+// ---------------------------------------------------------------------------------------------
+
+fn tmp_files_in(dir: &Path) -> Vec<String> {
+    dir_snapshot(dir)
+        .into_keys()
+        .filter(|name| name.ends_with(".tmp"))
+        .collect()
+}
+
+#[test]
+fn a_guard_writes_a_0600_record_that_reads_back_equal() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh()
+        .set("records_dir", "/records/here")
+        .set("formation_id", formation_id())
+        .set("formation_member", "lead")
+        .set("formation_entry", true)
+        .set(
+            "formation_launcher",
+            json!({"pid": 1234, "process_start": "77"}),
+        )
+        .parse();
+    let guard = RunningGuard::write(dir.path(), &record).unwrap();
+    let path = dir.path().join(format!("{}.json", record.session_id));
+    assert_eq!(guard.path(), path);
+    assert_eq!(mode_of(&path), 0o600);
+    assert!(
+        tmp_files_in(dir.path()).is_empty(),
+        "staging file left behind"
+    );
+
+    let back = RunningRecord::parse(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(back, record);
+    let read = read_record(dir.path(), &record.session_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.source_path(), Some(path.clone()));
+    assert_eq!(read, record);
+    assert_eq!(
+        names_of(&list(dir.path()).unwrap()),
+        std::slice::from_ref(&record.session_id)
+    );
+    drop(guard);
+}
+
+#[test]
+fn a_guard_writes_a_record_made_for_this_process() {
+    let dir = temp_dir();
+    let id = session_id();
+    let record = RunningRecord::for_this_process(
+        id.as_str(),
+        Some("127.0.0.1:41235".to_owned()),
+        "capsule",
+        "1.2.3",
+        "/work",
+    );
+    assert_eq!(record.pid, std::process::id());
+    assert_eq!(record.process_start, common::own_start_token());
+    let guard = RunningGuard::write(dir.path(), &record).unwrap();
+    let read = read_record(dir.path(), &id).unwrap().unwrap();
+    assert_eq!(read.pid, std::process::id());
+    assert_eq!(process_state(&read), ProcessState::Alive);
+    drop(guard);
+}
+
+#[test]
+fn a_guard_never_writes_or_prints_the_door_secrets() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh()
+        .door_token("DOOR-SECRET-7f3a")
+        .set("credentials", json!({"ops": "CRED-SECRET-91bc"}))
+        .parse();
+    assert_eq!(
+        record.door_token.as_ref().unwrap().expose(),
+        "DOOR-SECRET-7f3a"
+    );
+    let guard = RunningGuard::write(dir.path(), &record).unwrap();
+    let on_disk = std::fs::read_to_string(guard.path()).unwrap();
+    let shown = [
+        on_disk,
+        format!("{record:?}"),
+        format!("{record:#?}"),
+        format!("{guard:?}"),
+        serde_json::to_string(&record).unwrap(),
+        format!("{:?}", read_record(dir.path(), &record.session_id)),
+        format!("{:?}", scan(dir.path()).unwrap()),
+    ];
+    for text in shown {
+        assert!(!text.contains("DOOR-SECRET"), "door token leaked: {text}");
+        assert!(!text.contains("CRED-SECRET"), "credential leaked: {text}");
+    }
+}
+
+#[test]
+fn a_guard_refuses_a_session_id_that_cannot_name_a_file() {
+    let home = temp_dir();
+    let dir = home.path().join("running");
+    std::fs::create_dir(&dir).unwrap();
+    for bad in ["../escape", "", ".hidden", "a/b", "ses x"] {
+        let record = RecordJson::new(bad).parse();
+        let err = RunningGuard::write(&dir, &record).expect_err(bad);
+        assert!(matches!(err, RunningError::InvalidSessionId(_)), "{err:?}");
+    }
+    assert!(dir_snapshot(&dir).is_empty());
+    assert_eq!(
+        dir_snapshot(home.path()).len(),
+        1,
+        "only `running` in the home"
+    );
+}
+
+#[test]
+fn dropping_a_guard_removes_its_record() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh().parse();
+    let guard = RunningGuard::write(dir.path(), &record).unwrap();
+    let path = guard.path();
+    assert!(path.exists());
+    drop(guard);
+    assert_absent(&path);
+    assert!(dir_snapshot(dir.path()).is_empty());
+}
+
+#[test]
+fn dropping_a_guard_leaves_a_record_that_replaced_its_own() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    let guard = RunningGuard::write(dir.path(), &record.parse()).unwrap();
+    let replacement = record.clone().set("capsule_version", "9.9.9").to_bytes();
+    let path = replace_by_rename(dir.path(), &record.file_name(), &replacement);
+    drop(guard);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        replacement,
+        "the replacement belongs to whoever wrote it"
+    );
+}
+
+#[test]
+fn a_reader_racing_a_thousand_staged_writes_never_sees_a_partial_record() {
+    const WRITES: usize = 1000;
+    let dir = Arc::new(temp_dir());
+    let id = session_id();
+    // Versions differ in size, so a torn read could not pass for a whole one.
+    let version = |i: usize| {
+        RecordJson::new(&id)
+            .set("capsule_version", i.to_string())
+            .set("capsule_name", "n".repeat(1 + i * 37 % 700))
+            .parse()
+    };
+    let first = RunningGuard::write(dir.path(), &version(0)).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let dir = Arc::clone(&dir);
+        let done = Arc::clone(&done);
+        let versions: Vec<RunningRecord> = (1..=WRITES).map(version).collect();
+        std::thread::spawn(move || {
+            let mut held = first;
+            for record in &versions {
+                // The previous guard drops only after its file was replaced, so it leaves the
+                // new one alone and the name is never empty.
+                held = RunningGuard::write(dir.path(), record).unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+            held
+        })
+    };
+
+    let start = Instant::now();
+    let mut reads = 0u64;
+    let mut last_seen = 0usize;
+    loop {
+        let finished = done.load(Ordering::SeqCst);
+        let record = if reads % 4 == 3 {
+            let found = scan(dir.path()).unwrap();
+            assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
+            assert_eq!(found.records.len(), 1);
+            found.records.into_iter().next().unwrap()
+        } else {
+            read_record(dir.path(), &id)
+                .unwrap_or_else(|e| panic!("read {reads}: {e}"))
+                .unwrap_or_else(|| panic!("read {reads}: the record was missing"))
+        };
+        let seen: usize = record.capsule_version.parse().unwrap();
+        assert!(seen <= WRITES);
+        assert_eq!(record.capsule_name.len(), 1 + seen * 37 % 700);
+        assert!(seen >= last_seen, "went back from {last_seen} to {seen}");
+        last_seen = seen;
+        reads += 1;
+        if finished {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the writer never finished"
+        );
+    }
+    let last = writer.join().unwrap();
+    assert_eq!(last_seen, WRITES, "the last read after the writer finished");
+    assert!(reads > 1);
+    assert!(tmp_files_in(dir.path()).is_empty());
+    drop(last);
+    assert!(dir_snapshot(dir.path()).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// prune
+// ---------------------------------------------------------------------------------------------
+
+fn gone() -> Liveness {
+    Liveness::Gone {
+        reason: "no process holds pid 1".to_owned(),
+    }
+}
+
+#[test]
+fn prune_refuses_any_reading_but_gone() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    let path = record.write_in(dir.path());
+    let control = write_raw(dir.path(), &format!("{}.control", record.session_id()), "c");
+    let read = read_record(dir.path(), &record.session_id())
+        .unwrap()
+        .unwrap();
+    for reading in [
+        Liveness::Live,
+        Liveness::Unreachable {
+            reason: "door silent".to_owned(),
+        },
+    ] {
+        let err = prune(&read, &reading).expect_err("prune must refuse");
+        assert!(
+            matches!(&err, RunningError::NotGone(id) if *id == record.session_id()),
+            "{err:?}"
+        );
+    }
+    assert!(path.exists());
+    assert!(control.exists());
+}
+
+#[test]
+fn prune_refuses_a_record_built_in_memory() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    // A file of the same name exists, but the record in hand was not read from it.
+    let path = record.write_in(dir.path());
+    let in_memory = record.parse();
+    let err = prune(&in_memory, &gone()).expect_err("nothing to prune");
+    assert!(matches!(err, RunningError::NotFromDisk(_)), "{err:?}");
+    assert!(path.exists());
+}
+
+#[test]
+fn prune_removes_a_gone_record_and_its_control_file_only() {
+    let dir = temp_dir();
+    let exited = ExitedChild::spawn();
+    let record = exited.record();
+    let path = record.write_in(dir.path());
+    let control = write_raw(dir.path(), &format!("{}.control", record.session_id()), "c");
+    let neighbour = RecordJson::fresh();
+    let neighbour_path = neighbour.write_in(dir.path());
+    let neighbour_control = write_raw(
+        dir.path(),
+        &format!("{}.control", neighbour.session_id()),
+        "n",
+    );
+
+    let read = read_record(dir.path(), &record.session_id())
+        .unwrap()
+        .unwrap();
+    let ProcessState::Gone { reason } = process_state(&read) else {
+        panic!("a reaped child's record must be gone");
+    };
+    let reading = Liveness::Gone { reason };
+    assert_eq!(prune(&read, &reading).unwrap(), Pruned::Removed);
+    assert_absent(&path);
+    assert_absent(&control);
+    assert!(neighbour_path.exists());
+    assert!(neighbour_control.exists());
+
+    // Again: the file is gone already.
+    assert_eq!(prune(&read, &reading).unwrap(), Pruned::AlreadyGone);
+}
+
+#[test]
+fn prune_removes_a_gone_record_without_a_control_file() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    let path = record.write_in(dir.path());
+    let read = read_record(dir.path(), &record.session_id())
+        .unwrap()
+        .unwrap();
+    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_absent(&path);
+}
+
+#[test]
+fn prune_leaves_a_record_replaced_since_it_was_read() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    record.write_in(dir.path());
+    let control = write_raw(dir.path(), &format!("{}.control", record.session_id()), "c");
+    let read = read_record(dir.path(), &record.session_id())
+        .unwrap()
+        .unwrap();
+    let replacement = record.clone().set("capsule_version", "2.0.0").to_bytes();
+    let path = replace_by_rename(dir.path(), &record.file_name(), &replacement);
+
+    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::AlreadyGone);
+    assert_eq!(std::fs::read(&path).unwrap(), replacement);
+    assert!(
+        control.exists(),
+        "nothing may be unlinked for a replaced record"
+    );
+}
+
+#[test]
+fn prune_never_follows_a_record_replaced_by_a_symlink() {
+    let dir = temp_dir();
+    let elsewhere = temp_dir();
+    let record = RecordJson::fresh();
+    let path = record.write_in(dir.path());
+    let read = read_record(dir.path(), &record.session_id())
+        .unwrap()
+        .unwrap();
+    let target = record.write_in(elsewhere.path());
+    // The link is made while the original still exists (so it is another inode), then renamed
+    // over it, as a writer replaces a record.
+    let staged_link = dir.path().join(".link.tmp");
+    std::os::unix::fs::symlink(&target, &staged_link).unwrap();
+    std::fs::rename(&staged_link, &path).unwrap();
+
+    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::AlreadyGone);
+    assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
+    assert!(target.exists());
+}
