@@ -23,6 +23,8 @@ use crate::running::{
 pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(300);
 /// The wait between SIGTERM and SIGKILL when the caller names none (murmur's default).
 pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stop waits for the kernel to remove a process after SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(10);
 /// How often a stop re-reads layers 1–2 while it waits for the process to go.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
 
@@ -135,7 +137,8 @@ pub enum StopOutcome {
     },
     /// The process was already gone before any signal was sent.
     AlreadyGone,
-    /// Nothing was ended: the process could not be confirmed, or the kernel refused.
+    /// Not ended: the process could not be confirmed, the kernel refused (EPERM), or it
+    /// outlived the grace period after SIGKILL (an uninterruptible sleep).
     Refused {
         /// Why.
         reason: String,
@@ -351,10 +354,21 @@ impl Registry {
             }
         }
         // SIGKILL cannot be ignored; the wait is only for the kernel to tear the process down.
-        self.wait_until_gone(&record, MAX_STOP_TIMEOUT).await?;
-        Ok(report(StopOutcome::Stopped {
-            signal_sent: SignalKind::Kill,
-        }))
+        // A process stuck in an uninterruptible sleep can outlast it, and is not called stopped.
+        if self.wait_until_gone(&record, KILL_GRACE).await? {
+            Ok(report(StopOutcome::Stopped {
+                signal_sent: SignalKind::Kill,
+            }))
+        } else {
+            Ok(report(StopOutcome::Refused {
+                reason: format!(
+                    "SIGKILL was delivered but pid {} has not exited after {} s",
+                    record.pid,
+                    KILL_GRACE.as_secs()
+                ),
+                signal: Some(SignalKind::Kill),
+            }))
+        }
     }
 
     fn stop_lock(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {

@@ -78,27 +78,26 @@ pub struct Verdict {
     pub liveness: Liveness,
 }
 
-impl Verdict {
-    /// The verdict when the door is not (or cannot be) consulted: layers 1–2 decide what they can.
-    ///
-    /// `Gone` stays gone; an unverified process is unreachable; an alive process with no door
-    /// is live. An alive process with a door yields `None`: only the probe can tell.
-    pub fn without_door(
-        record: &RunningRecord,
-        process: ProcessState,
-    ) -> Result<Self, ProcessState> {
-        let liveness = match &process {
-            ProcessState::Gone { reason } => Liveness::Gone {
-                reason: reason.clone(),
-            },
-            ProcessState::Unverified { reason } => Liveness::Unreachable {
-                reason: reason.clone(),
-            },
-            ProcessState::Alive if record.url.is_none() => Liveness::Live,
-            ProcessState::Alive => return Err(process),
-        };
-        Ok(Self { process, liveness })
-    }
+/// The verdict when layers 1–2 settle it without the door: `Err` hands the process state back
+/// when only the probe can tell (an alive process with a door).
+///
+/// `Gone` stays gone; an unverified process is unreachable (never probed: its door would
+/// prove nothing about who holds the pid); an alive process with no door is live.
+fn settled_without_door(
+    record: &RunningRecord,
+    process: ProcessState,
+) -> Result<Verdict, ProcessState> {
+    let liveness = match &process {
+        ProcessState::Gone { reason } => Liveness::Gone {
+            reason: reason.clone(),
+        },
+        ProcessState::Unverified { reason } => Liveness::Unreachable {
+            reason: reason.clone(),
+        },
+        ProcessState::Alive if record.url.is_none() => Liveness::Live,
+        ProcessState::Alive => return Err(process),
+    };
+    Ok(Verdict { process, liveness })
 }
 
 /// Layer 3's prober: one HTTP client and the deadlines it keeps.
@@ -331,7 +330,7 @@ async fn finish_verdict(
     process: ProcessState,
     door: &DoorProbe,
 ) -> Verdict {
-    match Verdict::without_door(record, process) {
+    match settled_without_door(record, process) {
         Ok(verdict) => verdict,
         Err(process) => {
             let liveness = match door.probe(record).await {
