@@ -190,12 +190,27 @@ pub struct SessionList {
     pub unreadable: usize,
 }
 
+/// The session named in a path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SessionPath {
+    /// The session id (murmur's are `ses_` + 32 hex digits).
+    #[param(
+        pattern = "^[A-Za-z0-9_-]{1,128}$",
+        example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d"
+    )]
+    pub id: String,
+}
+
 /// Filters of `GET /sessions`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Comma-separated states to keep: `live`, `unreachable`, `gone`.
-    #[param(example = "live,unreachable")]
+    #[param(
+        example = "live,unreachable",
+        pattern = "^(live|unreachable|gone)(,(live|unreachable|gone))*$"
+    )]
     pub status: Option<String>,
     /// `false` runs layers 1–2 only (no door probes). Default `true`.
     #[param(example = false)]
@@ -263,8 +278,26 @@ pub struct PruneAllResponse {
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"signal": "SIGTERM"}))]
 pub struct SignalRequest {
-    /// `SIGTERM` or `SIGKILL` (`TERM`, `KILL` also accepted).
+    /// `SIGTERM` or `SIGKILL` (`TERM`, `KILL` also accepted, in any case).
+    #[schema(value_type = SignalName)]
     pub signal: String,
+}
+
+/// The signals `POST /sessions/{id}/signal` accepts.
+#[derive(Debug, Clone, Copy, ToSchema)]
+pub enum SignalName {
+    /// Ask the capsule to finish.
+    #[schema(rename = "SIGTERM")]
+    Sigterm,
+    /// End it now.
+    #[schema(rename = "SIGKILL")]
+    Sigkill,
+    /// Same as `SIGTERM`.
+    #[schema(rename = "TERM")]
+    Term,
+    /// Same as `SIGKILL`.
+    #[schema(rename = "KILL")]
+    Kill,
 }
 
 /// A signal that was delivered.
@@ -431,7 +464,7 @@ pub async fn list_sessions(
 /// One session, verified.
 #[utoipa::path(
     get, path = "/sessions/{id}", tag = TAG,
-    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d"), ProbeQuery),
+    params(SessionPath, ProbeQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The session", body = SessionView),
@@ -442,7 +475,7 @@ pub async fn list_sessions(
 )]
 pub async fn get_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SessionPath { id }): Path<SessionPath>,
     Query(query): Query<ProbeQuery>,
 ) -> Result<Json<SessionView>, ApiError> {
     valid_id(&id)?;
@@ -456,7 +489,7 @@ pub async fn get_session(
 /// The three layers for one session.
 #[utoipa::path(
     get, path = "/sessions/{id}/liveness", tag = TAG,
-    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")),
+    params(SessionPath),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The verdict", body = LivenessReport),
@@ -467,7 +500,7 @@ pub async fn get_session(
 )]
 pub async fn get_liveness(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SessionPath { id }): Path<SessionPath>,
 ) -> Result<Json<LivenessReport>, ApiError> {
     valid_id(&id)?;
     let reading = state.registry().session(&id, true).await?;
@@ -486,7 +519,7 @@ pub async fn get_liveness(
 /// Re-reads layers 1–2; unlinks the record and its `.control` only if the process is gone.
 #[utoipa::path(
     delete, path = "/sessions/{id}", tag = TAG,
-    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")),
+    params(SessionPath),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The record was removed", body = PruneResponse),
@@ -498,7 +531,7 @@ pub async fn get_liveness(
 )]
 pub async fn prune_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SessionPath { id }): Path<SessionPath>,
 ) -> Result<Json<PruneResponse>, ApiError> {
     valid_id(&id)?;
     match state.registry().prune_session(&id).await? {
@@ -554,7 +587,7 @@ pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllRes
 /// Re-checks layers 1–2 and signals through a pidfd, so a reused pid is never signalled.
 #[utoipa::path(
     post, path = "/sessions/{id}/signal", tag = TAG,
-    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")),
+    params(SessionPath),
     request_body(content = SignalRequest, content_type = "application/json"),
     security(("bearer" = [])),
     responses(
@@ -571,7 +604,7 @@ pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllRes
 )]
 pub async fn signal_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SessionPath { id }): Path<SessionPath>,
     Json(body): Json<SignalRequest>,
 ) -> Result<Json<SignalResponse>, ApiError> {
     valid_id(&id)?;
@@ -637,7 +670,7 @@ fn signal_problem(
 /// at once. The record is removed once the process is gone.
 #[utoipa::path(
     post, path = "/sessions/{id}/stop", tag = TAG,
-    params(("id" = String, Path, description = "Session id", example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d"), StopQuery),
+    params(SessionPath, StopQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The process is gone (stopped now, or already)", body = StopResponse),
@@ -649,7 +682,7 @@ fn signal_problem(
 )]
 pub async fn stop_session(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SessionPath { id }): Path<SessionPath>,
     Query(query): Query<StopQuery>,
 ) -> Result<Json<StopResponse>, ApiError> {
     valid_id(&id)?;

@@ -97,14 +97,19 @@ pub fn hold_private_dir(path: &Path) -> Result<(), RunningError> {
     }
     let fd = match open_dir(path) {
         Ok(fd) => fd,
-        // O_NOFOLLOW on a symlink gives ELOOP; O_DIRECTORY on anything else gives ENOTDIR.
-        Err(e) if e.raw_os_error() == Some(Errno::LOOP.raw_os_error()) => {
-            return Err(refuse(
-                "it is a symlink; murmur's directories must be real".into(),
-            ));
-        }
-        Err(e) if e.raw_os_error() == Some(Errno::NOTDIR.raw_os_error()) => {
-            return Err(refuse("it is not a directory".into()));
+        // With O_DIRECTORY the kernel answers ENOTDIR for a symlink too (ELOOP on some
+        // kernels); lstat tells the two refusals apart for the message.
+        Err(e)
+            if e.raw_os_error() == Some(Errno::LOOP.raw_os_error())
+                || e.raw_os_error() == Some(Errno::NOTDIR.raw_os_error()) =>
+        {
+            let is_link = rustix::fs::lstat(path)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink);
+            return Err(refuse(if is_link {
+                "it is a symlink; murmur's directories must be real".into()
+            } else {
+                "it is not a directory".into()
+            }));
         }
         Err(e) => return Err(io_err(e)),
     };

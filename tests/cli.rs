@@ -1,0 +1,1095 @@
+//! The operator commands of the `murmur-registry` binary (`ps`, `stop`, `prune`, `openapi`,
+//! `token`, `--help`), run as real processes on a private temporary `HOME` (mode 0700), against
+//! real records naming real child processes (and, for a live door, a real door server).
+//!
+//! Covered here:
+//! - `ps`: `no running capsules` on an empty home; the table (header, full ids, `name@version`,
+//!   `running` / `unreachable`, `yes` / `no`, `HH:MM:SS` and `Nd HH:MM:SS` uptimes, URL or `-`,
+//!   newest first, columns aligned); records of gone processes pruned and named on stderr as
+//!   `pruned: <id> — <reason>`; `--json`; exit 1 with one clear line when the running directory
+//!   is a symlink or belongs to another uid, or `HOME` is unset;
+//! - `stop`: `@1` (counted after pruning) ends a capsule with SIGTERM, quickly; a capsule that
+//!   ignores SIGTERM gets SIGKILL after `--timeout 1`; `--timeout 0` sends SIGKILL at once;
+//!   `@N` past the end, an unknown id, an invalid address and a gone process all exit 1;
+//! - unverified processes: under a `hidepid=2` `/proc`, as uid 65534, a root-owned capsule is
+//!   listed as `unreachable` / `unverified`, its record kept, and `stop` refuses to signal it;
+//! - `prune` (gone and pid-reused records, junk files; live records and directories kept;
+//!   `nothing to prune`), `openapi`, `token` (the path, `--show`, `--rotate`, refusals) and the
+//!   `Example` in every subcommand's `--help`.
+//!
+//! Synchronisation is by evidence only: a command's exit, a child's exit status, `/proc` polled
+//! under a generous deadline. Every child is killed and reaped on drop.
+
+mod common;
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{
+    DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, SleepingChild, assert_absent, mode_of,
+    refused_url, session_id, wait_until, wrong_start_token,
+};
+use murmur_registry::running::process_start_token;
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_murmur-registry");
+
+/// The unprivileged uid and gid (`nobody`) some tests run the binary as.
+const NOBODY: u32 = 65534;
+
+/// The `ps` table's columns, in order.
+const COLUMNS: [&str; 6] = ["SESSION", "CAPSULE", "STATUS", "DETACHED", "UPTIME", "URL"];
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures: a private HOME, commands, finished runs, a capsule that ignores SIGTERM
+// ---------------------------------------------------------------------------------------------
+
+/// A private temporary `HOME` (mode 0700) for one test.
+struct Home {
+    dir: TempDir,
+}
+
+impl Home {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("murmur-registry-home-")
+            .tempdir()
+            .expect("create a temporary HOME");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod HOME 0700");
+        Self { dir }
+    }
+
+    /// A HOME whose `~`, `~/.murmur` and `~/.murmur/running` belong to uid/gid 65534.
+    fn for_nobody() -> Self {
+        let home = Self::new();
+        let running = home.running_dir();
+        chown_nobody(home.path());
+        chown_nobody(&home.path().join(".murmur"));
+        chown_nobody(&running);
+        home
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `~/.murmur/running`, created (0700, with `~/.murmur`) as the test user if missing.
+    fn running_dir(&self) -> PathBuf {
+        let murmur = self.path().join(".murmur");
+        let running = murmur.join("running");
+        for dir in [&murmur, &running] {
+            if !dir.exists() {
+                std::fs::create_dir(dir).expect("mkdir");
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    .expect("chmod 0700");
+            }
+        }
+        running
+    }
+
+    fn token_path(&self) -> PathBuf {
+        self.path().join(".murmur").join("registry").join("token")
+    }
+
+    /// Write `record` into the running directory; answers the file.
+    fn write(&self, record: &RecordJson) -> PathBuf {
+        record.write_in(&self.running_dir())
+    }
+}
+
+fn chown_nobody(path: &Path) {
+    std::os::unix::fs::lchown(path, Some(NOBODY), Some(NOBODY))
+        .unwrap_or_else(|e| panic!("chown {} to {NOBODY}: {e}", path.display()));
+}
+
+/// Who the binary runs as, and what `/proc` it sees.
+#[derive(Debug, Clone, Copy)]
+enum User {
+    /// The test's own user (root).
+    Me,
+    /// uid/gid 65534 with no supplementary groups, through `setpriv`.
+    Nobody,
+    /// uid/gid 65534 in a private mount namespace whose `/proc` is mounted `hidepid=2`: other
+    /// users' `/proc/<pid>` entries do not exist for it, while `kill(pid, 0)` gives EPERM.
+    NobodyHiddenProc,
+}
+
+const SETPRIV_NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
+/// The binary with `HOME` set to `home` and the environment that could steer it cleared;
+/// the caller appends the subcommand and its arguments.
+fn registry(home: &Path, user: User) -> Command {
+    let mut cmd = match user {
+        User::Me => Command::new(BIN),
+        User::Nobody => {
+            let mut cmd = Command::new(SETPRIV_NOBODY[0]);
+            cmd.args(&SETPRIV_NOBODY[1..]).arg(BIN);
+            cmd
+        }
+        User::NobodyHiddenProc => {
+            let script = format!(
+                "mount -t proc -o hidepid=2 proc /proc && exec {} \"$@\"",
+                SETPRIV_NOBODY.join(" ")
+            );
+            let mut cmd = Command::new("unshare");
+            cmd.args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+                .arg(BIN);
+            cmd
+        }
+    };
+    cmd.env("HOME", home)
+        .env_remove("MURMUR_REGISTRY_BIND")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// The exit status and output of a process that ran to its end, and how long it took.
+#[derive(Debug)]
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Finished {
+    fn stdout_lines(&self) -> Vec<&str> {
+        self.stdout.lines().collect()
+    }
+
+    fn assert_success(&self) -> &Self {
+        assert_eq!(self.status.code(), Some(0), "expected exit 0: {self:#?}");
+        self
+    }
+
+    /// Exit status 1 with one `error: …` line on stderr (and nothing on stdout).
+    fn assert_failure(&self) -> &Self {
+        assert_eq!(self.status.code(), Some(1), "expected exit 1: {self:#?}");
+        assert!(self.stdout.is_empty(), "nothing on stdout: {self:#?}");
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("error"))
+            .collect();
+        assert_eq!(lines.len(), 1, "one clear error line: {self:#?}");
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+    }
+}
+
+/// Read a pipe to its end on its own thread.
+fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// Run `cmd` to its end, capturing its output; killed, and the test failed, after `DEADLINE`.
+fn run(mut cmd: Command) -> Finished {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the binary");
+    let stdout = drain(child.stdout.take().expect("stdout"));
+    let stderr = drain(child.stderr.take().expect("stderr"));
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not exit within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let took = started.elapsed();
+    Finished {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+        took,
+    }
+}
+
+/// Run `murmur-registry <args>` in `home` as `user`.
+fn cli(home: &Home, user: User, args: &[&str]) -> Finished {
+    let mut cmd = registry(home.path(), user);
+    cmd.args(args);
+    run(cmd)
+}
+
+/// Run `murmur-registry <args>` in `home` as the test user.
+fn me(home: &Home, args: &[&str]) -> Finished {
+    cli(home, User::Me, args)
+}
+
+/// Whether `pid` ignores signal `signo`, from the `SigIgn` mask of `/proc/<pid>/status`.
+fn ignores_signal(pid: u32, signo: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signo - 1)) != 0)
+}
+
+/// A capsule that ignores SIGTERM: `sh -c "trap '' TERM; exec sleep 1000"` (SIG_IGN survives
+/// the exec). Ready once it runs `sleep` with SIGTERM ignored. Killed and reaped on drop.
+struct TermIgnoringChild {
+    child: Child,
+}
+
+impl TermIgnoringChild {
+    fn spawn() -> Self {
+        let child = Command::new("sh")
+            .args(["-c", "trap '' TERM; exec sleep 1000"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn sh");
+        let pid = child.id();
+        let spawned = Self { child };
+        wait_until(
+            "the child runs sleep with SIGTERM ignored",
+            DEADLINE,
+            || {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                comm.trim() == "sleep" && ignores_signal(pid, 15)
+            },
+        );
+        spawned
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn record(&self) -> RecordJson {
+        let token = process_start_token(self.pid()).expect("a live child's start token");
+        RecordJson::fresh().process(self.pid(), &token).no_door()
+    }
+
+    fn wait_exit(&mut self) -> ExitStatus {
+        let mut status = None;
+        wait_until("the child exits", DEADLINE, || {
+            status = self.child.try_wait().expect("try_wait");
+            status.is_some()
+        });
+        status.expect("set when the wait ends")
+    }
+}
+
+impl Drop for TermIgnoringChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `started_at` for a session that started `ago` before now (RFC 3339, whole seconds, UTC).
+fn started_ago(ago: Duration) -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now() - ago).to_string()
+}
+
+/// `HH:MM:SS` or `Nd HH:MM:SS` back to seconds; panics on anything else.
+fn uptime_secs(text: &str) -> u64 {
+    let (days, clock) = match text.split_once("d ") {
+        Some((days, clock)) => (days.parse::<u64>().expect("days"), clock),
+        None => (0, text),
+    };
+    let parts: Vec<&str> = clock.split(':').collect();
+    assert!(
+        parts.len() == 3 && parts.iter().all(|p| p.len() == 2),
+        "uptime {text:?} is not [Nd ]HH:MM:SS"
+    );
+    let n: Vec<u64> = parts.iter().map(|p| p.parse().expect("digits")).collect();
+    assert!(n[1] < 60 && n[2] < 60, "uptime {text:?}");
+    days * 86_400 + n[0] * 3600 + n[1] * 60 + n[2]
+}
+
+/// The `ps` table's rows as cells, cut at the header's column starts (so a cell that does not
+/// line up with its header comes out wrong). Checks the header itself.
+fn parse_table(stdout: &str) -> Vec<Vec<String>> {
+    let mut lines = stdout.lines();
+    let header = lines.next().expect("a header line");
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        COLUMNS,
+        "header: {header:?}"
+    );
+    let mut starts = Vec::new();
+    let mut from = 0;
+    for column in COLUMNS {
+        let at = from
+            + header[from..]
+                .find(column)
+                .expect("the column in the header");
+        if at > 0 {
+            assert!(
+                header[..at].ends_with("  "),
+                "columns are separated by at least two spaces: {header:?}"
+            );
+        }
+        starts.push(at);
+        from = at + column.len();
+    }
+    assert_eq!(starts[0], 0, "SESSION is the first column");
+    lines
+        .map(|row| {
+            (0..COLUMNS.len())
+                .map(|i| {
+                    let end = starts
+                        .get(i + 1)
+                        .copied()
+                        .unwrap_or(row.len())
+                        .min(row.len());
+                    let cell = row.get(starts[i]..end).unwrap_or("");
+                    if i + 1 < COLUMNS.len() {
+                        assert!(
+                            cell.ends_with("  ") || cell.trim().is_empty(),
+                            "cell {i} of {row:?} runs into the next column"
+                        );
+                    }
+                    cell.trim().to_owned()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn pruned_line(id: &str, reason: &str) -> String {
+    format!("pruned: {id} — {reason}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// ps
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn ps_on_an_empty_home_says_no_running_capsules() {
+    let home = Home::new();
+    let done = me(&home, &["ps"]);
+    done.assert_success();
+    assert_eq!(done.stdout, "no running capsules\n");
+    assert_eq!(done.stderr, "");
+    // Like murmur, it creates the running directory private.
+    let running = home.path().join(".murmur").join("running");
+    assert_eq!(mode_of(&running), 0o700);
+    assert_eq!(mode_of(&home.path().join(".murmur")), 0o700);
+
+    let json = me(&home, &["ps", "--json"]);
+    json.assert_success();
+    assert_eq!(json.json(), serde_json::json!([]));
+}
+
+#[test]
+fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
+    let home = Home::new();
+    let begun = Instant::now();
+
+    // Oldest: a script capsule with no door (layers 1-2 decide: running), detached.
+    let alpha = SleepingChild::spawn();
+    let alpha_ago = Duration::from_secs(3600 + 2 * 60 + 3);
+    let a = alpha
+        .record()
+        .no_door()
+        .set("capsule_name", "alpha")
+        .set("capsule_version", "1.2.3")
+        .set("outlives_launcher", true)
+        .set("started_at", started_ago(alpha_ago));
+    home.write(&a);
+
+    // A capsule whose door answers for its session: running, with its URL.
+    let delta = SleepingChild::spawn();
+    let d_id = session_id();
+    let door = DoorServer::start(DoorMode::SpecCard(d_id.clone()));
+    let d_url = door.url();
+    let d_ago = Duration::from_secs(5);
+    let d = RecordJson::new(&d_id)
+        .process(delta.pid(), &delta.start_token())
+        .url(d_url.clone())
+        .set("capsule_name", "delta")
+        .set("capsule_version", "0.9.0")
+        .set("started_at", started_ago(d_ago));
+    home.write(&d);
+
+    // A capsule whose door is down: unreachable, started more than two days ago.
+    let bravo = SleepingChild::spawn();
+    let b_url = refused_url();
+    let b_ago = Duration::from_secs(2 * 86_400 + 3 * 3600 + 4 * 60 + 5);
+    let b = bravo
+        .record()
+        .url(b_url.clone())
+        .set("capsule_name", "bravo")
+        .set("capsule_version", "2.0.0-rc.1")
+        .set("started_at", started_ago(b_ago));
+    home.write(&b);
+
+    // Newest: a capsule whose process is gone.
+    let gone = ExitedChild::spawn();
+    let c = gone.record().no_door();
+    let c_file = home.write(&c);
+
+    let done = me(&home, &["ps"]);
+    let elapsed = begun.elapsed().as_secs() + 1;
+    done.assert_success();
+    assert_eq!(
+        done.stderr.lines().collect::<Vec<_>>(),
+        vec![pruned_line(
+            &c.session_id(),
+            &format!("no process holds pid {}", gone.pid)
+        )],
+        "{done:#?}"
+    );
+    assert_absent(&c_file);
+
+    let rows = parse_table(&done.stdout);
+    let ids: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(
+        ids,
+        [b.session_id(), d.session_id(), a.session_id()],
+        "newest first, full ids, gone record not listed:\n{}",
+        done.stdout
+    );
+    let expected = [
+        (
+            "bravo@2.0.0-rc.1",
+            "unreachable",
+            "no",
+            b_url.as_str(),
+            b_ago,
+        ),
+        ("delta@0.9.0", "running", "no", d_url.as_str(), d_ago),
+        ("alpha@1.2.3", "running", "yes", "-", alpha_ago),
+    ];
+    for (row, (capsule, status, detached, url, ago)) in rows.iter().zip(expected) {
+        assert_eq!(row[1], capsule, "CAPSULE of {row:?}");
+        assert_eq!(row[2], status, "STATUS of {row:?}");
+        assert_eq!(row[3], detached, "DETACHED of {row:?}");
+        assert_eq!(row[5], url, "URL of {row:?}");
+        let up = uptime_secs(&row[4]);
+        assert!(
+            (ago.as_secs()..=ago.as_secs() + elapsed).contains(&up),
+            "UPTIME of {row:?}: {up}s, expected about {}s",
+            ago.as_secs()
+        );
+        if ago.as_secs() >= 86_400 {
+            assert!(row[4].starts_with("2d "), "a day prefix: {row:?}");
+        } else {
+            assert!(!row[4].contains('d'), "no day prefix under a day: {row:?}");
+        }
+    }
+    assert_eq!(rows[2][4].len(), "01:02:03".len());
+
+    // Listing changed nothing else: the live records stay.
+    for record in [&a, &b, &d] {
+        assert!(home.running_dir().join(record.file_name()).exists());
+    }
+}
+
+#[test]
+fn ps_json_lists_sessions_with_liveness_and_no_secrets() {
+    let home = Home::new();
+    let live = SleepingChild::spawn();
+    let secret = "door-secret-7f3a9c1e5b2d4f6a8c0e";
+    let l = live.record().no_door().door_token(secret);
+    home.write(&l);
+    let unreachable = SleepingChild::spawn();
+    let u = unreachable.record().url(refused_url());
+    home.write(&u);
+    let gone = ExitedChild::spawn();
+    let g = gone.record().no_door();
+    let g_file = home.write(&g);
+    let junk = common::write_raw(&home.running_dir(), "bad.json", b"{ this is not a record");
+
+    let done = me(&home, &["ps", "--json"]);
+    done.assert_success();
+    assert!(
+        done.stderr.contains(&pruned_line(
+            &g.session_id(),
+            &format!("no process holds pid {}", gone.pid)
+        )),
+        "{done:#?}"
+    );
+    assert!(
+        !done.stdout.contains(secret),
+        "no door token: {}",
+        done.stdout
+    );
+    let sessions = done.json();
+    let sessions = sessions.as_array().expect("a JSON array");
+    let ids: Vec<&str> = sessions
+        .iter()
+        .map(|s| s["session_id"].as_str().expect("session_id"))
+        .collect();
+    assert_eq!(
+        ids,
+        [u.session_id(), l.session_id()],
+        "newest first, gone pruned"
+    );
+    assert_eq!(sessions[0]["liveness"]["state"], "unreachable");
+    assert_eq!(sessions[0]["liveness"]["process"], "alive");
+    assert!(sessions[0]["liveness"]["reason"].is_string());
+    assert_eq!(sessions[1]["liveness"]["state"], "live");
+    assert_eq!(sessions[1]["liveness"]["process"], "alive");
+    assert_eq!(sessions[1]["pid"], live.pid());
+    assert_eq!(sessions[1]["url"], Value::Null);
+    assert!(sessions[1].get("door_token").is_none());
+
+    assert_absent(&g_file);
+    assert_absent(&junk);
+}
+
+#[test]
+fn ps_refuses_a_running_dir_that_is_a_symlink() {
+    let home = Home::new();
+    let murmur = home.path().join(".murmur");
+    std::fs::create_dir(&murmur).unwrap();
+    std::fs::set_permissions(&murmur, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let real = home.path().join("real-running");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let gone = ExitedChild::spawn();
+    let record = gone.record().write_in(&real);
+    let link = murmur.join("running");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+
+    for command in [&["ps"][..], &["ps", "--json"], &["prune"], &["stop", "@1"]] {
+        let done = me(&home, command);
+        done.assert_failure();
+        assert!(
+            done.stderr.contains(&link.display().to_string()),
+            "{command:?} must name the directory: {}",
+            done.stderr
+        );
+    }
+    // Nothing was followed: the link, its target and the record behind it are as they were.
+    assert_eq!(std::fs::read_link(&link).unwrap(), real);
+    assert!(
+        record.exists(),
+        "a record behind the link must not be pruned"
+    );
+}
+
+#[test]
+fn ps_says_a_symlinked_running_dir_is_a_symlink() {
+    let home = Home::new();
+    let murmur = home.path().join(".murmur");
+    std::fs::create_dir(&murmur).unwrap();
+    std::fs::set_permissions(&murmur, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let real = home.path().join("real-running");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&real, murmur.join("running")).unwrap();
+
+    let done = me(&home, &["ps"]);
+    done.assert_failure();
+    assert!(done.stderr.contains("symlink"), "{}", done.stderr);
+}
+
+#[test]
+fn ps_refuses_a_running_dir_owned_by_another_uid() {
+    let home = Home::new();
+    let running = home.running_dir();
+    chown_nobody(&running);
+
+    let done = me(&home, &["ps"]);
+    done.assert_failure();
+    assert!(
+        done.stderr.contains(&running.display().to_string())
+            && done.stderr.contains(&format!("uid {NOBODY}")),
+        "the path and the owner: {}",
+        done.stderr
+    );
+    let meta = std::fs::symlink_metadata(&running).unwrap();
+    assert_eq!(meta.uid(), NOBODY, "left as it was");
+    assert_eq!(mode_of(&running), 0o700);
+}
+
+#[test]
+fn ps_without_home_fails_clearly() {
+    let home = Home::new();
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.env_remove("HOME").arg("ps");
+    let done = run(cmd);
+    done.assert_failure();
+    assert!(done.stderr.contains("HOME"), "{}", done.stderr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// stop
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn stop_at_1_ends_the_newest_running_capsule_with_sigterm_quickly() {
+    let home = Home::new();
+    let mut older = SleepingChild::spawn();
+    let o = older.record().no_door();
+    let o_file = home.write(&o);
+    let mut target = SleepingChild::spawn();
+    let t = target
+        .record()
+        .url(refused_url())
+        .set("capsule_name", "stoppable")
+        .set("capsule_version", "2.0.0");
+    let t_file = home.write(&t);
+    // Newer still, but gone: `@N` counts what `ps` lists after pruning.
+    let gone = ExitedChild::spawn();
+    let g = gone.record().no_door();
+    let g_file = home.write(&g);
+
+    let done = me(&home, &["stop", "@1"]);
+    done.assert_success();
+    assert_eq!(
+        done.stdout_lines(),
+        [
+            format!("stopped: {}", t.session_id()),
+            "capsule: stoppable@2.0.0".to_owned(),
+            "signal: SIGTERM".to_owned(),
+        ],
+        "{done:#?}"
+    );
+    assert!(
+        done.took < Duration::from_secs(5),
+        "a capsule that exits on SIGTERM must not wait out the 10 s timeout: {:?}",
+        done.took
+    );
+    let status = target.wait_exit(DEADLINE);
+    assert_eq!(status.signal(), Some(15), "terminated by SIGTERM: {status}");
+    assert_absent(&t_file);
+    assert_absent(&g_file);
+    assert!(done.stderr.contains(&g.session_id()), "{done:#?}");
+
+    assert!(older.is_running(), "only @1 is stopped");
+    assert!(o_file.exists());
+}
+
+#[test]
+fn stop_escalates_to_sigkill_when_sigterm_is_ignored() {
+    let home = Home::new();
+    let mut stubborn = TermIgnoringChild::spawn();
+    let record = stubborn.record().set("capsule_name", "stubborn");
+    let file = home.write(&record);
+    let id = record.session_id();
+
+    let done = me(&home, &["stop", &id, "--timeout", "1"]);
+    done.assert_success();
+    assert_eq!(
+        done.stdout_lines(),
+        [
+            format!("stopped: {id}"),
+            "capsule: stubborn@0.1.0".to_owned(),
+            "signal: SIGKILL".to_owned(),
+        ],
+        "{done:#?}"
+    );
+    assert!(
+        done.took >= Duration::from_secs(1),
+        "SIGKILL only after the timeout: {:?}",
+        done.took
+    );
+    let status = stubborn.wait_exit();
+    assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status}");
+    assert_absent(&file);
+}
+
+#[test]
+fn stop_with_timeout_zero_sends_sigkill_at_once() {
+    let home = Home::new();
+    let mut child = SleepingChild::spawn();
+    let record = child.record().no_door();
+    let file = home.write(&record);
+
+    let done = me(&home, &["stop", &record.session_id(), "--timeout", "0"]);
+    done.assert_success();
+    assert!(
+        done.stdout_lines().contains(&"signal: SIGKILL"),
+        "{done:#?}"
+    );
+    let status = child.wait_exit(DEADLINE);
+    assert_eq!(status.signal(), Some(9), "{status}");
+    assert_absent(&file);
+}
+
+#[test]
+fn stop_at_n_past_the_running_sessions_fails() {
+    let home = Home::new();
+    let mut child = SleepingChild::spawn();
+    let file = home.write(&child.record().no_door());
+
+    let done = me(&home, &["stop", "@5"]);
+    done.assert_failure();
+    assert!(
+        done.stderr.contains("@5") && done.stderr.contains("1 running"),
+        "{}",
+        done.stderr
+    );
+    for address in ["@0", "@x", "@-1"] {
+        let done = me(&home, &["stop", address]);
+        done.assert_failure();
+        assert!(done.stderr.contains(address), "{address}: {}", done.stderr);
+    }
+    assert!(child.is_running());
+    assert!(file.exists());
+}
+
+#[test]
+fn stop_of_an_unknown_or_invalid_session_fails() {
+    let home = Home::new();
+    let mut child = SleepingChild::spawn();
+    let file = home.write(&child.record().no_door());
+
+    let unknown = session_id();
+    let done = me(&home, &["stop", &unknown]);
+    done.assert_failure();
+    assert!(
+        done.stderr
+            .contains(&format!("no running session {unknown}")),
+        "{}",
+        done.stderr
+    );
+
+    let done = me(&home, &["stop", "../../etc/passwd"]);
+    done.assert_failure();
+    assert!(done.stderr.contains("not a session id"), "{}", done.stderr);
+
+    assert!(child.is_running());
+    assert!(file.exists());
+}
+
+#[test]
+fn stop_of_a_gone_process_fails_and_removes_the_record() {
+    let home = Home::new();
+    let gone = ExitedChild::spawn();
+    let record = gone.record().no_door();
+    let file = home.write(&record);
+
+    let done = me(&home, &["stop", &record.session_id()]);
+    done.assert_failure();
+    assert!(
+        done.stderr.contains(&record.session_id()) && done.stderr.contains("not running"),
+        "{}",
+        done.stderr
+    );
+    assert_absent(&file);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unverified processes: a hidden /proc, another uid
+// ---------------------------------------------------------------------------------------------
+
+/// A HOME owned by 65534 holding a record (owned by 65534) of a root-owned `sleep`, named with
+/// its correct start token.
+fn nobody_home_with_root_capsule() -> (Home, SleepingChild, RecordJson, PathBuf) {
+    let home = Home::for_nobody();
+    let child = SleepingChild::spawn();
+    let record = child.record().no_door();
+    let file = home.write(&record);
+    chown_nobody(&file);
+    (home, child, record, file)
+}
+
+#[test]
+fn ps_under_hidepid_lists_the_capsule_unverified_and_keeps_its_record() {
+    let (home, mut child, record, file) = nobody_home_with_root_capsule();
+
+    // With /proc visible the same user confirms it: the record itself is sound.
+    let visible = cli(&home, User::Nobody, &["ps", "--json"]);
+    visible.assert_success();
+    assert_eq!(
+        visible.json()[0]["liveness"]["process"],
+        "alive",
+        "{visible:#?}"
+    );
+
+    let hidden = cli(&home, User::NobodyHiddenProc, &["ps", "--json"]);
+    hidden.assert_success();
+    assert_eq!(hidden.stderr, "", "nothing pruned: {hidden:#?}");
+    let sessions = hidden.json();
+    assert_eq!(sessions.as_array().map(Vec::len), Some(1), "{hidden:#?}");
+    assert_eq!(sessions[0]["session_id"], record.session_id().as_str());
+    assert_eq!(
+        sessions[0]["liveness"]["state"], "unreachable",
+        "{sessions}"
+    );
+    assert_eq!(
+        sessions[0]["liveness"]["process"], "unverified",
+        "{sessions}"
+    );
+    assert!(sessions[0]["liveness"]["reason"].is_string());
+
+    let table = cli(&home, User::NobodyHiddenProc, &["ps"]);
+    table.assert_success();
+    let rows = parse_table(&table.stdout);
+    assert_eq!(rows.len(), 1, "{table:#?}");
+    assert_eq!(rows[0][0], record.session_id());
+    assert_eq!(rows[0][2], "unreachable");
+
+    assert!(
+        file.exists(),
+        "an unverified process is no evidence: the record stays"
+    );
+    assert!(child.is_running());
+}
+
+#[test]
+fn stop_under_hidepid_refuses_and_the_capsule_survives() {
+    let (home, mut child, record, file) = nobody_home_with_root_capsule();
+    let id = record.session_id();
+
+    for address in [id.as_str(), "@1"] {
+        // `--timeout 0` would send SIGKILL at once if the check were skipped.
+        let done = cli(
+            &home,
+            User::NobodyHiddenProc,
+            &["stop", address, "--timeout", "0"],
+        );
+        done.assert_failure();
+        assert!(
+            done.stderr.contains(&format!("could not stop {id}")),
+            "{address}: {}",
+            done.stderr
+        );
+        assert!(child.is_running(), "{address}: the capsule must survive");
+        assert!(file.exists(), "{address}: the record must stay");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// prune
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn prune_removes_gone_records_and_junk_and_keeps_the_rest() {
+    let home = Home::new();
+    let mut live = SleepingChild::spawn();
+    let l_file = home.write(&live.record());
+    // Names a live process with another start time: the pid was reused. Never signalled.
+    let mut reused = SleepingChild::spawn();
+    let r = RecordJson::fresh().process(reused.pid(), &wrong_start_token(reused.pid()));
+    let r_file = home.write(&r);
+    let gone = ExitedChild::spawn();
+    let g = gone.record();
+    let g_file = home.write(&g);
+    let junk = common::write_raw(&home.running_dir(), "bad.json", b"not json at all");
+    let directory = home.running_dir().join("dir.json");
+    std::fs::create_dir(&directory).unwrap();
+
+    let done = me(&home, &["prune"]);
+    done.assert_success();
+    let lines = done.stdout_lines();
+    assert!(
+        lines.contains(
+            &pruned_line(
+                &g.session_id(),
+                &format!("no process holds pid {}", gone.pid)
+            )
+            .as_str()
+        ),
+        "{done:#?}"
+    );
+    assert!(
+        lines.contains(
+            &pruned_line(
+                &r.session_id(),
+                &format!(
+                    "pid {} is held by a process that started at another time",
+                    reused.pid()
+                )
+            )
+            .as_str()
+        ),
+        "{done:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("removed: 1 ")),
+        "the junk file is reported: {done:#?}"
+    );
+    assert_eq!(lines.len(), 3, "{done:#?}");
+
+    assert_absent(&g_file);
+    assert_absent(&r_file);
+    assert_absent(&junk);
+    assert!(l_file.exists(), "a live record stays");
+    assert!(directory.is_dir(), "a directory is never removed");
+    assert!(
+        live.is_running() && reused.is_running(),
+        "prune signals nothing"
+    );
+
+    let again = me(&home, &["prune"]);
+    again.assert_success();
+    assert_eq!(again.stdout, "nothing to prune\n");
+}
+
+#[test]
+fn prune_with_nothing_gone_says_so() {
+    let home = Home::new();
+    let done = me(&home, &["prune"]);
+    done.assert_success();
+    assert_eq!(done.stdout, "nothing to prune\n");
+
+    let live = SleepingChild::spawn();
+    let file = home.write(&live.record().no_door());
+    let done = me(&home, &["prune"]);
+    done.assert_success();
+    assert_eq!(done.stdout, "nothing to prune\n");
+    assert!(file.exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// openapi, token, --help
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn openapi_prints_the_openapi_3_1_document() {
+    let home = Home::new();
+    let done = me(&home, &["openapi"]);
+    done.assert_success();
+    let spec = done.json();
+    assert_eq!(spec["openapi"], "3.1.0");
+    for path in [
+        "/sessions",
+        "/sessions/{id}",
+        "/sessions/{id}/signal",
+        "/healthz",
+    ] {
+        assert!(spec["paths"].get(path).is_some(), "{path} missing");
+    }
+    assert!(
+        !home.path().join(".murmur").exists(),
+        "printing the spec touches no directory"
+    );
+}
+
+fn is_hex64(token: &str) -> bool {
+    token.len() == 64
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[test]
+fn token_prints_the_path_and_never_the_token() {
+    let home = Home::new();
+    let path = home.token_path();
+    let done = me(&home, &["token"]);
+    done.assert_success();
+    assert_eq!(done.stdout, format!("{}\n", path.display()));
+    // It creates the token when there is none, private.
+    let token = std::fs::read_to_string(&path)
+        .expect("created")
+        .trim()
+        .to_owned();
+    assert!(is_hex64(&token), "{token:?}");
+    assert_eq!(mode_of(&path), 0o600);
+    assert_eq!(mode_of(path.parent().unwrap()), 0o700);
+    assert!(!done.stdout.contains(&token) && !done.stderr.contains(&token));
+
+    let again = me(&home, &["token"]);
+    again.assert_success();
+    assert_eq!(again.stdout, done.stdout);
+    let unchanged = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(unchanged.trim(), token, "printing the path changes nothing");
+}
+
+#[test]
+fn token_show_prints_the_token_and_rotate_replaces_it() {
+    let home = Home::new();
+    let shown = me(&home, &["token", "--show"]);
+    shown.assert_success();
+    let token = shown.stdout.trim().to_owned();
+    assert!(is_hex64(&token), "{shown:#?}");
+    assert_eq!(shown.stdout, format!("{token}\n"));
+    let on_disk = std::fs::read_to_string(home.token_path()).unwrap();
+    assert_eq!(on_disk.trim(), token);
+
+    let rotated = me(&home, &["token", "--rotate", "--show"]);
+    rotated.assert_success();
+    let new = rotated.stdout.trim().to_owned();
+    assert!(is_hex64(&new), "{rotated:#?}");
+    assert_ne!(new, token);
+    assert_eq!(
+        std::fs::read_to_string(home.token_path()).unwrap().trim(),
+        new
+    );
+    assert_eq!(mode_of(&home.token_path()), 0o600);
+}
+
+#[test]
+fn token_refuses_a_file_others_can_read_and_never_shows_it() {
+    let home = Home::new();
+    let path = home.token_path();
+    let made = me(&home, &["token"]);
+    made.assert_success();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = std::fs::read_to_string(&path).unwrap();
+
+    for args in [&["token", "--show"][..], &["token", "--rotate"], &["token"]] {
+        let done = me(&home, args);
+        done.assert_failure();
+        assert!(
+            done.stderr.contains(&path.display().to_string()),
+            "{args:?}: {}",
+            done.stderr
+        );
+        assert!(
+            !done.stderr.contains(before.trim()),
+            "{args:?} leaked the token"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        before,
+        "left as it was"
+    );
+    assert_eq!(mode_of(&path), 0o644, "never repaired silently");
+}
+
+#[test]
+fn every_subcommand_help_has_an_example() {
+    let home = Home::new();
+    for sub in ["serve", "ps", "stop", "prune", "openapi", "token"] {
+        let done = me(&home, &[sub, "--help"]);
+        done.assert_success();
+        assert!(
+            done.stdout.contains("Example"),
+            "`{sub} --help` has no example:\n{}",
+            done.stdout
+        );
+    }
+    let top = me(&home, &["--help"]);
+    top.assert_success();
+    for sub in ["serve", "ps", "stop", "prune", "openapi", "token"] {
+        assert!(top.stdout.contains(sub), "`--help` lists {sub}");
+    }
+    assert!(
+        !home.path().join(".murmur").exists(),
+        "help touches nothing"
+    );
+}
