@@ -15,7 +15,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::{IntoParams, IntoResponses, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, Problem};
@@ -200,6 +200,51 @@ pub struct SessionPath {
         example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d"
     )]
     pub id: String,
+}
+
+/// The problems every authenticated route may answer (OpenAPI responses).
+#[derive(Debug, IntoResponses)]
+pub enum GateProblems {
+    /// Missing or wrong bearer token.
+    #[response(
+        status = 401,
+        description = "Missing or wrong bearer token",
+        content_type = "application/problem+json"
+    )]
+    Unauthorized(Problem),
+    /// The `Host` or `Origin` is not this registry's.
+    #[response(
+        status = 403,
+        description = "Host or Origin is not this registry's",
+        content_type = "application/problem+json"
+    )]
+    Forbidden(Problem),
+    /// The token file became unusable while the registry runs; it fails closed.
+    #[response(
+        status = 503,
+        description = "The registry's token file is unusable; every request is refused until it is fixed",
+        content_type = "application/problem+json"
+    )]
+    TokenFileUnusable(Problem),
+}
+
+/// The problems every route naming one session may answer (OpenAPI responses).
+#[derive(Debug, IntoResponses)]
+pub enum SessionProblems {
+    /// Bad input.
+    #[response(
+        status = 400,
+        description = "Bad input: an invalid session id, query or body",
+        content_type = "application/problem+json"
+    )]
+    BadRequest(Problem),
+    /// No valid record for this session.
+    #[response(
+        status = 404,
+        description = "No valid record for this session",
+        content_type = "application/problem+json"
+    )]
+    NotFound(Problem),
 }
 
 /// Filters of `GET /sessions`.
@@ -422,8 +467,7 @@ fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
     responses(
         (status = 200, description = "Every session that matches", body = SessionList),
         (status = 400, description = "Unknown status, or live/unreachable asked for without the probe", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "Host or Origin is not this registry's", body = Problem, content_type = "application/problem+json"),
+        GateProblems,
     )
 )]
 pub async fn list_sessions(
@@ -468,9 +512,8 @@ pub async fn list_sessions(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The session", body = SessionView),
-        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
+        SessionProblems,
+        GateProblems,
     )
 )]
 pub async fn get_session(
@@ -493,9 +536,8 @@ pub async fn get_session(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The verdict", body = LivenessReport),
-        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
+        SessionProblems,
+        GateProblems,
     )
 )]
 pub async fn get_liveness(
@@ -523,10 +565,9 @@ pub async fn get_liveness(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The record was removed", body = PruneResponse),
-        (status = 400, description = "Invalid session id", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The process is alive or unverified; the record stays", body = PruneProblem, content_type = "application/problem+json"),
+        SessionProblems,
+        GateProblems,
     )
 )]
 pub async fn prune_session(
@@ -567,7 +608,7 @@ pub async fn prune_session(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "What was removed", body = PruneAllResponse),
-        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
+        GateProblems,
     )
 )]
 pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllResponse>, ApiError> {
@@ -592,14 +633,13 @@ pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllRes
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The signal was delivered", body = SignalResponse),
-        (status = 400, description = "Invalid session id or malformed JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Refused: the process could not be confirmed, or the kernel said EPERM", body = SignalProblem, content_type = "application/problem+json"),
         (status = 410, description = "The process was already gone; its record was removed", body = SignalProblem, content_type = "application/problem+json"),
         (status = 413, description = "Body over 16 KiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Unknown signal", body = Problem, content_type = "application/problem+json"),
+        SessionProblems,
+        GateProblems,
     )
 )]
 pub async fn signal_session(
@@ -674,10 +714,9 @@ fn signal_problem(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The process is gone (stopped now, or already)", body = StopResponse),
-        (status = 400, description = "Invalid session id or timeout", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Missing or wrong bearer token", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No valid record for this session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Refused: the process could not be confirmed, or the kernel said EPERM", body = SignalProblem, content_type = "application/problem+json"),
+        SessionProblems,
+        GateProblems,
     )
 )]
 pub async fn stop_session(
