@@ -22,217 +22,24 @@
 
 mod common;
 
-use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
+use common::binary::{Finished, Home, NOBODY, User, chown_nobody, is_hex64, registry, run};
 use common::{
-    DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, SleepingChild, assert_absent, mode_of,
-    refused_url, session_id, wait_until, wrong_start_token,
+    DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, SleepingChild, TermIgnoringChild,
+    assert_absent, mode_of, refused_url, session_id, wrong_start_token,
 };
-use murmur_registry::running::process_start_token;
 use serde_json::Value;
-use tempfile::TempDir;
-
-/// The binary under test.
-const BIN: &str = env!("CARGO_BIN_EXE_murmur-registry");
-
-/// The unprivileged uid and gid (`nobody`) some tests run the binary as.
-const NOBODY: u32 = 65534;
 
 /// The `ps` table's columns, in order.
 const COLUMNS: [&str; 6] = ["SESSION", "CAPSULE", "STATUS", "DETACHED", "UPTIME", "URL"];
 
 // ---------------------------------------------------------------------------------------------
-// Fixtures: a private HOME, commands, finished runs, a capsule that ignores SIGTERM
+// Fixtures: the command line, the `ps` table
 // ---------------------------------------------------------------------------------------------
-
-/// A private temporary `HOME` (mode 0700) for one test.
-struct Home {
-    dir: TempDir,
-}
-
-impl Home {
-    fn new() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("murmur-registry-home-")
-            .tempdir()
-            .expect("create a temporary HOME");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
-            .expect("chmod HOME 0700");
-        Self { dir }
-    }
-
-    /// A HOME whose `~`, `~/.murmur` and `~/.murmur/running` belong to uid/gid 65534.
-    fn for_nobody() -> Self {
-        let home = Self::new();
-        let running = home.running_dir();
-        chown_nobody(home.path());
-        chown_nobody(&home.path().join(".murmur"));
-        chown_nobody(&running);
-        home
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// `~/.murmur/running`, created (0700, with `~/.murmur`) as the test user if missing.
-    fn running_dir(&self) -> PathBuf {
-        let murmur = self.path().join(".murmur");
-        let running = murmur.join("running");
-        for dir in [&murmur, &running] {
-            if !dir.exists() {
-                std::fs::create_dir(dir).expect("mkdir");
-                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                    .expect("chmod 0700");
-            }
-        }
-        running
-    }
-
-    fn token_path(&self) -> PathBuf {
-        self.path().join(".murmur").join("registry").join("token")
-    }
-
-    /// Write `record` into the running directory; answers the file.
-    fn write(&self, record: &RecordJson) -> PathBuf {
-        record.write_in(&self.running_dir())
-    }
-}
-
-fn chown_nobody(path: &Path) {
-    std::os::unix::fs::lchown(path, Some(NOBODY), Some(NOBODY))
-        .unwrap_or_else(|e| panic!("chown {} to {NOBODY}: {e}", path.display()));
-}
-
-/// Who the binary runs as, and what `/proc` it sees.
-#[derive(Debug, Clone, Copy)]
-enum User {
-    /// The test's own user (root).
-    Me,
-    /// uid/gid 65534 with no supplementary groups, through `setpriv`.
-    Nobody,
-    /// uid/gid 65534 in a private mount namespace whose `/proc` is mounted `hidepid=2`: other
-    /// users' `/proc/<pid>` entries do not exist for it, while `kill(pid, 0)` gives EPERM.
-    NobodyHiddenProc,
-}
-
-const SETPRIV_NOBODY: [&str; 4] = [
-    "setpriv",
-    "--reuid=65534",
-    "--regid=65534",
-    "--clear-groups",
-];
-
-/// The binary with `HOME` set to `home` and the environment that could steer it cleared;
-/// the caller appends the subcommand and its arguments.
-fn registry(home: &Path, user: User) -> Command {
-    let mut cmd = match user {
-        User::Me => Command::new(BIN),
-        User::Nobody => {
-            let mut cmd = Command::new(SETPRIV_NOBODY[0]);
-            cmd.args(&SETPRIV_NOBODY[1..]).arg(BIN);
-            cmd
-        }
-        User::NobodyHiddenProc => {
-            let script = format!(
-                "mount -t proc -o hidepid=2 proc /proc && exec {} \"$@\"",
-                SETPRIV_NOBODY.join(" ")
-            );
-            let mut cmd = Command::new("unshare");
-            cmd.args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
-                .arg(BIN);
-            cmd
-        }
-    };
-    cmd.env("HOME", home)
-        .env_remove("MURMUR_REGISTRY_BIND")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// The exit status and output of a process that ran to its end, and how long it took.
-#[derive(Debug)]
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    took: Duration,
-}
-
-impl Finished {
-    fn stdout_lines(&self) -> Vec<&str> {
-        self.stdout.lines().collect()
-    }
-
-    fn assert_success(&self) -> &Self {
-        assert_eq!(self.status.code(), Some(0), "expected exit 0: {self:#?}");
-        self
-    }
-
-    /// Exit status 1 with one `error: …` line on stderr (and nothing on stdout).
-    fn assert_failure(&self) -> &Self {
-        assert_eq!(self.status.code(), Some(1), "expected exit 1: {self:#?}");
-        assert!(self.stdout.is_empty(), "nothing on stdout: {self:#?}");
-        let lines: Vec<&str> = self
-            .stderr
-            .lines()
-            .filter(|l| l.starts_with("error"))
-            .collect();
-        assert_eq!(lines.len(), 1, "one clear error line: {self:#?}");
-        self
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
-    }
-}
-
-/// Read a pipe to its end on its own thread.
-fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
-}
-
-/// Run `cmd` to its end, capturing its output; killed, and the test failed, after `DEADLINE`.
-fn run(mut cmd: Command) -> Finished {
-    let started = Instant::now();
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the binary");
-    let stdout = drain(child.stdout.take().expect("stdout"));
-    let stderr = drain(child.stderr.take().expect("stderr"));
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not exit within {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let took = started.elapsed();
-    Finished {
-        status,
-        stdout: stdout.join().expect("stdout reader"),
-        stderr: stderr.join().expect("stderr reader"),
-        took,
-    }
-}
 
 /// Run `murmur-registry <args>` in `home` as `user`.
 fn cli(home: &Home, user: User, args: &[&str]) -> Finished {
@@ -244,72 +51,6 @@ fn cli(home: &Home, user: User, args: &[&str]) -> Finished {
 /// Run `murmur-registry <args>` in `home` as the test user.
 fn me(home: &Home, args: &[&str]) -> Finished {
     cli(home, User::Me, args)
-}
-
-/// Whether `pid` ignores signal `signo`, from the `SigIgn` mask of `/proc/<pid>/status`.
-fn ignores_signal(pid: u32, signo: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigIgn:"))
-        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (signo - 1)) != 0)
-}
-
-/// A capsule that ignores SIGTERM: `sh -c "trap '' TERM; exec sleep 1000"` (SIG_IGN survives
-/// the exec). Ready once it runs `sleep` with SIGTERM ignored. Killed and reaped on drop.
-struct TermIgnoringChild {
-    child: Child,
-}
-
-impl TermIgnoringChild {
-    fn spawn() -> Self {
-        let child = Command::new("sh")
-            .args(["-c", "trap '' TERM; exec sleep 1000"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn sh");
-        let pid = child.id();
-        let spawned = Self { child };
-        wait_until(
-            "the child runs sleep with SIGTERM ignored",
-            DEADLINE,
-            || {
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-                comm.trim() == "sleep" && ignores_signal(pid, 15)
-            },
-        );
-        spawned
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn record(&self) -> RecordJson {
-        let token = process_start_token(self.pid()).expect("a live child's start token");
-        RecordJson::fresh().process(self.pid(), &token).no_door()
-    }
-
-    fn wait_exit(&mut self) -> ExitStatus {
-        let mut status = None;
-        wait_until("the child exits", DEADLINE, || {
-            status = self.child.try_wait().expect("try_wait");
-            status.is_some()
-        });
-        status.expect("set when the wait ends")
-    }
-}
-
-impl Drop for TermIgnoringChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// `started_at` for a session that started `ago` before now (RFC 3339, whole seconds, UTC).
@@ -693,7 +434,7 @@ fn stop_at_1_ends_the_newest_running_capsule_with_sigterm_quickly() {
 fn stop_escalates_to_sigkill_when_sigterm_is_ignored() {
     let home = Home::new();
     let mut stubborn = TermIgnoringChild::spawn();
-    let record = stubborn.record().set("capsule_name", "stubborn");
+    let record = stubborn.record().no_door().set("capsule_name", "stubborn");
     let file = home.write(&record);
     let id = record.session_id();
 
@@ -713,7 +454,7 @@ fn stop_escalates_to_sigkill_when_sigterm_is_ignored() {
         "SIGKILL only after the timeout: {:?}",
         done.took
     );
-    let status = stubborn.wait_exit();
+    let status = stubborn.wait_exit(DEADLINE);
     assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status}");
     assert_absent(&file);
 }
@@ -806,7 +547,7 @@ fn stop_of_a_gone_process_fails_and_removes_the_record() {
 /// A HOME owned by 65534 holding a record (owned by 65534) of a root-owned `sleep`, named with
 /// its correct start token.
 fn nobody_home_with_root_capsule() -> (Home, SleepingChild, RecordJson, PathBuf) {
-    let home = Home::for_nobody();
+    let home = Home::for_nobody_with_running_dir();
     let child = SleepingChild::spawn();
     let record = child.record().no_door();
     let file = home.write(&record);
@@ -985,13 +726,6 @@ fn openapi_prints_the_openapi_3_1_document() {
         !home.path().join(".murmur").exists(),
         "printing the spec touches no directory"
     );
-}
-
-fn is_hex64(token: &str) -> bool {
-    token.len() == 64
-        && token
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[test]

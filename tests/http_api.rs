@@ -9,7 +9,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -227,64 +226,6 @@ fn ids(listing: &Answer) -> Vec<String> {
 
 fn exists(dir: &Path, record: &RecordJson) -> bool {
     dir.join(record.file_name()).exists()
-}
-
-/// A capsule stand-in that ignores SIGTERM (`SIG_IGN` survives the `exec`).
-struct TermIgnoringChild {
-    child: Child,
-}
-
-impl TermIgnoringChild {
-    fn spawn() -> Self {
-        let child = Command::new("sh")
-            .args(["-c", "trap '' TERM; exec sleep 1000"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        // Wait for the evidence that SIGTERM is ignored, not for time to pass.
-        wait_until("the child ignores SIGTERM", DEADLINE, || {
-            sigterm_ignored(pid)
-        });
-        Self { child }
-    }
-
-    fn record(&self) -> RecordJson {
-        let pid = self.child.id();
-        RecordJson::fresh().process(
-            pid,
-            &murmur_registry::running::process_start_token(pid).unwrap(),
-        )
-    }
-}
-
-impl Drop for TermIgnoringChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn sigterm_ignored(pid: u32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return false;
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigIgn:"))
-        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (15 - 1)) != 0)
-}
-
-fn reap_status(child: &mut Child) -> std::process::ExitStatus {
-    let mut status = None;
-    wait_until("the child exits", DEADLINE, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    status.unwrap()
 }
 
 fn snapshot(dir: &Path) -> BTreeMap<String, EntrySnapshot> {
@@ -948,7 +889,7 @@ async fn stop_escalates_to_sigkill_for_a_capsule_that_ignores_sigterm() {
     assert_eq!(answer.body["outcome"], "stopped");
     assert!(answer.body["waited_ms"].as_u64().unwrap() >= 1000);
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(reap_status(&mut capsule.child).signal(), Some(9));
+    assert_eq!(capsule.wait_exit(DEADLINE).signal(), Some(9));
     assert!(!exists(api.dir(), &record));
     api.shut_down().await;
 }
@@ -963,7 +904,7 @@ async fn stop_with_zero_timeout_kills_at_once_and_gone_is_already_gone() {
     assert_eq!(answer.status, 200, "{}", answer.text);
     assert_eq!(answer.body["signal_sent"], "SIGKILL");
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(reap_status(&mut capsule.child).signal(), Some(9));
+    assert_eq!(capsule.wait_exit(DEADLINE).signal(), Some(9));
 
     let exited = ExitedChild::spawn().record();
     exited.write_in(api.dir());
@@ -997,6 +938,6 @@ async fn two_concurrent_stops_of_one_session_both_answer_truthfully() {
     let stopped = if first.status == 200 { &first } else { &second };
     assert_eq!(stopped.body["signal_sent"], "SIGKILL");
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(reap_status(&mut capsule.child).signal(), Some(9));
+    assert_eq!(capsule.wait_exit(DEADLINE).signal(), Some(9));
     api.shut_down().await;
 }

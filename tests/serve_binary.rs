@@ -26,174 +26,24 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 
+use common::binary::{
+    Finished, Home, NOBODY, User, chown_nobody, drain, is_hex64, registry, run, wait_with_deadline,
+};
 use common::{
     DEADLINE, DoorMode, DoorServer, RecordJson, Rejection, SleepingChild, mode_of, session_id,
     wait_until,
 };
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
-use tempfile::TempDir;
-
-/// The binary under test.
-const BIN: &str = env!("CARGO_BIN_EXE_murmur-registry");
-
-/// The unprivileged uid and gid (`nobody`) some tests run the binary as.
-const NOBODY: u32 = 65534;
 
 // ---------------------------------------------------------------------------------------------
-// Fixtures: a private HOME, commands, finished runs, a running server, a tiny HTTP client
+// Fixtures: a running server, a tiny HTTP client
 // ---------------------------------------------------------------------------------------------
-
-/// A private temporary `HOME` (mode 0700) for one test.
-struct Home {
-    dir: TempDir,
-}
-
-impl Home {
-    fn new() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("murmur-registry-home-")
-            .tempdir()
-            .expect("create a temporary HOME");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
-            .expect("chmod HOME 0700");
-        Self { dir }
-    }
-
-    /// A HOME owned by uid/gid 65534, for a binary run as that user.
-    fn for_nobody() -> Self {
-        let home = Self::new();
-        chown_nobody(home.path());
-        home
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn running_dir(&self) -> PathBuf {
-        self.path().join(".murmur").join("running")
-    }
-
-    fn registry_dir(&self) -> PathBuf {
-        self.path().join(".murmur").join("registry")
-    }
-
-    fn token_path(&self) -> PathBuf {
-        self.registry_dir().join("token")
-    }
-
-    /// Create `~/.murmur/registry` (0700) as the test user, for planting a token file.
-    fn make_registry_dir(&self) -> PathBuf {
-        for dir in [self.path().join(".murmur"), self.registry_dir()] {
-            std::fs::create_dir_all(&dir).expect("mkdir");
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-                .expect("chmod 0700");
-        }
-        self.registry_dir()
-    }
-
-    /// The token as the token file holds it.
-    fn token(&self) -> String {
-        std::fs::read_to_string(self.token_path())
-            .expect("read the token file")
-            .trim()
-            .to_owned()
-    }
-}
-
-fn chown_nobody(path: &Path) {
-    std::os::unix::fs::lchown(path, Some(NOBODY), Some(NOBODY))
-        .unwrap_or_else(|e| panic!("chown {} to {NOBODY}: {e}", path.display()));
-}
-
-/// Who the binary runs as.
-#[derive(Debug, Clone, Copy)]
-enum User {
-    /// The test's own user (root).
-    Me,
-    /// uid/gid 65534 with no supplementary groups, through `setpriv`.
-    Nobody,
-}
-
-/// The binary with `HOME` set to `home` and the environment that could steer it cleared;
-/// the caller appends the subcommand and its arguments.
-fn registry(home: &Path, user: User) -> Command {
-    let mut cmd = match user {
-        User::Me => Command::new(BIN),
-        User::Nobody => {
-            let mut cmd = Command::new("setpriv");
-            cmd.args([
-                format!("--reuid={NOBODY}"),
-                format!("--regid={NOBODY}"),
-                "--clear-groups".to_owned(),
-                BIN.to_owned(),
-            ]);
-            cmd
-        }
-    };
-    cmd.env("HOME", home)
-        .env_remove("MURMUR_REGISTRY_BIND")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// The exit status and output of a process that ran to its end.
-#[derive(Debug)]
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Read a pipe to its end on its own thread.
-fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
-}
-
-/// Wait for `child` to exit, killing it and failing the test after `DEADLINE`.
-fn wait_with_deadline(child: &mut Child, what: &str) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not exit within {DEADLINE:?}");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
-}
-
-/// Run `cmd` to its end (at most `DEADLINE`), capturing stdout and stderr.
-fn run(mut cmd: Command) -> Finished {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the binary");
-    let stdout = drain(child.stdout.take().expect("stdout"));
-    let stderr = drain(child.stderr.take().expect("stderr"));
-    let status = wait_with_deadline(&mut child, &format!("{cmd:?}"));
-    Finished {
-        status,
-        stdout: stdout.join().expect("stdout reader"),
-        stderr: stderr.join().expect("stderr reader"),
-    }
-}
 
 /// A `murmur-registry serve` process. Killed and reaped on drop.
 struct Server {
@@ -208,6 +58,14 @@ impl Server {
     fn start(home: &Path, user: User) -> Self {
         let mut cmd = registry(home, user);
         cmd.args(["serve", "--bind", "127.0.0.1:0"]);
+        Self::spawn(cmd)
+    }
+
+    /// `serve --bind 127.0.0.1:0` in `home`, as the test user, with `RUST_LOG=trace`.
+    fn start_traced(home: &Path) -> Self {
+        let mut cmd = registry(home, User::Me);
+        cmd.env("RUST_LOG", "trace")
+            .args(["serve", "--bind", "127.0.0.1:0"]);
         Self::spawn(cmd)
     }
 
@@ -387,13 +245,6 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     }
 }
 
-fn is_hex64(token: &str) -> bool {
-    token.len() == 64
-        && token
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 // ---------------------------------------------------------------------------------------------
 // Start, first line, shutdown
 // ---------------------------------------------------------------------------------------------
@@ -437,10 +288,7 @@ fn sigint_also_shuts_down_with_exit_zero() {
 #[test]
 fn the_authorization_header_is_never_logged() {
     let home = Home::new();
-    let mut cmd = registry(home.path(), User::Me);
-    cmd.env("RUST_LOG", "trace")
-        .args(["serve", "--bind", "127.0.0.1:0"]);
-    let server = Server::spawn(cmd);
+    let server = Server::start_traced(home.path());
     let token = home.token();
     let wrong = "0123456789abcdef-not-the-token-but-no-less-secret";
 
@@ -474,10 +322,7 @@ fn the_authorization_header_is_never_logged() {
 #[test]
 fn door_tokens_never_reach_the_log_or_the_answer() {
     let home = Home::new();
-    let mut cmd = registry(home.path(), User::Me);
-    cmd.env("RUST_LOG", "trace")
-        .args(["serve", "--bind", "127.0.0.1:0"]);
-    let server = Server::spawn(cmd);
+    let server = Server::start_traced(home.path());
     let token = home.token();
 
     // An authenticated door that accepts the record's token: live.
@@ -691,34 +536,26 @@ fn start_is_refused_when_the_token_file_is_empty() {
     assert_eq!(std::fs::read(home.token_path()).unwrap(), b"");
 }
 
-#[test]
-fn start_is_refused_when_the_group_can_read_the_token_file() {
+/// Plant a token file with `mode`, expect the start refused naming the mode (`0640`), and the
+/// file left as it was.
+fn assert_start_refused_for_mode(mode: u32) {
     let home = Home::new();
     home.make_registry_dir();
-    write_token_file(&home.token_path(), PLANTED, 0o640);
+    write_token_file(&home.token_path(), PLANTED, mode);
 
-    assert_start_refused(&home, "0640");
-    assert_eq!(
-        mode_of(&home.token_path()),
-        0o640,
-        "never repaired silently"
-    );
+    assert_start_refused(&home, &format!("{mode:04o}"));
+    assert_eq!(mode_of(&home.token_path()), mode, "never repaired silently");
     assert_eq!(home.token(), PLANTED.trim());
 }
 
 #[test]
-fn start_is_refused_when_others_can_read_the_token_file() {
-    let home = Home::new();
-    home.make_registry_dir();
-    write_token_file(&home.token_path(), PLANTED, 0o604);
+fn start_is_refused_when_the_group_can_read_the_token_file() {
+    assert_start_refused_for_mode(0o640);
+}
 
-    assert_start_refused(&home, "0604");
-    assert_eq!(
-        mode_of(&home.token_path()),
-        0o604,
-        "never repaired silently"
-    );
-    assert_eq!(home.token(), PLANTED.trim());
+#[test]
+fn start_is_refused_when_others_can_read_the_token_file() {
+    assert_start_refused_for_mode(0o604);
 }
 
 // ---------------------------------------------------------------------------------------------

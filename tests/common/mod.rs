@@ -10,6 +10,7 @@
 //!   so a test can also write what no murmur writes: missing keys, wrong types, unknown keys,
 //!   secrets, a name that disagrees with the session id. [`write_raw`] writes arbitrary bytes.
 //! - **Processes**: [`SleepingChild`] (a live `sleep 1000`, killed and reaped on drop),
+//!   [`TermIgnoringChild`] (the same, ignoring SIGTERM, so only SIGKILL ends it),
 //!   [`ExitedChild`] (a child that exited and was reaped: its pid is free), [`Zombie`] (a child
 //!   that exited and is not reaped yet). Every pid a record names in the tests is one of these or
 //!   the test process itself, so nothing else on the machine can ever be signalled.
@@ -19,6 +20,9 @@
 //!
 //! Synchronisation is by evidence, never by sleeping: a state is awaited by polling the thing
 //! itself under a generous deadline ([`wait_until`], [`within`], [`DEADLINE`]).
+//!
+//! - **The binary**: [`binary`] runs `murmur-registry` itself as a separate process, for the
+//!   tests of its command line and of `serve`.
 //!
 //! Use it from a test file with `mod common;`. It relies on running as root only where a test
 //! says so (e.g. `chown` to another uid); everything else works unprivileged.
@@ -42,6 +46,8 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
+
+pub mod binary;
 
 /// The upper bound for anything a test waits on. Generous on purpose: it is never how long a
 /// test takes, only how long a broken one takes to fail instead of hanging.
@@ -343,6 +349,19 @@ pub fn proc_state(pid: u32) -> Option<char> {
     after_comm.split_ascii_whitespace().next()?.chars().next()
 }
 
+/// Whether `pid` ignores signal `signo`, from the `SigIgn` mask of `/proc/<pid>/status`
+/// (`false` when there is no such entry).
+pub fn ignores_signal(pid: u32, signo: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signo - 1)) != 0)
+}
+
 /// Run `f` on its own thread and answer its result, failing the test if it takes longer than
 /// `deadline` (for calls that would hang if the code under test were wrong, e.g. opening a FIFO).
 pub fn within<T: Send + 'static>(
@@ -418,6 +437,48 @@ impl Drop for SleepingChild {
         // After a successful wait std knows the child is reaped and sends nothing.
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A live child that ignores SIGTERM, so only SIGKILL ends it: `sh -c "trap '' TERM; exec
+/// sleep 1000"` (`SIG_IGN` survives the `exec`). Ready once it runs `sleep` with SIGTERM
+/// ignored, as `/proc` shows. Killed and reaped on drop.
+pub struct TermIgnoringChild {
+    sleeping: SleepingChild,
+}
+
+impl TermIgnoringChild {
+    pub fn spawn() -> Self {
+        let child = spawn_quiet("sh", &["-c", "trap '' TERM; exec sleep 1000"]);
+        let pid = child.id();
+        // Owned before the wait, so a child that never gets ready is still killed and reaped.
+        let spawned = Self {
+            sleeping: SleepingChild { child },
+        };
+        // Wait for the evidence that SIGTERM is ignored, not for time to pass.
+        wait_until(
+            "the child runs sleep with SIGTERM ignored",
+            DEADLINE,
+            || {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                comm.trim() == "sleep" && ignores_signal(pid, 15)
+            },
+        );
+        spawned
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.sleeping.pid()
+    }
+
+    /// A record naming this child with its real start token.
+    pub fn record(&self) -> RecordJson {
+        self.sleeping.record()
+    }
+
+    /// Reap the child once it exits, failing the test if it has not within `deadline`.
+    pub fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
+        self.sleeping.wait_exit(deadline)
     }
 }
 
