@@ -18,6 +18,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::http::sessions::{SessionState, SessionView};
 use crate::http::{self, AppState};
+use crate::private_fs::{WiderMode, hold_private_dir};
 use crate::registry::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, Reading, Registry, StopOutcome};
 use crate::running::{self, DoorProbe, Liveness, RunningRecord};
 use crate::token::{self, TokenStore};
@@ -65,9 +66,12 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct DirArgs {
-    /// The running directory [default: $HOME/.murmur/running].
+    /// The running directory [default: $HOME/.murmur/running]. It must be private (0700).
     #[arg(long, value_name = "DIR")]
     running_dir: Option<PathBuf>,
+    /// Run even inside a nested pid namespace (only right when the capsules run in it too).
+    #[arg(long)]
+    nested_pid_namespace: bool,
 }
 
 #[derive(Debug, Args)]
@@ -142,7 +146,10 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Prune(args) => runtime()?.block_on(prune(args)),
         Command::Health(args) => runtime()?.block_on(health(args)),
         Command::Openapi => {
-            print!("{}", http::openapi_json_text());
+            print!(
+                "{}",
+                http::openapi_json_text().context("cannot render the OpenAPI document")?
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Token(args) => token_command(args),
@@ -163,15 +170,39 @@ fn home() -> anyhow::Result<PathBuf> {
         .context("HOME is not set; set it, or pass --running-dir / --token-file")
 }
 
-/// The running directory: `--running-dir` if given, else `$HOME/.murmur/running`; held 0700.
+/// The running directory: `--running-dir` if given (created 0700 if missing, refused if others
+/// may enter it: it might be any directory), else `$HOME/.murmur/running` (held at 0700).
 fn resolve_running_dir(args: &DirArgs) -> anyhow::Result<PathBuf> {
+    check_pid_namespace(args.nested_pid_namespace)?;
     match &args.running_dir {
         Some(dir) => {
-            running::hold_private_dir(dir)?;
+            hold_private_dir(dir, WiderMode::Refuse)?;
             Ok(dir.clone())
         }
         None => Ok(running::running_dir_in(&home()?)?),
     }
+}
+
+/// Refuse to judge records from inside a nested pid namespace unless told the capsules share it.
+///
+/// Records carry the writer's pids. From a child namespace (a container without `pid: host`)
+/// those pids name nothing, so every live capsule would read as gone and be pruned.
+fn check_pid_namespace(allowed: bool) -> anyhow::Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .context("cannot read /proc/self/status to check the pid namespace")?;
+    let levels = status
+        .lines()
+        .find_map(|line| line.strip_prefix("NSpid:"))
+        .map_or(1, |pids| pids.split_whitespace().count());
+    if levels > 1 && !allowed {
+        bail!(
+            "this process runs in a nested pid namespace, where the pids in records written \
+             outside it name nothing and every capsule would read as gone; run it in the host's \
+             pid namespace (docker: pid: host), or pass --nested-pid-namespace if the capsules \
+             run in this namespace too"
+        );
+    }
+    Ok(())
 }
 
 fn resolve_token_file(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
@@ -179,8 +210,8 @@ fn resolve_token_file(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
         Some(path) => Ok(path.clone()),
         None => {
             let home = home()?;
-            running::hold_private_dir(&home.join(".murmur"))?;
-            running::hold_private_dir(&home.join(".murmur").join("registry"))?;
+            hold_private_dir(&home.join(".murmur"), WiderMode::Narrow)?;
+            hold_private_dir(&home.join(".murmur").join("registry"), WiderMode::Narrow)?;
             Ok(token::default_token_path(&home))
         }
     }
@@ -198,6 +229,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             args.bind
         );
     }
+    for origin in &args.allow_origin {
+        check_origin(origin)?;
+    }
+    raise_open_files_limit();
     let registry = registry_for(&args.dir)?;
     let token_path = resolve_token_file(args.token_file.as_ref())?;
     let tokens = TokenStore::open(&token_path)?;
@@ -208,13 +243,52 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let bound = listener.local_addr()?;
         tracing::info!(running_dir = %registry.dir().display(), token_file = %token_path.display(), "serving");
         let state = AppState::new(registry, tokens, bound, &args.allow_host, &args.allow_origin);
+        // Listen for SIGINT/SIGTERM before announcing the address: a script that signals the
+        // server as soon as it reads the line must get a graceful shutdown.
+        let shutdown = shutdown_signal().context("cannot listen for SIGINT/SIGTERM")?;
         let mut stdout = std::io::stdout();
         writeln!(stdout, "listening on http://{bound}")?;
         stdout.flush()?;
-        http::serve(listener, state, shutdown_signal()).await?;
+        http::serve(listener, state, shutdown).await?;
         tracing::info!("shut down");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// An `--allow-origin` value must be an origin exactly as browsers send it.
+fn check_origin(origin: &str) -> anyhow::Result<()> {
+    let rest = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"));
+    let well_formed = rest.is_some_and(|authority| {
+        !authority.is_empty()
+            && !authority.ends_with(':')
+            && authority
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+    });
+    if !well_formed {
+        bail!(
+            "--allow-origin {origin:?} is not an origin; write it as a browser sends it, e.g. http://localhost:3000 (no path, no trailing slash)"
+        );
+    }
+    Ok(())
+}
+
+/// Lift the soft open-files limit to the hard one: each door probe holds a socket, and a
+/// request that runs out of descriptors must not be what decides a record's fate.
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if let Err(error) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(%error, "could not raise the open-files limit");
+        }
+    }
 }
 
 fn init_tracing() {
@@ -227,25 +301,17 @@ fn init_tracing() {
         .init();
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut stream) => {
-                stream.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+/// A future that resolves on SIGINT or SIGTERM; both handlers are installed before it returns.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = interrupt => {}
-        () = terminate => {}
-    }
+    })
 }
 
 /// The sessions `ps` shows, after pruning what is gone (each named on stderr).
@@ -274,7 +340,12 @@ async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<Reading>> {
     }
     let dir = registry.dir().to_path_buf();
     let unreadable = listing.unreadable;
-    tokio::task::spawn_blocking(move || running::remove_unreadable(&dir, &unreadable)).await??;
+    let removed =
+        tokio::task::spawn_blocking(move || running::remove_unreadable(&dir, &unreadable))
+            .await??;
+    for entry in removed {
+        eprintln!("removed: {} — {}", entry.file_name, entry.why);
+    }
     Ok(shown)
 }
 
@@ -426,8 +497,12 @@ async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::FAILURE)
         }
-        StopOutcome::Refused { reason, .. } => {
-            eprintln!("error: could not stop {}: {reason}", record.session_id);
+        StopOutcome::Refused { reason, sent, .. } => {
+            let sent = sent.map_or(String::new(), |s| format!(" ({} was sent)", s.name()));
+            eprintln!(
+                "error: could not stop {}{sent}: {reason}",
+                record.session_id
+            );
             Ok(ExitCode::FAILURE)
         }
     }
@@ -469,13 +544,10 @@ async fn prune(args: DirArgs) -> anyhow::Result<ExitCode> {
     for (session_id, reason) in &report.pruned {
         println!("pruned: {session_id} — {reason}");
     }
-    if report.removed_unreadable > 0 {
-        println!(
-            "removed: {} file(s) that were not valid records",
-            report.removed_unreadable
-        );
+    for entry in &report.removed_unreadable {
+        println!("removed: {} — {}", entry.file_name, entry.why);
     }
-    if report.pruned.is_empty() && report.removed_unreadable == 0 {
+    if report.pruned.is_empty() && report.removed_unreadable.is_empty() {
         println!("nothing to prune");
     }
     Ok(ExitCode::SUCCESS)

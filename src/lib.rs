@@ -5,12 +5,14 @@
 //!   verify them. Knows nothing of HTTP.
 //! - [`registry`]: the async operations (list, verify concurrently, prune, signal, stop) that
 //!   the service and the CLI share. Blocking work runs off the async workers.
+//! - [`private_fs`]: private directories, atomic writes, and removal only of the file judged.
 //! - [`token`]: the bearer token file, created private and checked in constant time.
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.
 //! - [`cli`]: the command line; the only place that reads `HOME` or binds a port.
 
 pub mod cli;
 pub mod http;
+pub mod private_fs;
 pub mod registry;
 pub mod running;
 pub mod token;

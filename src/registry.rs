@@ -85,8 +85,8 @@ pub enum PruneOutcome {
 pub struct PruneReport {
     /// `(session_id, evidence)` for each record removed.
     pub pruned: Vec<(String, String)>,
-    /// How many unreadable entries were removed.
-    pub removed_unreadable: usize,
+    /// The unreadable entries removed.
+    pub removed_unreadable: Vec<UnreadableEntry>,
 }
 
 /// Which signal to send.
@@ -142,8 +142,10 @@ pub enum StopOutcome {
     Refused {
         /// Why.
         reason: String,
-        /// The signal that was refused, if one was attempted.
-        signal: Option<SignalKind>,
+        /// The signal the stop could not get through (sent but outlived, for SIGKILL's grace).
+        signal: SignalKind,
+        /// The last signal that was delivered before the stop gave up, if any.
+        sent: Option<SignalKind>,
     },
 }
 
@@ -221,7 +223,7 @@ impl Registry {
                 .into_iter()
                 .zip(states)
                 .map(|(record, process)| {
-                    let liveness = decided_without_door(&record, &process);
+                    let liveness = running::decided_by_process(&record, &process);
                     Reading {
                         record,
                         process,
@@ -285,14 +287,8 @@ impl Registry {
         kind: SignalKind,
     ) -> Result<SignalReport, RegistryError> {
         let record = self.record(session_id).await?;
-        blocking(move || {
-            let outcome = send_signal(&record, kind);
-            if let SignalOutcome::AlreadyGone { reason } = &outcome {
-                unlink_gone(&record, reason)?;
-            }
-            Ok(SignalReport { outcome, record })
-        })
-        .await?
+        let outcome = self.signal_record(&record, kind).await?;
+        Ok(SignalReport { outcome, record })
     }
 
     /// Stop a session: SIGTERM, wait up to `timeout` for the process to go, then SIGKILL if it
@@ -327,7 +323,8 @@ impl Registry {
             SignalOutcome::Refused { reason } => {
                 return Ok(report(StopOutcome::Refused {
                     reason,
-                    signal: Some(first),
+                    signal: first,
+                    sent: None,
                 }));
             }
         }
@@ -347,7 +344,8 @@ impl Registry {
                 SignalOutcome::Refused { reason } => {
                     return Ok(report(StopOutcome::Refused {
                         reason,
-                        signal: Some(SignalKind::Kill),
+                        signal: SignalKind::Kill,
+                        sent: Some(SignalKind::Term),
                     }));
                 }
                 SignalOutcome::Sent => {}
@@ -366,7 +364,8 @@ impl Registry {
                     record.pid,
                     KILL_GRACE.as_secs()
                 ),
-                signal: Some(SignalKind::Kill),
+                signal: SignalKind::Kill,
+                sent: Some(SignalKind::Kill),
             }))
         }
     }
@@ -423,19 +422,6 @@ impl Registry {
             )
             .await;
         }
-    }
-}
-
-/// What layers 1–2 decide alone: `gone`, and `live` for a record with no door.
-///
-/// An unverified process, or an alive one with a door, needs the probe: `None`.
-pub fn decided_without_door(record: &RunningRecord, process: &ProcessState) -> Option<Liveness> {
-    match process {
-        ProcessState::Gone { reason } => Some(Liveness::Gone {
-            reason: reason.clone(),
-        }),
-        ProcessState::Alive if record.url.is_none() => Some(Liveness::Live),
-        _ => None,
     }
 }
 

@@ -15,12 +15,15 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::running::hold_private_dir;
+use crate::private_fs::{
+    FileIdentity, PrivateDirError, WiderMode, fill_random, hold_private_dir, open_dir,
+    write_atomically,
+};
 
 /// How many random bytes a token holds (256 bits).
 const TOKEN_BYTES: usize = 32;
@@ -41,16 +44,16 @@ pub enum TokenError {
         fix: String,
     },
     /// Reading, creating or replacing it failed.
-    #[error("token file {path}: {source}")]
+    #[error("token file {path}: {cause}")]
     Io {
         /// The token file.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Its directory could not be made private.
     #[error(transparent)]
-    Dir(#[from] crate::running::RunningError),
+    Dir(#[from] PrivateDirError),
 }
 
 /// A token's digest: what the server keeps instead of the token.
@@ -78,14 +81,14 @@ pub fn default_token_path(home: &Path) -> PathBuf {
 pub fn load_or_create(path: &Path) -> Result<String, TokenError> {
     match read_checked(path) {
         Ok((token, _)) => Ok(token),
-        Err(TokenError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(TokenError::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
             ensure_parent(path)?;
             let token = new_token(path)?;
             match create_exclusive(path, &token) {
                 Ok(()) => Ok(token),
                 // Someone created it first: theirs stands, if it passes the checks.
-                Err(TokenError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::AlreadyExists =>
+                Err(TokenError::Io { cause, .. })
+                    if cause.kind() == std::io::ErrorKind::AlreadyExists =>
                 {
                     read_checked(path).map(|(token, _)| token)
                 }
@@ -103,29 +106,13 @@ pub fn load_or_create(path: &Path) -> Result<String, TokenError> {
 pub fn rotate(path: &Path) -> Result<String, TokenError> {
     read_checked(path)?;
     let token = new_token(path)?;
-    let parent = parent_of(path);
     let file_name = path
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| io_error(path, std::io::Error::other("the path has no file name")))?;
-    let staged = format!(".{file_name}.{}.tmp", std::process::id());
-    let dir_fd = open_parent(path, &parent)?;
-    let replaced = (|| -> std::io::Result<()> {
-        let fd = rustix::fs::openat(
-            &dir_fd,
-            staged.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        write_token(fd, &token)?;
-        rustix::fs::renameat(&dir_fd, staged.as_str(), &dir_fd, file_name)?;
-        rustix::fs::fsync(&dir_fd)?;
-        Ok(())
-    })();
-    if let Err(source) = replaced {
-        let _ = rustix::fs::unlinkat(&dir_fd, staged.as_str(), AtFlags::empty());
-        return Err(io_error(path, source));
-    }
+    let dir_fd = open_dir(&parent_of(path)).map_err(|e| io_error(path, e))?;
+    write_atomically(&dir_fd, file_name, format!("{token}\n").as_bytes())
+        .map_err(|e| io_error(path, e))?;
     Ok(token)
 }
 
@@ -140,7 +127,7 @@ pub struct TokenStore {
 }
 
 struct Loaded {
-    stamp: FileStamp,
+    identity: FileIdentity,
     digest: TokenDigest,
 }
 
@@ -150,34 +137,15 @@ impl std::fmt::Debug for Loaded {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileStamp {
-    dev: u64,
-    ino: u64,
-    size: i64,
-    ctime: (i64, i64),
-}
-
-impl FileStamp {
-    fn of(stat: &Stat) -> Self {
-        Self {
-            dev: stat.st_dev,
-            ino: stat.st_ino,
-            size: stat.st_size,
-            ctime: (stat.st_ctime, stat.st_ctime_nsec as i64),
-        }
-    }
-}
-
 impl TokenStore {
     /// Load (or create) the token file at `path` and watch it for rotation.
     pub fn open(path: &Path) -> Result<Self, TokenError> {
         load_or_create(path)?;
-        let (token, stamp) = read_checked(path)?;
+        let (token, identity) = read_checked(path)?;
         Ok(Self {
             path: path.to_path_buf(),
             current: Mutex::new(Loaded {
-                stamp,
+                identity,
                 digest: TokenDigest::of(token.as_bytes()),
             }),
         })
@@ -190,18 +158,21 @@ impl TokenStore {
 
     /// Whether `presented` is the current token, compared in constant time.
     ///
-    /// Re-reads the file first if it changed since the last check. Fails (and so rejects
-    /// every token) while the file is missing or insecure: the server fails closed.
+    /// Re-reads the file first if it changed since the last check (a new inode after a
+    /// rotation, or a new modification time after an edit in place). Fails, and so rejects
+    /// every token, while the file is missing or insecure: the server fails closed.
+    ///
+    /// Blocking (an `lstat`, and a read after a change); call it off async workers.
     pub fn check(&self, presented: &str) -> Result<bool, TokenError> {
         let stat = rustix::fs::lstat(&self.path).map_err(|e| io_error(&self.path, e.into()))?;
         let mut current = self
             .current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if FileStamp::of(&stat) != current.stamp {
-            let (token, stamp) = read_checked(&self.path)?;
+        if FileIdentity::of(&stat) != current.identity {
+            let (token, identity) = read_checked(&self.path)?;
             *current = Loaded {
-                stamp,
+                identity,
                 digest: TokenDigest::of(token.as_bytes()),
             };
         }
@@ -209,10 +180,10 @@ impl TokenStore {
     }
 }
 
-fn io_error(path: &Path, source: std::io::Error) -> TokenError {
+fn io_error(path: &Path, cause: std::io::Error) -> TokenError {
     TokenError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     }
 }
 
@@ -223,39 +194,24 @@ fn parent_of(path: &Path) -> PathBuf {
     }
 }
 
-fn open_parent(path: &Path, parent: &Path) -> Result<OwnedFd, TokenError> {
-    rustix::fs::open(
-        parent,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| io_error(path, e.into()))
-}
-
-/// Create the token's directory at 0700 when it is missing; an existing one is left as it is.
+/// Create the token's directory at 0700 when it is missing (and its parent, when that is
+/// missing too); an existing one is left as it is, and [`read_checked`] judges it.
 fn ensure_parent(path: &Path) -> Result<(), TokenError> {
     let parent = parent_of(path);
     if rustix::fs::lstat(&parent).is_err() {
         if let Some(grandparent) = parent.parent().filter(|g| !g.as_os_str().is_empty())
             && rustix::fs::lstat(grandparent).is_err()
         {
-            hold_private_dir(grandparent)?;
+            hold_private_dir(grandparent, WiderMode::Narrow)?;
         }
-        hold_private_dir(&parent)?;
+        hold_private_dir(&parent, WiderMode::Narrow)?;
     }
     Ok(())
 }
 
 fn new_token(path: &Path) -> Result<String, TokenError> {
     let mut bytes = [0u8; TOKEN_BYTES];
-    let filled = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
-        .map_err(|e| io_error(path, e.into()))?;
-    if filled != TOKEN_BYTES {
-        return Err(io_error(
-            path,
-            std::io::Error::other("short read from the OS's random source"),
-        ));
-    }
+    fill_random(&mut bytes).map_err(|e| io_error(path, e))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -276,8 +232,30 @@ fn write_token(fd: OwnedFd, token: &str) -> std::io::Result<()> {
     file.sync_all()
 }
 
-/// Open without following links, check it is a private regular file of ours, read the token.
-fn read_checked(path: &Path) -> Result<(String, FileStamp), TokenError> {
+/// Refuse a token file whose directory others may write: they could swap the file.
+fn check_parent(path: &Path) -> Result<(), TokenError> {
+    let parent = parent_of(path);
+    let stat = rustix::fs::stat(&parent).map_err(|e| io_error(path, e.into()))?;
+    let me = rustix::process::geteuid().as_raw();
+    if (stat.st_uid != me && stat.st_uid != 0) || stat.st_mode & 0o022 != 0 {
+        return Err(TokenError::Insecure {
+            path: path.to_path_buf(),
+            problem: format!(
+                "its directory {} can be written by others, who could replace the token",
+                parent.display()
+            ),
+            fix: format!(
+                "make it private (chmod go-w {}) or point --token-file elsewhere",
+                parent.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Open without following links, check it is a private regular file of ours in a directory
+/// only we (or root) can write, and read the token.
+fn read_checked(path: &Path) -> Result<(String, FileIdentity), TokenError> {
     let insecure = |problem: &str, fix: &str| TokenError::Insecure {
         path: path.to_path_buf(),
         problem: problem.to_owned(),
@@ -340,5 +318,6 @@ fn read_checked(path: &Path) -> Result<(String, FileStamp), TokenError> {
             &remove_it,
         ));
     }
-    Ok((token, FileStamp::of(&stat)))
+    check_parent(path)?;
+    Ok((token, FileIdentity::of(&stat)))
 }

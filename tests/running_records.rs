@@ -574,8 +574,11 @@ fn expect_refusal(home: &Path, offending: &Path) -> String {
     let err = running_dir_in(home).expect_err("the directory must be refused");
     let message = err.to_string();
     assert!(
-        matches!(err, RunningError::InsecureDir { .. }),
-        "expected InsecureDir, got {err:?}"
+        matches!(
+            err,
+            RunningError::Dir(murmur_registry::private_fs::PrivateDirError::Insecure { .. })
+        ),
+        "expected an insecure-directory refusal, got {err:?}"
     );
     assert!(
         message.contains(&offending.display().to_string()),

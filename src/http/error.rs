@@ -57,9 +57,11 @@ impl Problem {
         }
     }
 
-    /// Add an extra member.
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.extra.insert(key.to_owned(), value.into());
+    /// Add the fields of `members` (a struct serializing to an object) as extra members.
+    pub fn with_members(mut self, members: &impl Serialize) -> Self {
+        if let Ok(Value::Object(map)) = serde_json::to_value(members) {
+            self.extra.extend(map);
+        }
         self
     }
 
@@ -137,8 +139,7 @@ fn registry_problem(error: RegistryError) -> Problem {
             StatusCode::NOT_FOUND,
             "not-found",
             format!("no record for session {id}"),
-        )
-        .with("session_id", id),
+        ),
         RegistryError::InvalidSessionId => invalid_session_id_problem(),
         RegistryError::Running(RunningError::Unreadable(entry)) => Problem::new(
             StatusCode::NOT_FOUND,

@@ -3,10 +3,10 @@
 //! Invariants kept here:
 //! - Routes and the OpenAPI spec come from the same `utoipa_axum` routers, so a route cannot
 //!   exist undocumented, nor a documented one be missing.
-//! - Layer order, outermost first: `Authorization` is marked sensitive before the trace layer
-//!   can see it; the Host/Origin gate answers 403 before any other work; error responses are
-//!   reshaped into problems; the bearer check guards every route but `/healthz` and
-//!   `/openapi.json`.
+//! - Layer order, outermost first: credentials headers are marked sensitive before the trace
+//!   layer (which logs only method, path, status and latency, never a query or a header); the
+//!   Host/Origin gate answers 403 before any other work; error responses are reshaped into
+//!   problems; the bearer check guards every route but `/healthz` and `/openapi.json`.
 //! - Nothing here touches `/proc` or the running directory itself: all of that goes through
 //!   [`crate::registry::Registry`].
 
@@ -26,7 +26,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -149,12 +149,10 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 /// The OpenAPI document as the pretty JSON that is committed at `openapi/openapi.json`.
-pub fn openapi_json_text() -> String {
-    let mut text = openapi()
-        .to_pretty_json()
-        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+pub fn openapi_json_text() -> Result<String, serde_json::Error> {
+    let mut text = openapi().to_pretty_json()?;
     text.push('\n');
-    text
+    Ok(text)
 }
 
 /// The service's router, with every layer, ready to serve.
@@ -195,9 +193,17 @@ pub fn app(state: AppState) -> Router {
             auth::check_host,
         ))
         .layer(
+            // Method, path, status and latency only: a query string or a header may carry a
+            // token a client put in the wrong place, and neither is ever logged.
             TraceLayer::new_for_http()
-                .make_span_with(DefaultMakeSpan::new().include_headers(true))
-                .on_response(DefaultOnResponse::new().include_headers(true)),
+                .make_span_with(|request: &Request| {
+                    tracing::debug_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                    )
+                })
+                .on_response(DefaultOnResponse::new().level(tracing::Level::DEBUG)),
         )
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
@@ -240,11 +246,14 @@ async fn healthz() -> Json<Health> {
     get, path = "/openapi.json", tag = "service",
     responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"))
 )]
-async fn openapi_json() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        openapi_json_text(),
-    )
+async fn openapi_json() -> axum::response::Response {
+    match openapi_json_text() {
+        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "cannot render the OpenAPI document");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
 }
 
 /// 404 for unknown paths; 400 for a session path whose id is empty.

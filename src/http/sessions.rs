@@ -19,8 +19,12 @@ use utoipa::{IntoParams, IntoResponses, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, Problem};
+use axum::extract::rejection::JsonRejection;
+use axum::response::{IntoResponse, Response};
+
 use crate::registry::{
-    DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, PruneOutcome, Reading, SignalKind, StopOutcome,
+    DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, PruneOutcome, Reading, RegistryError, SignalKind,
+    StopOutcome,
 };
 use crate::running::{Liveness, ProcessState, SignalOutcome, is_valid_session_id};
 
@@ -226,6 +230,13 @@ pub enum GateProblems {
         content_type = "application/problem+json"
     )]
     TokenFileUnusable(Problem),
+    /// Something failed inside the registry; the detail says where to look, never what.
+    #[response(
+        status = 500,
+        description = "The registry could not complete the request; its log says why",
+        content_type = "application/problem+json"
+    )]
+    Internal(Problem),
 }
 
 /// The problems every route naming one session may answer (OpenAPI responses).
@@ -382,55 +393,62 @@ pub struct StopResponse {
     pub waited_ms: u64,
 }
 
-/// A signal or stop that did not happen: problem details plus what was attempted.
+/// The members a signal or stop problem carries beside `type`, `title`, `status`, `detail`.
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"type": "urn:murmur-registry:problem:signal-refused",
-    "title": "Conflict", "status": 409,
-    "detail": "pid 41234 is alive but its start time cannot be read: Permission denied (os error 13)",
-    "session_id": EXAMPLE_ID, "signal": "SIGTERM", "outcome": "refused",
-    "reason": "pid 41234 is alive but its start time cannot be read: Permission denied (os error 13)"}))]
-pub struct SignalProblem {
-    /// A URI naming the kind of problem.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// A short summary.
-    pub title: String,
-    /// The HTTP status code.
-    pub status: u16,
-    /// What happened.
-    pub detail: String,
+pub struct SignalRefusal {
     /// The session.
+    #[schema(example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")]
     pub session_id: String,
-    /// The signal that was not delivered (`null` if none was attempted).
-    pub signal: Option<String>,
-    /// `refused` or `already_gone`.
+    /// The signal that did not get through.
+    #[schema(example = "SIGTERM")]
+    pub signal: String,
+    /// `refused` (409) or `already_gone` (410).
+    #[schema(example = "refused")]
     pub outcome: String,
-    /// Why.
+    /// Why, in the registry's words.
+    #[schema(
+        example = "the kernel refused to signal pid 41234: Operation not permitted (os error 1)"
+    )]
     pub reason: String,
+    /// For a stop: the last signal that was delivered before it gave up (`null` when none was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "SIGTERM")]
+    pub signal_sent: Option<Option<String>>,
 }
 
-/// A prune that was refused: problem details plus what layers 1–2 said.
+/// A signal or stop that did not happen, or did not finish: a problem with [`SignalRefusal`]'s
+/// members. (Documentation of the body; handlers build it with [`Problem::with_members`].)
 #[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"type": "urn:murmur-registry:problem:session-not-gone",
-    "title": "Conflict", "status": 409,
-    "detail": "the process of session ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d is alive; its record stays",
-    "session_id": EXAMPLE_ID, "process": "alive", "reason": null}))]
-pub struct PruneProblem {
-    /// A URI naming the kind of problem.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// A short summary.
-    pub title: String,
-    /// The HTTP status code.
-    pub status: u16,
-    /// What happened.
-    pub detail: String,
+pub struct SignalProblem {
+    /// The problem.
+    #[serde(flatten)]
+    pub problem: Problem,
+    /// What was attempted.
+    #[serde(flatten)]
+    pub refusal: SignalRefusal,
+}
+
+/// The members a refused prune carries beside `type`, `title`, `status`, `detail`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PruneRefusal {
     /// The session.
+    #[schema(example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")]
     pub session_id: String,
     /// `alive` or `unverified`.
     pub process: ProcessStatus,
-    /// Why the process could not be verified, if it could not.
+    /// Why the process could not be verified, when it could not.
     pub reason: Option<String>,
+}
+
+/// A refused prune: a problem with [`PruneRefusal`]'s members. (Documentation of the body.)
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PruneProblem {
+    /// The problem.
+    #[serde(flatten)]
+    pub problem: Problem,
+    /// What layers 1–2 said.
+    #[serde(flatten)]
+    pub refusal: PruneRefusal,
 }
 
 fn valid_id(id: &str) -> Result<(), ApiError> {
@@ -582,7 +600,6 @@ pub async fn prune_session(
             reason,
         })),
         PruneOutcome::Kept { process } => {
-            let word = ProcessStatus::from(&process);
             let reason = match &process {
                 ProcessState::Unverified { reason } => Some(reason.clone()),
                 _ => None,
@@ -591,11 +608,14 @@ pub async fn prune_session(
                 Some(reason) => format!("{reason}; the record stays"),
                 None => format!("the process of session {id} is alive; its record stays"),
             };
+            let refusal = PruneRefusal {
+                session_id: id,
+                process: ProcessStatus::from(&process),
+                reason,
+            };
             Err(
                 Problem::new(StatusCode::CONFLICT, "session-not-gone", detail)
-                    .with("session_id", id)
-                    .with("process", serde_json::to_value(word).unwrap_or_default())
-                    .with("reason", reason)
+                    .with_members(&refusal)
                     .into(),
             )
         }
@@ -619,7 +639,7 @@ pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllRes
             .into_iter()
             .map(|(session_id, reason)| PrunedEntry { session_id, reason })
             .collect(),
-        removed_unreadable: report.removed_unreadable,
+        removed_unreadable: report.removed_unreadable.len(),
     }))
 }
 
@@ -645,9 +665,21 @@ pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllRes
 pub async fn signal_session(
     State(state): State<AppState>,
     Path(SessionPath { id }): Path<SessionPath>,
-    Json(body): Json<SignalRequest>,
+    body: Result<Json<SignalRequest>, JsonRejection>,
+) -> Result<Json<SignalResponse>, Response> {
+    // The id first: a bad id is a 400 whatever the body.
+    valid_id(&id).map_err(IntoResponse::into_response)?;
+    let Json(body) = body.map_err(IntoResponse::into_response)?;
+    signal_checked(&state, id, &body)
+        .await
+        .map_err(IntoResponse::into_response)
+}
+
+async fn signal_checked(
+    state: &AppState,
+    id: String,
+    body: &SignalRequest,
 ) -> Result<Json<SignalResponse>, ApiError> {
-    valid_id(&id)?;
     let Some(kind) = SignalKind::parse(&body.signal) else {
         return Err(Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -663,44 +695,33 @@ pub async fn signal_session(
             signal: kind.name().to_owned(),
             outcome: "sent".to_owned(),
         })),
-        SignalOutcome::AlreadyGone { reason } => Err(signal_problem(
+        SignalOutcome::AlreadyGone { reason } => Err(Problem::new(
             StatusCode::GONE,
             "already-gone",
-            &id,
-            Some(kind),
-            "already_gone",
+            format!("{reason}; nothing was sent and the record was removed"),
+        )
+        .with_members(&SignalRefusal {
+            session_id: id,
+            signal: kind.name().to_owned(),
+            outcome: "already_gone".to_owned(),
             reason,
-        )),
-        SignalOutcome::Refused { reason } => Err(signal_problem(
+            signal_sent: None,
+        })
+        .into()),
+        SignalOutcome::Refused { reason } => Err(Problem::new(
             StatusCode::CONFLICT,
             "signal-refused",
-            &id,
-            Some(kind),
-            "refused",
+            format!("{reason}; nothing was sent"),
+        )
+        .with_members(&SignalRefusal {
+            session_id: id,
+            signal: kind.name().to_owned(),
+            outcome: "refused".to_owned(),
             reason,
-        )),
+            signal_sent: None,
+        })
+        .into()),
     }
-}
-
-fn signal_problem(
-    status: StatusCode,
-    slug: &str,
-    id: &str,
-    signal: Option<SignalKind>,
-    outcome: &str,
-    reason: String,
-) -> ApiError {
-    let detail = if status == StatusCode::GONE {
-        format!("{reason}; nothing was sent and the record was removed")
-    } else {
-        format!("{reason}; nothing was sent")
-    };
-    Problem::new(status, slug, detail)
-        .with("session_id", id)
-        .with("signal", signal.map(SignalKind::name))
-        .with("outcome", outcome)
-        .with("reason", reason)
-        .into()
 }
 
 /// Stop a session: SIGTERM, wait, then SIGKILL if it is still the same process.
@@ -735,7 +756,16 @@ pub async fn stop_session(
             )));
         }
     };
-    let report = state.registry().stop(&id, timeout).await?;
+    // The stop runs to its end even if the client goes away: abandoning it between SIGTERM
+    // and SIGKILL would leave a capsule half-stopped and its record in place.
+    let stopping = {
+        let state = state.clone();
+        let id = id.clone();
+        tokio::spawn(async move { state.registry().stop(&id, timeout).await })
+    };
+    let report = stopping
+        .await
+        .map_err(|e| RegistryError::Task(e.to_string()))??;
     let waited_ms = u64::try_from(report.waited.as_millis()).unwrap_or(u64::MAX);
     match report.outcome {
         StopOutcome::Stopped { signal_sent } => Ok(Json(StopResponse {
@@ -750,13 +780,24 @@ pub async fn stop_session(
             outcome: "already_gone".to_owned(),
             waited_ms,
         })),
-        StopOutcome::Refused { reason, signal } => Err(signal_problem(
-            StatusCode::CONFLICT,
-            "stop-refused",
-            &id,
-            signal,
-            "refused",
+        StopOutcome::Refused {
             reason,
-        )),
+            signal,
+            sent,
+        } => {
+            let detail = match sent {
+                None => format!("{reason}; nothing was sent"),
+                Some(sent) => format!("{reason}; {} was sent before the stop gave up", sent.name()),
+            };
+            Err(Problem::new(StatusCode::CONFLICT, "stop-refused", detail)
+                .with_members(&SignalRefusal {
+                    session_id: id,
+                    signal: signal.name().to_owned(),
+                    outcome: "refused".to_owned(),
+                    reason,
+                    signal_sent: Some(sent.map(|s| s.name().to_owned())),
+                })
+                .into())
+        }
     }
 }

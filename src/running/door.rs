@@ -78,24 +78,35 @@ pub struct Verdict {
     pub liveness: Liveness,
 }
 
-/// The verdict when layers 1–2 settle it without the door: `Err` hands the process state back
-/// when only the probe can tell (an alive process with a door).
+/// What layers 1–2 decide alone: `gone`, and `live` for a record with no door.
 ///
-/// `Gone` stays gone; an unverified process is unreachable (never probed: its door would
-/// prove nothing about who holds the pid); an alive process with no door is live.
+/// `None` for an alive process with a door (only the probe can tell) and for an unverified
+/// process (nothing can tell).
+pub fn decided_by_process(record: &RunningRecord, process: &ProcessState) -> Option<Liveness> {
+    match process {
+        ProcessState::Gone { reason } => Some(Liveness::Gone {
+            reason: reason.clone(),
+        }),
+        ProcessState::Alive if record.url.is_none() => Some(Liveness::Live),
+        _ => None,
+    }
+}
+
+/// The verdict without a probe where one would prove nothing, or `Err` handing the process
+/// state back when only the probe can tell.
+///
+/// An unverified process is unreachable and never probed: whatever answers on its door, the
+/// pid's holder is not confirmed as the writer.
 fn settled_without_door(
     record: &RunningRecord,
     process: ProcessState,
 ) -> Result<Verdict, ProcessState> {
-    let liveness = match &process {
-        ProcessState::Gone { reason } => Liveness::Gone {
+    let liveness = match (decided_by_process(record, &process), &process) {
+        (Some(liveness), _) => liveness,
+        (None, ProcessState::Unverified { reason }) => Liveness::Unreachable {
             reason: reason.clone(),
         },
-        ProcessState::Unverified { reason } => Liveness::Unreachable {
-            reason: reason.clone(),
-        },
-        ProcessState::Alive if record.url.is_none() => Liveness::Live,
-        ProcessState::Alive => return Err(process),
+        (None, _) => return Err(process),
     };
     Ok(Verdict { process, liveness })
 }

@@ -41,13 +41,13 @@ mod record;
 mod signal;
 
 pub use dir::{
-    MAX_RECORD_BYTES, Pruned, Scan, Unreadable, UnreadableEntry, hold_private_dir, list, prune,
-    read_record, remove_unreadable, running_dir, running_dir_in, scan,
+    MAX_RECORD_BYTES, Pruned, Scan, Unreadable, UnreadableEntry, list, prune, read_record,
+    remove_unreadable, running_dir, running_dir_in, scan,
 };
 pub use door::{
     ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MAX_CARD_BYTES, MAX_CONCURRENT_PROBES,
-    MURMUR_CAPSULE_EXTENSION, Verdict, process_state_off_workers, session_id_of, verify,
-    verify_many, verify_verdict,
+    MURMUR_CAPSULE_EXTENSION, Verdict, decided_by_process, process_state_off_workers,
+    session_id_of, verify, verify_many, verify_verdict,
 };
 pub use process::{
     ProcessState, has_controlling_terminal, process_start_token, process_state, reason_no_process,
@@ -67,21 +67,16 @@ pub enum RunningError {
     /// `HOME` is unset or empty, so `~/.murmur` has no place.
     #[error("HOME is not set; cannot locate ~/.murmur/running")]
     NoHome,
-    /// A directory murmur relies on is unsafe to use; nothing was changed in it.
-    #[error("refusing {path}: {problem}")]
-    InsecureDir {
-        /// The directory.
-        path: PathBuf,
-        /// What is wrong with it.
-        problem: String,
-    },
+    /// A directory murmur relies on is unsafe to use, or could not be made private.
+    #[error(transparent)]
+    Dir(#[from] crate::private_fs::PrivateDirError),
     /// A filesystem operation failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// What was being read or written.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A session id that cannot name a record file.
     #[error("invalid session id {0:?}: expected 1 to 128 of A-Z a-z 0-9 _ -")]

@@ -2,13 +2,15 @@
 //! that wrote the record?
 //!
 //! Invariants kept here:
-//! - Only evidence makes a process `Gone`: `kill(pid, 0)` answering ESRCH, a zombie (it will
-//!   never answer again), a pid no process can hold (0, or beyond `pid_t`), or a start token
-//!   read off `/proc` that differs from the recorded one (the pid was reused).
+//! - Only evidence makes a process `Gone`: `kill(pid, 0)` answering ESRCH, a zombie whose
+//!   every thread has exited (it will never answer again; a leader alone in `Z` with live
+//!   threads is still a process), a pid no process can hold (0, or beyond `pid_t`), or a start
+//!   token read off `/proc` that differs from the recorded one (the pid was reused).
 //! - Anything that could not be read is `Unverified`, never `Gone`: an EPERM from `kill` still
 //!   means a process holds the pid, and a `/proc` entry we may not read (hidepid) proves nothing.
 //! - A recorded token of `""` (its writer could not read its own) never matches, so it is never
 //!   `Alive` and never signalled; it is not evidence of reuse either, so it is `Unverified`.
+//!   So is a recorded token that is not decimal: it was not written by this platform's rule.
 //! - The pid is range-checked before any syscall: a record's `u32` cast blindly to `pid_t` could
 //!   turn into a negative number, which `kill` reads as a process group, or `-1`, everyone.
 
@@ -104,13 +106,37 @@ pub(crate) fn state_of(pid: u32, recorded_start: &str) -> ProcessState {
         }
     };
     if stat.is_dead() {
-        return gone();
+        // A leader shows `Z` as soon as its own thread exits, while other threads of the
+        // process may still run: only a thread group with no live task is no process.
+        match live_threads_remain(pid) {
+            Ok(false) => return gone(),
+            Ok(true) => {}
+            Err(error) => {
+                if matches!(is_held(checked), Held::No) {
+                    return gone();
+                }
+                return ProcessState::Unverified {
+                    reason: format!(
+                        "pid {pid}'s main thread has exited and its other threads cannot be read: {error}"
+                    ),
+                };
+            }
+        }
     }
     if recorded_start.is_empty() {
         return ProcessState::Unverified {
             reason: format!(
                 "pid {pid} is alive but the record holds no start time to compare, \
                  so it cannot be confirmed as the capsule"
+            ),
+        };
+    }
+    if !recorded_start.bytes().all(|b| b.is_ascii_digit()) {
+        // Not a token this platform writes (another OS, or a damaged record): a difference
+        // from it proves nothing about reuse.
+        return ProcessState::Unverified {
+            reason: format!(
+                "pid {pid} is alive but the record's start time {recorded_start:?} is not one                  this machine can compare"
             ),
         };
     }
@@ -175,6 +201,25 @@ pub(crate) fn parse_stat(line: &str) -> Option<StatFields> {
         state,
         start_token: start_token.to_owned(),
     })
+}
+
+/// Whether any task of `pid`'s thread group is neither a zombie nor dead.
+fn live_threads_remain(pid: u32) -> std::io::Result<bool> {
+    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+    for entry in std::fs::read_dir(&tasks)? {
+        let stat_path = entry?.path().join("stat");
+        match std::fs::read_to_string(&stat_path) {
+            Ok(line) => {
+                if parse_stat(&line).is_some_and(|task| !task.is_dead()) {
+                    return Ok(true);
+                }
+            }
+            // The task exited while we looked: it is not a live one.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
 }
 
 fn read_stat(pid: u32) -> std::io::Result<StatFields> {

@@ -2,8 +2,9 @@
 //!
 //! Invariants kept here:
 //! - Every generation of record parses: the nine fields of the spec are required (`url` must be
-//!   present but may be `null`), every later key is optional, and unknown keys are ignored, so a
-//!   live session is never lost because a newer murmur wrote something this crate does not know.
+//!   present but may be `null`), every later key is optional and read leniently (a value of an
+//!   unexpected shape reads as absent), and unknown keys are ignored, so a live session is never
+//!   lost because a murmur wrote something this crate does not know.
 //! - The door's secrets (`door_token`, `credentials`) live only in memory, inside [`Secret`],
 //!   which has no `Serialize` and no `Display` and prints as `[redacted]` in `Debug`. This crate
 //!   cannot write them back out, by construction.
@@ -12,17 +13,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::RunningError;
-use super::dir::{FileIdentity, open_dir};
 use super::process::{has_controlling_terminal, process_start_token};
+use crate::private_fs::{FileIdentity, open_dir, unlink_checked, write_atomically};
 
 /// The suffix that makes a directory entry a record; nothing else is one.
 pub const RECORD_SUFFIX: &str = ".json";
@@ -94,31 +93,59 @@ pub struct RunningRecord {
     pub started_at: String,
 
     /// Where the session's trace lives (required by murmur 0.8 and later, optional here).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub records_dir: Option<PathBuf>,
     /// The operator bearer token of an authenticated door. Never serialized.
-    #[serde(default, skip_serializing)]
+    #[serde(default, deserialize_with = "lenient", skip_serializing)]
     pub door_token: Option<Secret>,
     /// Per-credential door tokens. Never serialized.
-    #[serde(default, skip_serializing)]
+    #[serde(default, deserialize_with = "lenient", skip_serializing)]
     pub credentials: BTreeMap<String, Secret>,
     /// The formation this session belongs to (`frm_…`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub formation_id: Option<String>,
     /// This session's name in the formation's roster.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub formation_member: Option<String>,
     /// Whether this member is the formation's entry point.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "is_false"
+    )]
     pub formation_entry: bool,
     /// Whether this member is the formation's lifeline.
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "is_false"
+    )]
     pub formation_lifeline: bool,
     /// The process that launched the formation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub formation_launcher: Option<FormationLauncher>,
     /// The session that delegated to this one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "lenient",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub spawned_by: Option<String>,
 
     /// The file this record was read from; `None` for a record built in memory.
@@ -145,6 +172,18 @@ pub(crate) struct Origin {
     pub(crate) dir: PathBuf,
     pub(crate) file_name: String,
     pub(crate) identity: FileIdentity,
+}
+
+/// Read a later generation's key, or its default when its value has a shape this crate does
+/// not expect. Only the nine spec fields can make a record unparseable: a live session's record
+/// must never be lost over a key the registry does not fully know.
+fn lenient<'de, D, T>(de: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    let value = serde_json::Value::deserialize(de)?;
+    Ok(serde_json::from_value(value).unwrap_or_default())
 }
 
 fn is_false(value: &bool) -> bool {
@@ -247,68 +286,25 @@ impl RunningGuard {
         if !is_valid_session_id(&record.session_id) {
             return Err(RunningError::InvalidSessionId(record.session_id.clone()));
         }
-        let io_err = |source| RunningError::Io {
+        let io_err = |cause| RunningError::Io {
             path: dir.to_path_buf(),
-            source,
+            cause,
         };
         let bytes = serde_json::to_vec_pretty(record).map_err(|e| io_err(e.into()))?;
         let dir_fd = open_dir(dir).map_err(io_err)?;
         let file_name = RunningRecord::file_name_for(&record.session_id);
-        let staged = format!(
-            ".{file_name}.{}.{:016x}.tmp",
-            std::process::id(),
-            random_u64().map_err(io_err)?
-        );
-        let staged_fd = rustix::fs::openat(
-            &dir_fd,
-            staged.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| io_err(e.into()))?;
-        let written = write_and_sync(staged_fd, &bytes).and_then(|file| {
-            rustix::fs::renameat(&dir_fd, staged.as_str(), &dir_fd, file_name.as_str())?;
-            rustix::fs::fsync(&dir_fd)?;
-            // After the rename, which changes the inode's ctime that the identity includes.
-            Ok(FileIdentity::of(&rustix::fs::fstat(&file)?))
-        });
-        match written {
-            Ok(identity) => Ok(Self {
-                dir: dir.to_path_buf(),
-                file_name,
-                identity,
-            }),
-            Err(source) => {
-                // Best effort: the staged file is ours and useless now; the error that matters
-                // is the one that stopped the write.
-                let _ = rustix::fs::unlinkat(&dir_fd, staged.as_str(), AtFlags::empty());
-                Err(io_err(source))
-            }
-        }
+        let identity = write_atomically(&dir_fd, &file_name, &bytes).map_err(io_err)?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            file_name,
+            identity,
+        })
     }
 
     /// The path of the record this guard holds.
     pub fn path(&self) -> PathBuf {
         self.dir.join(&self.file_name)
     }
-}
-
-/// Write all of `bytes`, force mode 0600 whatever the umask did, and fsync.
-fn write_and_sync(fd: OwnedFd, bytes: &[u8]) -> std::io::Result<std::fs::File> {
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
-    let mut file = std::fs::File::from(fd);
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    Ok(file)
-}
-
-fn random_u64() -> std::io::Result<u64> {
-    let mut buf = [0u8; 8];
-    let filled = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty())?;
-    if filled != buf.len() {
-        return Err(std::io::Error::other("short read from getrandom"));
-    }
-    Ok(u64::from_le_bytes(buf))
 }
 
 impl Drop for RunningGuard {
@@ -318,12 +314,10 @@ impl Drop for RunningGuard {
         let Ok(dir_fd) = open_dir(&self.dir) else {
             return;
         };
-        let still_ours =
-            rustix::fs::statat(&dir_fd, self.file_name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
-                .is_ok_and(|st| FileIdentity::of(&st) == self.identity);
-        if still_ours {
-            let _ = rustix::fs::unlinkat(&dir_fd, self.file_name.as_str(), AtFlags::empty());
-        }
+        let ours = |dir_fd: &OwnedFd, quarantined: &str| {
+            FileIdentity::at(dir_fd, quarantined).is_ok_and(|now| now == self.identity)
+        };
+        let _ = unlink_checked(&dir_fd, &self.file_name, ours);
     }
 }
 
@@ -358,6 +352,26 @@ mod tests {
         for shown in [debug, json] {
             assert!(!shown.contains("SECRET"), "{shown}");
         }
+    }
+
+    #[test]
+    fn later_keys_of_an_unexpected_shape_read_as_absent() {
+        for odd in [
+            r#""credentials":null"#,
+            r#""credentials":"SECRET-as-a-string""#,
+            r#""formation_entry":null"#,
+            r#""formation_launcher":{"pid":1}"#,
+            r#""door_token":42"#,
+            r#""records_dir":["a"]"#,
+            r#""spawned_by":{"x":1}"#,
+        ] {
+            let with = NINE.replace(r#""pid":1"#, &format!(r#""pid":1,{odd}"#));
+            let record =
+                RunningRecord::parse(with.as_bytes()).unwrap_or_else(|e| panic!("{odd}: {e}"));
+            assert_eq!(record.pid, 1, "{odd}");
+        }
+        let wrong_nine = NINE.replace(r#""pid":1"#, r#""pid":"1""#);
+        assert!(RunningRecord::parse(wrong_nine.as_bytes()).is_err());
     }
 
     #[test]
