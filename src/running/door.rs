@@ -14,11 +14,16 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::{Method, Request, header};
+use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use super::process::{ProcessState, process_state};
-use super::{RunningError, RunningRecord};
+use super::{RunningError, RunningRecord, Secret};
 
 /// How long a door may take to accept a connection (the spec's 2 s).
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(2);
@@ -111,14 +116,33 @@ fn settled_without_door(
     Ok(Verdict { process, liveness })
 }
 
-/// Layer 3's prober: one HTTP client and the deadlines it keeps.
+/// Layer 3's prober: the deadlines it keeps and the probes it lets run at once.
 ///
-/// Cheap to clone (the client is shared). Build one and reuse it.
+/// Cheap to clone; clones share one limit on probes in flight, so concurrent requests to the
+/// registry cannot together open more sockets than [`MAX_CONCURRENT_PROBES`].
 #[derive(Debug, Clone)]
 pub struct DoorProbe {
-    client: reqwest::Client,
     connect_deadline: Duration,
     answer_deadline: Duration,
+    in_flight: Arc<Semaphore>,
+}
+
+/// The door's address, split for connecting and for the `Host` header.
+struct DoorAddress<'a> {
+    /// The host as it is resolved (`localhost`, `127.0.0.1`, `::1`).
+    host: &'a str,
+    port: u16,
+    /// `host:port` as the record wrote it (brackets around an IPv6 literal), for `Host`.
+    authority: &'a str,
+}
+
+/// Stops a spawned task when dropped, so an abandoned probe leaves nothing running.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl DoorProbe {
@@ -128,22 +152,14 @@ impl DoorProbe {
     }
 
     /// A prober with other deadlines (tests, or an operator's setting).
+    ///
+    /// `connect` bounds the TCP connection; `answer` bounds everything after it (request,
+    /// response head and card). Infallible today; a `Result` so a future client may fail.
     pub fn with_deadlines(connect: Duration, answer: Duration) -> Result<Self, RunningError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(connect)
-            // Doors are on loopback: a proxy from the environment must never see them, and a
-            // redirect must never carry a door token elsewhere.
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            // Each probe proves the door answers now, on a fresh connection.
-            .pool_max_idle_per_host(0)
-            .user_agent(concat!("murmur-registry/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| RunningError::HttpClient(e.to_string()))?;
         Ok(Self {
-            client,
             connect_deadline: connect,
             answer_deadline: answer,
+            in_flight: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)),
         })
     }
 
@@ -151,7 +167,8 @@ impl DoorProbe {
     ///
     /// A record with a `door_token` is asked for its extended card (JSON-RPC
     /// `GetExtendedAgentCard` with the token as bearer); any other for the public card at
-    /// `/.well-known/agent-card.json`. Either card shape is read.
+    /// `/.well-known/agent-card.json`. Either card shape is read. Each probe is a fresh
+    /// connection straight to the address the record names: no proxy, no redirect, no pool.
     pub async fn probe(&self, record: &RunningRecord) -> Result<(), String> {
         self.probe_unredacted(record)
             .await
@@ -162,30 +179,42 @@ impl DoorProbe {
         let Some(url) = record.url.as_deref() else {
             return Err("the record names no door".to_owned());
         };
-        let base = door_base(url)?;
-        let request = match &record.door_token {
-            Some(token) => self
-                .client
-                .post(format!("{base}/"))
-                .bearer_auth(token.expose())
-                .header("A2A-Version", "1.0")
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(r#"{"jsonrpc":"2.0","id":1,"method":"GetExtendedAgentCard","params":{}}"#),
-            None => self
-                .client
-                .get(format!("{base}/.well-known/agent-card.json"))
-                .header("A2A-Version", "1.0"),
-        };
-        let deadline = self.connect_deadline + self.answer_deadline;
-        let body = tokio::time::timeout(deadline, fetch(request))
+        let address = door_address(url)?;
+        // Waiting for a permit is not the door's fault, so it counts against no deadline.
+        let _permit = self
+            .in_flight
+            .acquire()
             .await
-            .map_err(|_| {
-                format!(
-                    "door at {url} did not answer within {}",
-                    humantime::format_duration(deadline)
-                )
-            })?
-            .map_err(|e| format!("door at {url} {e}"))?;
+            .map_err(|_| "the prober is shutting down".to_owned())?;
+        let stream = tokio::time::timeout(
+            self.connect_deadline,
+            TcpStream::connect((address.host, address.port)),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "door at {url} did not accept a connection within {}",
+                humantime::format_duration(self.connect_deadline)
+            )
+        })?
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => {
+                format!("door at {url} refused the connection")
+            }
+            _ => format!("door at {url} could not be reached: {e}"),
+        })?;
+        let body = tokio::time::timeout(
+            self.answer_deadline,
+            fetch_card(stream, &address, record.door_token.as_ref()),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "door at {url} did not answer within {}",
+                humantime::format_duration(self.answer_deadline)
+            )
+        })?
+        .map_err(|e| format!("door at {url} {e}"))?;
         let card: Value = serde_json::from_slice(&body)
             .map_err(|_| format!("door at {url} answered something that is not JSON"))?;
         let card = if record.door_token.is_some() {
@@ -197,7 +226,7 @@ impl DoorProbe {
             Some(id) if id == record.session_id => Ok(()),
             Some(id) => Err(format!(
                 "door at {url} answers for session {}, not this one",
-                quote_briefly(id)
+                quote_briefly(&redact_secrets(id.to_owned(), record))
             )),
             None => Err(format!(
                 "door at {url} answered a card that names no session"
@@ -206,43 +235,63 @@ impl DoorProbe {
     }
 }
 
-/// Send the request; the body of a 2xx answer, at most [`MAX_CARD_BYTES`] of it.
-async fn fetch(request: reqwest::RequestBuilder) -> Result<Vec<u8>, String> {
-    let mut response = request.send().await.map_err(describe_send_error)?;
+/// Ask for the card over `stream`; the body of a 2xx answer, at most [`MAX_CARD_BYTES`] of it.
+async fn fetch_card(
+    stream: TcpStream,
+    address: &DoorAddress<'_>,
+    door_token: Option<&Secret>,
+) -> Result<Bytes, String> {
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|_| "closed the connection before answering".to_owned())?;
+    let _connection = AbortOnDrop(tokio::spawn(async move {
+        let _ = connection.await;
+    }));
+    let builder = Request::builder()
+        .header(header::HOST, address.authority)
+        .header(header::USER_AGENT, USER_AGENT)
+        .header("A2A-Version", "1.0");
+    let request = match door_token {
+        Some(token) => builder
+            .method(Method::POST)
+            .uri("/")
+            .header(header::AUTHORIZATION, format!("Bearer {}", token.expose()))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from_static(EXTENDED_CARD_REQUEST))),
+        None => builder
+            .method(Method::GET)
+            .uri("/.well-known/agent-card.json")
+            .body(Full::new(Bytes::new())),
+    }
+    .map_err(|_| "could not be asked: the request is malformed".to_owned())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|_| "closed the connection without a valid HTTP answer".to_owned())?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("answered HTTP {}", status.as_u16()));
     }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
+    Limited::new(response.into_body(), MAX_CARD_BYTES)
+        .collect()
         .await
-        .map_err(|_| "broke off its answer".to_owned())?
-    {
-        if body.len() + chunk.len() > MAX_CARD_BYTES {
-            return Err(format!("answered more than {MAX_CARD_BYTES} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
+        .map(|collected| collected.to_bytes())
+        .map_err(|e| {
+            if e.is::<LengthLimitError>() {
+                format!("answered more than {MAX_CARD_BYTES} bytes")
+            } else {
+                "broke off its answer".to_owned()
+            }
+        })
 }
 
-fn describe_send_error(error: reqwest::Error) -> String {
-    if error.is_connect() {
-        if error.is_timeout() {
-            "did not accept a connection in time".to_owned()
-        } else {
-            "refused the connection".to_owned()
-        }
-    } else if error.is_timeout() {
-        "did not answer in time".to_owned()
-    } else {
-        "closed the connection without a valid HTTP answer".to_owned()
-    }
-}
+const USER_AGENT: &str = concat!("murmur-registry/", env!("CARGO_PKG_VERSION"));
 
-/// `http://host:port` for a record's `host:port`, if it is a loopback door.
-fn door_base(url: &str) -> Result<String, String> {
+const EXTENDED_CARD_REQUEST: &[u8] =
+    br#"{"jsonrpc":"2.0","id":1,"method":"GetExtendedAgentCard","params":{}}"#;
+
+/// A record's `host:port`, if it is a door on loopback.
+fn door_address(url: &str) -> Result<DoorAddress<'_>, String> {
     let refuse = || {
         format!(
             "door address {} is not host:port on loopback; not probed",
@@ -250,7 +299,8 @@ fn door_base(url: &str) -> Result<String, String> {
         )
     };
     let (host, port) = url.rsplit_once(':').ok_or_else(refuse)?;
-    port.parse::<u16>()
+    let port = port
+        .parse::<u16>()
         .ok()
         .filter(|p| *p != 0)
         .ok_or_else(refuse)?;
@@ -263,7 +313,11 @@ fn door_base(url: &str) -> Result<String, String> {
     if !loopback || (bare_host.contains(':') && !host.starts_with('[')) {
         return Err(refuse());
     }
-    Ok(format!("http://{host}:{port}"))
+    Ok(DoorAddress {
+        host: bare_host,
+        port,
+        authority: url,
+    })
 }
 
 /// `reason` with every secret of `record` replaced, in case a door echoed one back.
@@ -374,32 +428,31 @@ pub async fn process_state_off_workers(records: Vec<RunningRecord>) -> Vec<Proce
 /// batch takes about as long as its slowest door, not the sum of them.
 pub async fn verify_many(records: &[RunningRecord], door: &DoorProbe) -> Vec<Verdict> {
     let states = process_state_off_workers(records.to_vec()).await;
-    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES));
-    let tasks: Vec<_> = records
-        .iter()
-        .cloned()
-        .zip(states)
-        .map(|(record, process)| {
-            let door = door.clone();
-            let permits = Arc::clone(&permits);
-            tokio::spawn(async move {
-                let _permit = permits.acquire_owned().await;
-                finish_verdict(&record, process, &door).await
-            })
-        })
-        .collect();
-    let mut verdicts = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        verdicts.push(task.await.unwrap_or_else(|_| Verdict {
-            process: ProcessState::Unverified {
-                reason: "the verification task failed".to_owned(),
-            },
-            liveness: Liveness::Unreachable {
-                reason: "the verification task failed".to_owned(),
-            },
-        }));
+    // A JoinSet, so that dropping this future (a client that went away) stops every probe.
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, (record, process)) in records.iter().cloned().zip(states).enumerate() {
+        let door = door.clone();
+        tasks.spawn(async move { (index, finish_verdict(&record, process, &door).await) });
+    }
+    let mut verdicts: Vec<Option<Verdict>> = vec![None; records.len()];
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok((index, verdict)) = joined {
+            verdicts[index] = Some(verdict);
+        }
     }
     verdicts
+        .into_iter()
+        .map(|verdict| {
+            verdict.unwrap_or_else(|| Verdict {
+                process: ProcessState::Unverified {
+                    reason: "the verification task failed".to_owned(),
+                },
+                liveness: Liveness::Unreachable {
+                    reason: "the verification task failed".to_owned(),
+                },
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -435,7 +488,7 @@ mod tests {
             "[::1]:80",
             "127.3.4.5:65535",
         ] {
-            assert!(door_base(ok).is_ok(), "{ok}");
+            assert!(door_address(ok).is_ok(), "{ok}");
         }
         for bad in [
             "10.0.0.1:80",
@@ -449,7 +502,7 @@ mod tests {
             "user@127.0.0.1:80",
             "",
         ] {
-            assert!(door_base(bad).is_err(), "{bad}");
+            assert!(door_address(bad).is_err(), "{bad}");
         }
     }
 
