@@ -70,7 +70,7 @@ struct DirArgs {
     #[arg(long, value_name = "DIR")]
     running_dir: Option<PathBuf>,
     /// Run even inside a nested pid namespace (only right when the capsules run in it too).
-    #[arg(long)]
+    #[arg(long, env = "MURMUR_REGISTRY_NESTED_PID_NAMESPACE")]
     nested_pid_namespace: bool,
 }
 
@@ -186,20 +186,27 @@ fn resolve_running_dir(args: &DirArgs) -> anyhow::Result<PathBuf> {
 /// Refuse to judge records from inside a nested pid namespace unless told the capsules share it.
 ///
 /// Records carry the writer's pids. From a child namespace (a container without `pid: host`)
-/// those pids name nothing, so every live capsule would read as gone and be pruned.
+/// those pids name nothing, so every live capsule would read as gone and be pruned. The
+/// kernel's initial pid namespace always has the same inode number (`PROC_PID_INIT_INO`),
+/// whatever `/proc` is mounted; `NSpid` levels are a second sign where the host's `/proc` is.
 fn check_pid_namespace(allowed: bool) -> anyhow::Result<()> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .context("cannot read /proc/self/status to check the pid namespace")?;
-    let levels = status
+    const INITIAL_PID_NAMESPACE: &str = "pid:[4026531836]";
+    if allowed {
+        return Ok(());
+    }
+    let namespace = std::fs::read_link("/proc/self/ns/pid")
+        .context("cannot read /proc/self/ns/pid to check the pid namespace")?;
+    let levels = std::fs::read_to_string("/proc/self/status")
+        .context("cannot read /proc/self/status to check the pid namespace")?
         .lines()
         .find_map(|line| line.strip_prefix("NSpid:"))
         .map_or(1, |pids| pids.split_whitespace().count());
-    if levels > 1 && !allowed {
+    if namespace.as_os_str() != INITIAL_PID_NAMESPACE || levels > 1 {
         bail!(
             "this process runs in a nested pid namespace, where the pids in records written \
              outside it name nothing and every capsule would read as gone; run it in the host's \
-             pid namespace (docker: pid: host), or pass --nested-pid-namespace if the capsules \
-             run in this namespace too"
+             pid namespace (docker: pid: host), or pass --nested-pid-namespace (env \
+             MURMUR_REGISTRY_NESTED_PID_NAMESPACE=1) if the capsules run in this namespace too"
         );
     }
     Ok(())

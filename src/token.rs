@@ -83,6 +83,8 @@ pub fn load_or_create(path: &Path) -> Result<String, TokenError> {
         Ok((token, _)) => Ok(token),
         Err(TokenError::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
             ensure_parent(path)?;
+            // Judge the directory before a token exists in it, not after.
+            check_parent(path)?;
             let token = new_token(path)?;
             match create_exclusive(path, &token) {
                 Ok(()) => Ok(token),

@@ -13,9 +13,17 @@
 //!   `@N` past the end, an unknown id, an invalid address and a gone process all exit 1;
 //! - unverified processes: under a `hidepid=2` `/proc`, as uid 65534, a root-owned capsule is
 //!   listed as `unreachable` / `unverified`, its record kept, and `stop` refuses to signal it;
+//!   a stop whose SIGTERM got through and whose SIGKILL the kernel refused says SIGTERM was sent;
 //! - `prune` (gone and pid-reused records, junk files; live records and directories kept;
 //!   `nothing to prune`), `openapi`, `token` (the path, `--show`, `--rotate`, refusals) and the
-//!   `Example` in every subcommand's `--help`.
+//!   `Example` in every subcommand's `--help`;
+//! - what `ps` and `prune` never remove: the record of a process whose main thread has exited,
+//!   a record uid 65534 cannot open (mode 000: EACCES), names that are not session ids;
+//! - an explicit `--running-dir` that group or others may enter refused (exit 1, named, left
+//!   as it was); a private one used, each removed junk file named (`removed: <file> — <why>`,
+//!   on stderr for `ps`, on stdout for `prune`) without quoting its values;
+//! - inside a nested pid namespace `ps` and `prune` refuse to judge host records, unless
+//!   `--nested-pid-namespace` says the capsules share it.
 //!
 //! Synchronisation is by evidence only: a command's exit, a child's exit status, `/proc` polled
 //! under a generous deadline. Every child is killed and reaped on drop.
@@ -30,7 +38,8 @@ use std::time::{Duration, Instant, SystemTime};
 use common::binary::{Finished, Home, NOBODY, User, chown_nobody, is_hex64, registry, run};
 use common::{
     DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, SleepingChild, TermIgnoringChild,
-    assert_absent, mode_of, refused_url, session_id, wrong_start_token,
+    UidFlippingChild, ZombieLeader, assert_absent, dir_snapshot, mode_of, proc_state, refused_url,
+    session_id, write_raw, wrong_start_token,
 };
 use serde_json::Value;
 
@@ -621,6 +630,28 @@ fn stop_under_hidepid_refuses_and_the_capsule_survives() {
     }
 }
 
+#[test]
+fn stop_says_sigterm_was_sent_when_the_kernel_then_refuses_sigkill() {
+    let home = Home::for_nobody_with_running_dir();
+    let mut flipping = UidFlippingChild::spawn();
+    let record = flipping.record().no_door();
+    let id = record.session_id();
+    let file = home.write(&record);
+    chown_nobody(&file);
+
+    let done = cli(&home, User::Nobody, &["stop", &id, "--timeout", "1"]);
+    done.assert_failure();
+    assert!(
+        done.stderr
+            .contains(&format!("could not stop {id} (SIGTERM was sent): ")),
+        "{done:#?}"
+    );
+    assert!(done.stderr.contains("Operation not permitted"), "{done:#?}");
+    assert_eq!(common::real_uid(flipping.pid()), Some(0), "SIGTERM arrived");
+    assert!(flipping.is_running());
+    assert!(file.exists());
+}
+
 // ---------------------------------------------------------------------------------------------
 // prune
 // ---------------------------------------------------------------------------------------------
@@ -703,6 +734,320 @@ fn prune_with_nothing_gone_says_so() {
     done.assert_success();
     assert_eq!(done.stdout, "nothing to prune\n");
     assert!(file.exists());
+}
+
+#[test]
+fn ps_and_prune_keep_a_process_whose_main_thread_exited() {
+    let home = Home::new();
+    let mut leader = ZombieLeader::spawn();
+    let record = leader.record().no_door();
+    let file = home.write(&record);
+
+    let listed = me(&home, &["ps", "--json"]);
+    listed.assert_success();
+    assert_eq!(listed.stderr, "", "nothing pruned: {listed:#?}");
+    let sessions = listed.json();
+    assert_eq!(sessions[0]["session_id"], record.session_id().as_str());
+    assert_eq!(sessions[0]["liveness"]["state"], "live", "{sessions}");
+    assert_eq!(sessions[0]["liveness"]["process"], "alive", "{sessions}");
+
+    let pruned = me(&home, &["prune"]);
+    pruned.assert_success();
+    assert_eq!(pruned.stdout, "nothing to prune\n", "{pruned:#?}");
+    assert!(file.exists(), "a live process's record was pruned");
+    assert_eq!(proc_state(leader.pid()), Some('Z'), "the premise held");
+    assert!(leader.is_running());
+}
+
+#[test]
+fn a_record_that_cannot_be_opened_is_never_removed() {
+    let home = Home::for_nobody_with_running_dir();
+    let running = home.running_dir();
+    // Junk that would be removed if it could be read: here it cannot (mode 000, EACCES for
+    // its owner 65534, who has no capability to override it).
+    let closed_id = session_id();
+    let closed = write_raw(&running, &format!("{closed_id}.json"), "{ not a record");
+    chown_nobody(&closed);
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let cat = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+        .arg(&closed)
+        .output()
+        .expect("run cat as uid 65534");
+    assert!(
+        !cat.status.success() && String::from_utf8_lossy(&cat.stderr).contains("Permission denied"),
+        "the premise: uid 65534 cannot open it ({cat:?})"
+    );
+    // The same junk, readable: it goes, which shows these runs do remove what they judged.
+    let open = write_raw(
+        &running,
+        &format!("{}.json", session_id()),
+        "{ not a record",
+    );
+    chown_nobody(&open);
+
+    let listed = cli(&home, User::Nobody, &["ps", "--json"]);
+    listed.assert_success();
+    assert_eq!(listed.json(), serde_json::json!([]));
+    assert_absent(&open);
+    for args in [&["ps"][..], &["prune"]] {
+        let done = cli(&home, User::Nobody, args);
+        done.assert_success();
+        assert!(!done.stdout.contains(&closed_id), "{args:?}: {done:#?}");
+        assert!(!done.stderr.contains(&closed_id), "{args:?}: {done:#?}");
+    }
+    assert!(
+        closed.exists(),
+        "an entry that could not be read was removed"
+    );
+    assert_eq!(mode_of(&closed), 0o000);
+    assert_eq!(std::fs::read(&closed).unwrap(), b"{ not a record");
+}
+
+#[test]
+fn names_that_are_not_session_ids_are_never_removed_by_ps_or_prune() {
+    let home = Home::new();
+    let running = home.running_dir();
+    let kept = [
+        write_raw(&running, "a b.json", "{ not a record"),
+        write_raw(&running, "x.y.json", "{ not a record"),
+        RecordJson::fresh().no_door().write_as(&running, "v.1.json"),
+    ];
+    let before = dir_snapshot(&running);
+
+    let listed = me(&home, &["ps"]);
+    listed.assert_success();
+    assert_eq!(listed.stdout, "no running capsules\n");
+    assert_eq!(listed.stderr, "", "{listed:#?}");
+    let pruned = me(&home, &["prune"]);
+    pruned.assert_success();
+    assert_eq!(pruned.stdout, "nothing to prune\n", "{pruned:#?}");
+    for file in &kept {
+        assert!(file.exists(), "{} was removed", file.display());
+    }
+    assert_eq!(dir_snapshot(&running), before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// An explicit --running-dir
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn an_explicit_running_dir_others_can_enter_is_refused_and_left_as_it_was() {
+    let home = Home::new();
+    for mode in [0o755, 0o1777, 0o750, 0o701] {
+        // Perhaps a project directory: nothing in it is murmur's.
+        let dir = home.path().join(format!("shared-{mode:o}"));
+        std::fs::create_dir(&dir).unwrap();
+        let package = write_raw(&dir, "package.json", r#"{"name": "not-murmur"}"#);
+        let gone = ExitedChild::spawn().record().no_door();
+        gone.write_in(&dir);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let before = dir_snapshot(&dir);
+        let dir_arg = dir.to_str().unwrap();
+
+        for args in [
+            &["ps", "--running-dir", dir_arg][..],
+            &["ps", "--json", "--running-dir", dir_arg],
+            &["prune", "--running-dir", dir_arg],
+            &["stop", "@1", "--running-dir", dir_arg],
+        ] {
+            let done = me(&home, args);
+            done.assert_failure();
+            assert!(
+                done.stderr.contains(dir_arg) && done.stderr.contains(&format!("{mode:04o}")),
+                "{args:?} must name the directory and its mode: {}",
+                done.stderr
+            );
+        }
+        assert_eq!(mode_of(&dir), mode, "the mode must be left as it was");
+        assert_eq!(dir_snapshot(&dir), before, "nothing in it may change");
+        assert_eq!(
+            std::fs::read_to_string(&package).unwrap(),
+            r#"{"name": "not-murmur"}"#
+        );
+    }
+    assert!(
+        !home.path().join(".murmur").exists(),
+        "the default directory is not used instead"
+    );
+}
+
+/// A private running directory with one gone record, one live one, and junk a reader removes:
+/// answers the directory, the gone record, and the junk's names with their reasons' starts.
+fn private_dir_with_junk(
+    home: &Home,
+    live: &SleepingChild,
+) -> (PathBuf, RecordJson, Vec<(String, String)>) {
+    let dir = home.path().join("private-running");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    live.record().no_door().write_in(&dir);
+    let gone = ExitedChild::spawn().record().no_door();
+    gone.write_in(&dir);
+    let truncated = session_id();
+    write_raw(&dir, &format!("{truncated}.json"), "{\"session_id\":");
+    let secretive = session_id();
+    RecordJson::new(&secretive)
+        .set("pid", "tok-SECRET-123")
+        .write_in(&dir);
+    let linked = session_id();
+    std::os::unix::fs::symlink("/nonexistent", dir.join(format!("{linked}.json"))).unwrap();
+    let mut junk = vec![
+        (
+            format!("{truncated}.json"),
+            "is not a record: the JSON ends early".to_owned(),
+        ),
+        (
+            format!("{secretive}.json"),
+            "is not a record: a field has the wrong type or value".to_owned(),
+        ),
+        (format!("{linked}.json"), "is a symlink".to_owned()),
+    ];
+    junk.sort();
+    (dir, gone, junk)
+}
+
+/// The `removed: <file> — <why>` lines of `text`, each checked against `junk` in name order.
+fn assert_removed_lines(text: &str, junk: &[(String, String)]) {
+    let mut removed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("removed: "))
+        .collect();
+    removed.sort();
+    assert_eq!(removed.len(), junk.len(), "{text}");
+    for (line, (file, why)) in removed.iter().zip(junk) {
+        assert!(
+            line.starts_with(&format!("removed: {file} — {why}")),
+            "expected `removed: {file} — {why}…`, got {line:?}"
+        );
+        assert!(!line.contains("SECRET"), "a value was quoted: {line}");
+    }
+}
+
+#[test]
+fn ps_with_a_private_running_dir_names_each_removed_file_on_stderr() {
+    let home = Home::new();
+    let live = SleepingChild::spawn();
+    let (dir, gone, junk) = private_dir_with_junk(&home, &live);
+    let dir_arg = dir.to_str().unwrap();
+
+    let done = me(&home, &["ps", "--json", "--running-dir", dir_arg]);
+    done.assert_success();
+    assert_eq!(done.json().as_array().map(Vec::len), Some(1), "{done:#?}");
+    assert_removed_lines(&done.stderr, &junk);
+    assert!(
+        done.stderr.contains(&pruned_line(
+            &gone.session_id(),
+            &format!("no process holds pid {}", gone.to_json()["pid"])
+        )),
+        "{done:#?}"
+    );
+    assert!(!done.stdout.contains("removed:"), "{done:#?}");
+    // Only the live record is left, and the directory stays private.
+    assert_eq!(dir_snapshot(&dir).len(), 1, "{:?}", dir_snapshot(&dir));
+    assert_eq!(mode_of(&dir), 0o700);
+    assert!(!home.path().join(".murmur").exists());
+}
+
+#[test]
+fn prune_with_a_private_running_dir_names_each_removed_file_on_stdout() {
+    let home = Home::new();
+    let live = SleepingChild::spawn();
+    let (dir, gone, junk) = private_dir_with_junk(&home, &live);
+
+    let done = me(&home, &["prune", "--running-dir", dir.to_str().unwrap()]);
+    done.assert_success();
+    assert_removed_lines(&done.stdout, &junk);
+    assert!(
+        done.stdout_lines().contains(
+            &pruned_line(
+                &gone.session_id(),
+                &format!("no process holds pid {}", gone.to_json()["pid"])
+            )
+            .as_str()
+        ),
+        "{done:#?}"
+    );
+    assert_eq!(done.stdout_lines().len(), junk.len() + 1, "{done:#?}");
+    assert!(!done.stderr.contains("removed:"), "{done:#?}");
+    assert_eq!(dir_snapshot(&dir).len(), 1, "{:?}", dir_snapshot(&dir));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A nested pid namespace
+// ---------------------------------------------------------------------------------------------
+
+/// A HOME with a record of a `sleep` in the host's pid namespace.
+fn home_with_host_capsule() -> (Home, SleepingChild, RecordJson, PathBuf) {
+    let home = Home::new();
+    let child = SleepingChild::spawn();
+    let record = child.record().no_door();
+    let file = home.write(&record);
+    (home, child, record, file)
+}
+
+/// Every command that judges records refuses inside `user`'s nested pid namespace, and the
+/// host capsule and its record are left alone.
+fn assert_refused_in_nested_namespace(user: User) {
+    let (home, mut child, _record, file) = home_with_host_capsule();
+    for args in [
+        &["ps"][..],
+        &["ps", "--json"],
+        &["prune"],
+        &["stop", "@1", "--timeout", "0"],
+        &["serve", "--bind", "127.0.0.1:0"],
+    ] {
+        let done = cli(&home, user, args);
+        done.assert_failure();
+        assert!(
+            done.stderr.contains("nested pid namespace")
+                && done.stderr.contains("--nested-pid-namespace"),
+            "{args:?}: {done:#?}"
+        );
+        assert!(
+            file.exists(),
+            "{args:?} removed a live host capsule's record"
+        );
+    }
+    assert!(child.is_running());
+}
+
+#[test]
+fn in_a_nested_pid_namespace_with_its_own_proc_ps_and_prune_refuse() {
+    assert_refused_in_nested_namespace(User::NestedPidNamespace);
+}
+
+#[test]
+fn in_a_nested_pid_namespace_with_the_hosts_proc_ps_and_prune_refuse() {
+    assert_refused_in_nested_namespace(User::NestedPidNamespaceHostProc);
+}
+
+#[test]
+fn nested_pid_namespace_flag_runs_and_a_host_pid_reads_as_gone() {
+    // The flag says the capsules run in this namespace too. A host capsule does not: its pid
+    // names no process in here (kill(pid, 0) answers ESRCH), so its record is pruned as gone.
+    // That is the loss the refusal above exists to prevent; the capsule itself is untouched.
+    for user in [User::NestedPidNamespace, User::NestedPidNamespaceHostProc] {
+        let (home, mut child, record, file) = home_with_host_capsule();
+        let done = cli(&home, user, &["ps", "--nested-pid-namespace"]);
+        done.assert_success();
+        assert_eq!(done.stdout, "no running capsules\n", "{user:?}: {done:#?}");
+        assert_eq!(
+            done.stderr.lines().collect::<Vec<_>>(),
+            [pruned_line(
+                &record.session_id(),
+                &format!("no process holds pid {}", child.pid())
+            )],
+            "{user:?}: {done:#?}"
+        );
+        assert_absent(&file);
+        assert!(child.is_running(), "{user:?}: pruning signals nothing");
+
+        let again = cli(&home, user, &["prune", "--nested-pid-namespace"]);
+        again.assert_success();
+        assert_eq!(again.stdout, "nothing to prune\n", "{user:?}: {again:#?}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

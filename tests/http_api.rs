@@ -4,6 +4,12 @@
 //! Covers the auth and Host gates, every sessions endpoint with live / unreachable / gone
 //! records, prune refused and accepted, signal and stop outcomes, secrets never leaving, and
 //! bad input answered with a problem while the directory stays untouched.
+//!
+//! Also what must never cost a live record: a process whose main thread has exited, a start
+//! token that is not decimal, later keys of an unexpected shape, names that are not session
+//! ids, a `<id>.control` that is a directory; a malformed record's values never quoted; a stop
+//! that runs to its end after its client went away; an invalid id judged before the body; and
+//! the members of a refused stop.
 
 mod common;
 
@@ -230,6 +236,18 @@ fn exists(dir: &Path, record: &RecordJson) -> bool {
 
 fn snapshot(dir: &Path) -> BTreeMap<String, EntrySnapshot> {
     dir_snapshot(dir)
+}
+
+/// The session ids a `DELETE /sessions` answer says it pruned, sorted.
+fn pruned_ids(answer: &Answer) -> Vec<String> {
+    let mut ids: Vec<String> = answer.body["pruned"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a pruned array: {}", answer.text))
+        .iter()
+        .map(|p| p["session_id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -549,6 +567,156 @@ async fn fifty_slow_doors_are_probed_concurrently() {
     api.shut_down().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_whose_main_thread_exited_is_listed_alive_and_never_pruned() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let mut leader = ZombieLeader::spawn();
+    let record = leader.record().no_door();
+    let file = record.write_in(dir);
+    let id = record.session_id();
+    // A fully exited zombie beside it is gone, as ever.
+    let zombie = Zombie::spawn();
+    let dead = zombie.record().no_door();
+    dead.write_in(dir);
+
+    let listing = api.get("/sessions").await;
+    assert_eq!(listing.status, 200, "{}", listing.text);
+    assert_eq!(
+        session(&listing, &id)["liveness"],
+        json!({"state": "live", "process": "alive", "reason": null})
+    );
+    assert_eq!(
+        session(&listing, &dead.session_id())["liveness"]["state"],
+        "gone"
+    );
+
+    let refused = api.delete(&format!("/sessions/{id}")).await;
+    assert_problem(&refused, 409);
+    assert_eq!(refused.body["process"], "alive");
+    let all = api.delete("/sessions").await;
+    assert_eq!(all.status, 200, "{}", all.text);
+    assert_eq!(pruned_ids(&all), [dead.session_id()]);
+    assert!(file.exists(), "a live process's record was pruned");
+    assert_eq!(proc_state(leader.pid()), Some('Z'), "the premise held");
+    assert!(leader.is_running());
+
+    // It is a process like any other: a signal reaches it.
+    let sent = api.signal(&id, "SIGKILL").await;
+    assert_eq!(sent.status, 200, "{}", sent.text);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(leader.wait_exit(DEADLINE).signal(), Some(9));
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_decimal_start_token_on_a_live_pid_is_kept_and_never_signalled() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let mut capsule = SleepingChild::spawn();
+    let records: Vec<RecordJson> = ["boot-1234", "0x1f"]
+        .iter()
+        .map(|token| {
+            let record = RecordJson::fresh().process(capsule.pid(), token).no_door();
+            record.write_in(dir);
+            record
+        })
+        .collect();
+    let before = snapshot(dir);
+
+    let listing = api.get("/sessions").await;
+    for record in &records {
+        let liveness = &session(&listing, &record.session_id())["liveness"];
+        assert_eq!(liveness["state"], "unreachable", "{}", listing.text);
+        assert_eq!(liveness["process"], "unverified", "{}", listing.text);
+        assert!(liveness["reason"].is_string());
+        let id = record.session_id();
+        assert_problem(&api.signal(&id, "SIGKILL").await, 409);
+        assert_problem(&api.stop(&id, 0).await, 409);
+        assert_problem(&api.delete(&format!("/sessions/{id}")).await, 409);
+    }
+    let all = api.delete("/sessions").await;
+    assert_eq!(all.status, 200, "{}", all.text);
+    assert_eq!(pruned_ids(&all), Vec::<String>::new());
+    assert_eq!(snapshot(dir), before, "an unverified record was touched");
+    assert!(capsule.is_running(), "an unverified process was signalled");
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_keys_of_an_unexpected_shape_never_cost_a_live_record() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let capsule = SleepingChild::spawn();
+    let odd: [(&str, Value); 6] = [
+        ("credentials", Value::Null),
+        ("formation_entry", Value::Null),
+        ("formation_launcher", json!({"pid": 1})),
+        ("door_token", json!(42)),
+        ("records_dir", json!(7)),
+        ("spawned_by", json!(["ses"])),
+    ];
+    let mut records = Vec::new();
+    let mut all_at_once = capsule.record().no_door();
+    for (key, value) in odd {
+        all_at_once = all_at_once.set(key, value.clone());
+        records.push(capsule.record().no_door().set(key, value));
+    }
+    records.push(all_at_once);
+    for record in &records {
+        record.write_in(dir);
+    }
+    let before = snapshot(dir);
+
+    let listing = api.get("/sessions").await;
+    assert_eq!(listing.status, 200, "{}", listing.text);
+    assert_eq!(listing.body["unreadable"], 0, "{}", listing.text);
+    for record in &records {
+        assert_eq!(
+            session(&listing, &record.session_id())["liveness"]["state"],
+            "live",
+            "{}",
+            listing.text
+        );
+        let one = api.get(&format!("/sessions/{}", record.session_id())).await;
+        assert_eq!(one.status, 200, "{}", one.text);
+    }
+    let all = api.delete("/sessions").await;
+    assert_eq!(all.status, 200, "{}", all.text);
+    assert_eq!(pruned_ids(&all), Vec::<String>::new());
+    assert_eq!(all.body["removed_unreadable"], 0);
+    assert_eq!(snapshot(dir), before, "a live record was removed");
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_are_not_session_ids_are_counted_and_never_removed() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let spaced = write_raw(dir, "a b.json", "{ not a record");
+    let dotted = write_raw(dir, "x.y.json", "{ not a record");
+    // A valid record under such a name is someone else's business too.
+    let valid_inside = RecordJson::fresh().no_door();
+    let dotted_record = valid_inside.write_as(dir, "x.y.z.json");
+    // Junk under a name a record could have goes, as ever.
+    let junk = write_raw(dir, "junk.json", "{ not a record");
+
+    let listing = api.get("/sessions").await;
+    assert_eq!(listing.status, 200, "{}", listing.text);
+    assert_eq!(listing.body["unreadable"], 4, "{}", listing.text);
+    assert_eq!(ids(&listing), Vec::<String>::new());
+
+    let all = api.delete("/sessions").await;
+    assert_eq!(all.status, 200, "{}", all.text);
+    assert_eq!(all.body["removed_unreadable"], 1, "{}", all.text);
+    assert_absent(&junk);
+    for kept in [&spaced, &dotted, &dotted_record] {
+        assert!(kept.exists(), "{} was removed", kept.display());
+    }
+    assert_eq!(api.get("/sessions").await.body["unreadable"], 3);
+    api.shut_down().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Secrets
 // ---------------------------------------------------------------------------------------------
@@ -607,6 +775,43 @@ async fn door_tokens_and_credentials_never_leave() {
         }
         assert!(answer.body.get("door_token").is_none());
         assert!(!answer.text.contains("credentials"), "{}", answer.text);
+    }
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_record_is_reported_without_quoting_its_values() {
+    let api = Api::start().await;
+    let secret = "tok-SECRET-123";
+    let record = RecordJson::fresh().set("pid", secret).door_token(secret);
+    record.write_in(api.dir());
+    let id = record.session_id();
+
+    let listing = api.get("/sessions").await;
+    assert_eq!(listing.status, 200, "{}", listing.text);
+    assert_eq!(listing.body["unreadable"], 1, "{}", listing.text);
+
+    let one = api.get(&format!("/sessions/{id}")).await;
+    assert_problem(&one, 404);
+    assert_eq!(one.body["type"], "urn:murmur-registry:problem:not-a-record");
+    let detail = one.body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&record.file_name()) && detail.contains("is not a record"),
+        "the detail names the file and what is wrong: {detail}"
+    );
+    let answers = [
+        listing,
+        one,
+        api.get(&format!("/sessions/{id}/liveness")).await,
+        api.signal(&id, "SIGTERM").await,
+        api.stop(&id, 0).await,
+        api.delete(&format!("/sessions/{id}")).await,
+    ];
+    for answer in &answers[1..] {
+        assert_problem(answer, 404);
+    }
+    for answer in &answers {
+        assert!(!answer.text.contains("SECRET"), "quoted: {}", answer.text);
     }
     api.shut_down().await;
 }
@@ -703,6 +908,52 @@ async fn prune_all_removes_gone_records_and_unreadable_files_only() {
         "directories are never removed"
     );
     assert!(staging.exists(), "staging files are not records");
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_directory_does_not_break_pruning() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    // A gone record whose `.control` is a directory, with something inside.
+    let odd = ExitedChild::spawn().record().no_door();
+    odd.write_in(dir);
+    let odd_control = dir.join(format!("{}.control", odd.session_id()));
+    std::fs::create_dir(&odd_control).unwrap();
+    let inside = write_raw(&odd_control, "keep", "not ours");
+    // Another gone record with an ordinary `.control`, a live one, and junk.
+    let plain = ExitedChild::spawn().record().no_door();
+    plain.write_in(dir);
+    let plain_control = write_raw(dir, &format!("{}.control", plain.session_id()), "c");
+    let live = RecordJson::fresh().no_door();
+    live.write_in(dir);
+    let junk = write_raw(dir, "junk.json", "{ not a record");
+
+    let all = api.delete("/sessions").await;
+    assert_eq!(all.status, 200, "{}", all.text);
+    let mut expected = vec![odd.session_id(), plain.session_id()];
+    expected.sort();
+    assert_eq!(pruned_ids(&all), expected);
+    assert_eq!(all.body["removed_unreadable"], 1);
+    assert!(!exists(dir, &odd) && !exists(dir, &plain));
+    assert_absent(&plain_control);
+    assert_absent(&junk);
+    assert!(exists(dir, &live));
+    assert!(odd_control.is_dir(), "a directory is never removed");
+    assert!(inside.exists());
+
+    // One session at a time, too.
+    let single = ExitedChild::spawn().record().no_door();
+    single.write_in(dir);
+    let single_control = dir.join(format!("{}.control", single.session_id()));
+    std::fs::create_dir(&single_control).unwrap();
+    let pruned = api
+        .delete(&format!("/sessions/{}", single.session_id()))
+        .await;
+    assert_eq!(pruned.status, 200, "{}", pruned.text);
+    assert_eq!(pruned.body["pruned"], true);
+    assert!(!exists(dir, &single));
+    assert!(single_control.is_dir());
     api.shut_down().await;
 }
 
@@ -850,6 +1101,45 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
     api.shut_down().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_id_is_judged_before_the_signal_body() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let mut capsule = SleepingChild::spawn();
+    capsule.record().write_in(dir);
+    let before = snapshot(dir);
+
+    let long = "a".repeat(200);
+    let bodies: [(Option<&str>, &str); 6] = [
+        (Some("text/plain"), r#"{"signal":"SIGTERM"}"#),
+        (None, r#"{"signal":"SIGTERM"}"#),
+        (Some("application/json"), "{\"signal\":"),
+        (Some("application/json"), "not json"),
+        (Some("application/json"), "{}"),
+        (Some("application/json"), r#"{"signal":"SIGHUP"}"#),
+    ];
+    for bad in ["a.b", "%2F", long.as_str(), "ses%00x"] {
+        for (content_type, body) in bodies {
+            let mut request = api
+                .request(Method::POST, &format!("/sessions/{bad}/signal"))
+                .body(body);
+            if let Some(content_type) = content_type {
+                request = request.header(header::CONTENT_TYPE, content_type);
+            }
+            let answer = api.send(request, Auth::Token).await;
+            assert_problem(&answer, 400);
+            assert_eq!(
+                answer.body["type"], "urn:murmur-registry:problem:invalid-session-id",
+                "{bad} with {content_type:?} {body:?}: {}",
+                answer.text
+            );
+        }
+    }
+    assert_eq!(snapshot(dir), before);
+    assert!(capsule.is_running());
+    api.shut_down().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Stop
 // ---------------------------------------------------------------------------------------------
@@ -939,5 +1229,78 @@ async fn two_concurrent_stops_of_one_session_both_answer_truthfully() {
     assert_eq!(stopped.body["signal_sent"], "SIGKILL");
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(capsule.wait_exit(DEADLINE).signal(), Some(9));
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_runs_to_its_end_after_its_client_went_away() {
+    let api = Api::start().await;
+    let mut capsule = TermIgnoringChild::spawn();
+    let record = capsule.record().no_door();
+    let file = record.write_in(api.dir());
+    let impatient = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .post(format!(
+            "{}/sessions/{}/stop?timeout=1",
+            api.base,
+            record.session_id()
+        ))
+        .bearer_auth(&api.token)
+        .send()
+        .await
+        .expect_err("a stop that has to wait 1 s cannot answer within 200 ms");
+    assert!(gave_up.is_timeout(), "{gave_up:?}");
+    drop(impatient);
+
+    // SIGTERM was ignored; only the SIGKILL after the timeout ends it.
+    let status = capsule.wait_exit(DEADLINE);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+    wait_until("the stopped session's record is pruned", DEADLINE, || {
+        !file.exists()
+    });
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_stop_says_which_signal_what_happened_and_what_was_sent() {
+    let api = Api::start().await;
+    let mut capsule = SleepingChild::spawn();
+    let no_token = RecordJson::fresh().process(capsule.pid(), "").no_door();
+    no_token.write_in(api.dir());
+    let odd_token = RecordJson::fresh()
+        .process(capsule.pid(), "boot-1234")
+        .no_door();
+    odd_token.write_in(api.dir());
+
+    for (record, timeout, signal) in [
+        (&no_token, 1, "SIGTERM"),
+        (&no_token, 0, "SIGKILL"),
+        (&odd_token, 1, "SIGTERM"),
+    ] {
+        let refused = api.stop(&record.session_id(), timeout).await;
+        assert_problem(&refused, 409);
+        assert_eq!(refused.body["session_id"], record.session_id());
+        assert_eq!(refused.body["signal"], signal, "{}", refused.text);
+        assert_eq!(refused.body["outcome"], "refused", "{}", refused.text);
+        assert!(refused.body["reason"].is_string(), "{}", refused.text);
+        assert_eq!(
+            refused.body.get("signal_sent"),
+            Some(&Value::Null),
+            "nothing was delivered, and the member says so: {}",
+            refused.text
+        );
+        assert!(exists(api.dir(), record));
+    }
+    // A refused signal (not a stop) has no `signal_sent`: it is one signal, named in `signal`.
+    let signal = api.signal(&no_token.session_id(), "SIGTERM").await;
+    assert_problem(&signal, 409);
+    assert_eq!(signal.body["signal"], "SIGTERM");
+    assert!(signal.body.get("signal_sent").is_none(), "{}", signal.text);
+    assert!(capsule.is_running(), "an unverified process was signalled");
     api.shut_down().await;
 }

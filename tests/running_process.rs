@@ -1,6 +1,10 @@
 //! Layers 1 and 2 (`process_state`, `process_start_token`) and signalling (`signal_term`,
 //! `signal_kill`), against real processes the test owns: the test process itself, a live
-//! `sleep` child, a child that exited and was reaped, and an unreaped zombie.
+//! `sleep` child, a child that exited and was reaped, an unreaped zombie, and a live process
+//! whose main thread has exited (its leader shows `Z` while another thread runs).
+//!
+//! Recorded start tokens that cannot be compared (`""`, or not decimal) make a live pid
+//! unverified, never alive and never signalled.
 //!
 //! Every record here names one of those processes, or a pid no process can hold; the only pid
 //! beyond `i32::MAX` given to a signal function is 2147483649 (as `pid_t`, the nonexistent group
@@ -11,8 +15,8 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 
 use common::{
-    DEADLINE, ExitedChild, RecordJson, SleepingChild, Zombie, own_start_token, proc_state,
-    wrong_start_token,
+    DEADLINE, ExitedChild, RecordJson, SleepingChild, Zombie, ZombieLeader, own_start_token,
+    proc_state, task_states, wrong_start_token,
 };
 use murmur_registry::running::{
     ProcessState, RunningRecord, SignalOutcome, process_start_token, process_state,
@@ -115,6 +119,45 @@ fn an_unreaped_zombie_is_gone() {
 }
 
 #[test]
+fn a_process_whose_main_thread_exited_while_another_runs_is_alive() {
+    let mut leader = ZombieLeader::spawn();
+    let pid = leader.pid();
+    let record = leader.record().parse();
+    assert_eq!(process_state(&record), ProcessState::Alive);
+    // The premise held throughout: the leader is `Z`, another thread is not, nothing exited.
+    assert_eq!(proc_state(pid), Some('Z'));
+    assert!(
+        task_states(pid).iter().any(|s| !matches!(s, 'Z' | 'X')),
+        "{:?}",
+        task_states(pid)
+    );
+    assert!(leader.is_running());
+    // With another start time it is a reused pid like any other.
+    let reused = record_for(pid, &wrong_start_token(pid));
+    assert_eq!(process_state(&reused), gone_reused(pid));
+}
+
+#[test]
+fn signal_kill_on_a_process_whose_main_thread_exited_is_sent_and_it_dies_of_sigkill() {
+    let mut leader = ZombieLeader::spawn();
+    let record = leader.record().parse();
+    assert_eq!(signal_kill(&record), SignalOutcome::Sent);
+    let status = leader.wait_exit(DEADLINE);
+    assert_eq!(status.signal(), Some(SIGKILL), "{status:?}");
+    // Reaped now: the same record reads as gone.
+    assert_eq!(process_state(&record), gone_no_process(leader.pid()));
+}
+
+#[test]
+fn signal_term_on_a_process_whose_main_thread_exited_is_sent_and_it_dies_of_sigterm() {
+    let mut leader = ZombieLeader::spawn();
+    let record = leader.record().parse();
+    assert_eq!(signal_term(&record), SignalOutcome::Sent);
+    let status = leader.wait_exit(DEADLINE);
+    assert_eq!(status.signal(), Some(SIGTERM), "{status:?}");
+}
+
+#[test]
 fn this_process_with_a_wrong_token_is_a_reused_pid() {
     let pid = std::process::id();
     let record = record_for(pid, &wrong_start_token(pid));
@@ -192,6 +235,50 @@ fn an_empty_recorded_token_never_matches_and_is_never_signalled() {
         process_state(&own),
         ProcessState::Unverified { .. }
     ));
+}
+
+/// Recorded start tokens no Linux writer produces: not decimal, so a difference proves nothing.
+const NON_DECIMAL_TOKENS: [&str; 6] = ["boot-1234", "0x1f", "1f", " 123", "+123", "12.5"];
+
+#[test]
+fn a_non_decimal_recorded_token_on_a_live_pid_is_unverified_and_never_signalled() {
+    let mut child = SleepingChild::spawn();
+    let pid = child.pid();
+    for token in NON_DECIMAL_TOKENS {
+        let record = record_for(pid, token);
+        let state = process_state(&record);
+        let ProcessState::Unverified { reason } = &state else {
+            panic!("token {token:?} on a live pid must be unverified, got {state:?}");
+        };
+        assert!(reason.contains(&pid.to_string()), "{token:?}: {reason}");
+        for outcome in [signal_term(&record), signal_kill(&record)] {
+            assert!(
+                matches!(outcome, SignalOutcome::Refused { .. }),
+                "{token:?}: {outcome:?}"
+            );
+        }
+        assert_survives(&mut child);
+    }
+    // On a pid nobody holds, the token does not matter: the process is gone.
+    let exited = ExitedChild::spawn();
+    for token in NON_DECIMAL_TOKENS {
+        assert_eq!(
+            process_state(&record_for(exited.pid, token)),
+            gone_no_process(exited.pid),
+            "{token:?}"
+        );
+    }
+}
+
+#[test]
+fn the_reason_for_a_non_decimal_token_reads_as_one_sentence() {
+    let child = SleepingChild::spawn();
+    let state = process_state(&record_for(child.pid(), "boot-1234"));
+    let ProcessState::Unverified { reason } = &state else {
+        panic!("expected unverified, got {state:?}");
+    };
+    assert!(!reason.contains("  "), "a run of spaces in {reason:?}");
+    assert!(reason.contains("\"boot-1234\""), "{reason}");
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! Records on disk, with real files in a private temporary running directory per test:
 //!
 //! - parsing every generation of record (the nine spec fields are required, later and unknown
-//!   keys are accepted, `url` may be `null`);
+//!   keys are accepted, a later key of an unexpected shape reads as absent, `url` may be
+//!   `null`); why a record does not parse is told without quoting any of its values;
 //! - `scan` (reports, changes nothing) and `list` (unlinks what can never be a record) facing
-//!   truncated JSON, oversized files, symlinks, directories, FIFOs, name mismatches, and the
-//!   staging / control / hidden files that are not records at all; newest-first ordering;
+//!   truncated JSON, oversized files, symlinks, directories, FIFOs, name mismatches, names that
+//!   are not session ids (reported, never removed), and the staging / control / hidden files
+//!   that are not records at all; newest-first ordering;
 //! - `read_record`; `running_dir_in` creating, narrowing and refusing directories;
 //! - `RunningGuard`: mode, round trip, secrets never written or printed, removal on drop (only
 //!   of its own file), and atomic replacement under a racing reader;
@@ -25,8 +27,8 @@ use common::{
 };
 use murmur_registry::running::{
     Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RunningError, RunningGuard, RunningRecord,
-    Secret, Unreadable, UnreadableEntry, list, process_state, prune, read_record, running_dir_in,
-    scan,
+    Secret, Unreadable, UnreadableEntry, list, process_state, prune, read_record,
+    remove_unreadable, running_dir_in, scan,
 };
 use serde_json::{Value, json};
 
@@ -176,6 +178,164 @@ fn a_record_with_a_wrongly_typed_spec_field_does_not_parse() {
     for not_an_object in [&b"[]"[..], b"null", b"\"ses\"", b""] {
         assert!(RunningRecord::parse(not_an_object).is_err());
     }
+}
+
+/// Later keys, each with a value of a shape this crate does not expect.
+fn later_keys_of_unexpected_shape() -> [(&'static str, Value); 12] {
+    [
+        ("credentials", Value::Null),
+        ("credentials", json!({"ops": 1})),
+        ("credentials", json!(["cred"])),
+        ("formation_entry", Value::Null),
+        ("formation_lifeline", json!("yes")),
+        ("formation_launcher", json!({"pid": 1})),
+        ("formation_launcher", json!("launcher")),
+        ("door_token", json!(42)),
+        ("records_dir", json!(7)),
+        ("formation_id", json!([])),
+        ("formation_member", json!({"name": "x"})),
+        ("spawned_by", json!(false)),
+    ]
+}
+
+#[test]
+fn later_keys_of_an_unexpected_shape_read_as_absent() {
+    let mut all_at_once = RecordJson::fresh();
+    for (key, value) in later_keys_of_unexpected_shape() {
+        all_at_once = all_at_once.set(key, value.clone());
+        let record = RunningRecord::parse(&RecordJson::fresh().set(key, value.clone()).to_bytes())
+            .unwrap_or_else(|e| panic!("`{key}: {value}` made the record unparseable: {e}"));
+        assert_eq!(record.pid, std::process::id(), "{key}: {value}");
+    }
+    let record = RunningRecord::parse(&all_at_once.to_bytes()).expect("every odd key at once");
+    assert_eq!(record.session_id, all_at_once.session_id());
+    assert!(record.credentials.is_empty());
+    assert!(!record.formation_entry && !record.formation_lifeline);
+    assert_eq!(record.formation_launcher, None);
+    assert!(record.door_token.is_none());
+    assert_eq!(record.records_dir, None);
+    assert_eq!(record.formation_id, None);
+    assert_eq!(record.formation_member, None);
+    assert_eq!(record.spawned_by, None);
+    // One odd key does not cost the well-shaped ones beside it.
+    let mixed = RecordJson::fresh()
+        .set("door_token", json!(42))
+        .set("formation_member", "reviewer")
+        .set("credentials", json!({"ops": "cred-a"}))
+        .set("formation_launcher", json!({"pid": 1}))
+        .parse();
+    assert_eq!(mixed.formation_member.as_deref(), Some("reviewer"));
+    assert_eq!(mixed.credentials["ops"].expose(), "cred-a");
+    assert!(mixed.door_token.is_none());
+}
+
+#[test]
+fn a_record_with_odd_later_keys_is_listed_and_never_removed() {
+    let dir = temp_dir();
+    let mut paths = Vec::new();
+    let mut all_at_once = RecordJson::fresh();
+    for (key, value) in later_keys_of_unexpected_shape() {
+        all_at_once = all_at_once.set(key, value.clone());
+        paths.push(RecordJson::fresh().set(key, value).write_in(dir.path()));
+    }
+    paths.push(all_at_once.write_in(dir.path()));
+    let found = scan(dir.path()).unwrap();
+    assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
+    assert_eq!(found.records.len(), paths.len());
+    assert_eq!(list(dir.path()).unwrap().len(), paths.len());
+    for path in &paths {
+        assert!(path.exists(), "{} was removed", path.display());
+    }
+}
+
+/// A value that must never appear in any reason given for a record.
+const SECRET: &str = "tok-SECRET-123";
+
+#[test]
+fn why_a_record_does_not_parse_never_quotes_its_values() {
+    let dir = temp_dir();
+    let wrong: [(&str, Value); 8] = [
+        ("pid", json!(SECRET)),
+        ("process_start", json!([SECRET])),
+        ("outlives_launcher", json!(SECRET)),
+        ("url", json!({ SECRET: SECRET })),
+        ("capsule_name", json!(7)),
+        ("workdir", json!({"path": SECRET})),
+        ("started_at", json!([1, SECRET])),
+        ("session_id", json!({ "id": SECRET })),
+    ];
+    let mut ids = Vec::new();
+    for (field, value) in wrong {
+        let record = RecordJson::fresh()
+            .door_token(SECRET)
+            .set(field, value)
+            .set("padding", SECRET);
+        // Written under a name of its own, since `session_id` itself may be the odd value.
+        let id = session_id();
+        record.write_as(dir.path(), &format!("{id}.json"));
+        ids.push(id);
+    }
+    // Not JSON at all, with the secret where a value should be, and a secret cut short.
+    let bare = session_id();
+    write_raw(
+        dir.path(),
+        &format!("{bare}.json"),
+        format!(r#"{{"pid": {SECRET}}}"#),
+    );
+    ids.push(bare);
+    let cut = session_id();
+    write_raw(
+        dir.path(),
+        &format!("{cut}.json"),
+        format!(r#"{{"pid": "{SECRET}"#),
+    );
+    ids.push(cut);
+    // A missing field is named by its key.
+    let missing = session_id();
+    RecordJson::new(&missing)
+        .without("pid")
+        .door_token(SECRET)
+        .write_in(dir.path());
+    ids.push(missing.clone());
+
+    let found = scan(dir.path()).unwrap();
+    assert!(found.records.is_empty(), "{:?}", names_of(&found.records));
+    assert_eq!(found.unreadable.len(), ids.len(), "{:?}", found.unreadable);
+    let mut shown = vec![format!("{found:?}")];
+    for entry in &found.unreadable {
+        assert!(
+            matches!(entry.why, Unreadable::Malformed(_)),
+            "{}: {:?}",
+            entry.file_name,
+            entry.why
+        );
+        shown.push(entry.why.to_string());
+        shown.push(format!("{entry:?}"));
+    }
+    for id in &ids {
+        let read = read_record(dir.path(), id);
+        let Err(error @ RunningError::Unreadable(_)) = &read else {
+            panic!("{id}: expected Unreadable, got {read:?}");
+        };
+        shown.push(error.to_string());
+        shown.push(format!("{error:?}"));
+    }
+    for text in &shown {
+        assert!(!text.contains(SECRET), "a value was quoted: {text}");
+        assert!(
+            !text.contains("SECRET"),
+            "part of a value was quoted: {text}"
+        );
+    }
+    let missing_reason = found
+        .unreadable
+        .iter()
+        .find(|e| e.file_name == format!("{missing}.json"))
+        .map(|e| e.why.to_string());
+    assert_eq!(
+        missing_reason.as_deref(),
+        Some("is not a record: missing field `pid`")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -398,6 +558,46 @@ fn a_record_whose_session_id_disagrees_with_its_file_name_is_reported_and_unlink
 
     assert!(list(dir.path()).unwrap().is_empty());
     assert_absent(&path);
+}
+
+#[test]
+fn names_that_are_not_session_ids_are_reported_and_never_removed() {
+    let dir = temp_dir();
+    // Junk under names no record can have, and a perfectly valid record under one.
+    let names = ["a b.json", "x.y.json", "caf\u{e9}.json", "semi;colon.json"];
+    let mut paths: Vec<_> = names
+        .iter()
+        .map(|name| write_raw(dir.path(), name, "{ not a record"))
+        .collect();
+    let valid_inside = RecordJson::fresh();
+    paths.push(valid_inside.write_as(dir.path(), "with.dot.json"));
+    let before = dir_snapshot(dir.path());
+
+    let found = scan(dir.path()).unwrap();
+    assert!(found.records.is_empty(), "{:?}", names_of(&found.records));
+    let mut expected: Vec<(String, Unreadable)> = names
+        .iter()
+        .chain(["with.dot.json"].iter())
+        .map(|n| ((*n).to_owned(), Unreadable::InvalidName))
+        .collect();
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(unreadable_kinds(&found.unreadable), expected);
+    for entry in &found.unreadable {
+        assert!(!entry.is_removable(), "{entry:?}");
+        assert_eq!(entry.why.to_string(), "is not named after a session id");
+    }
+
+    assert!(list(dir.path()).unwrap().is_empty());
+    // Even when asked to remove them by name, they stay.
+    assert!(
+        remove_unreadable(dir.path(), &found.unreadable)
+            .unwrap()
+            .is_empty()
+    );
+    for path in &paths {
+        assert!(path.exists(), "{} was removed", path.display());
+    }
+    assert_eq!(dir_snapshot(dir.path()), before);
 }
 
 #[test]

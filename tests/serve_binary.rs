@@ -11,11 +11,16 @@
 //!   no door token (not even one a careless door echoes back) reaches the log or the answer;
 //! - the token file: created on first start (0600, 64 hex digits, in a 0700 directory), kept
 //!   on restart; the start refused (exit 1, the path and the fix on stderr, the file untouched)
-//!   when it is a symlink, owned by another uid, empty, or mode 0640 / 0604;
+//!   when it is a symlink, owned by another uid, empty, or mode 0640 / 0604, or when its
+//!   directory is one others can write (0777, 0775, 1777: the directory is named);
 //! - `--bind` refusing a non-loopback address without `--allow-remote`, and
-//!   `MURMUR_REGISTRY_BIND` honoured; `--running-dir` and `--token-file` honoured;
+//!   `MURMUR_REGISTRY_BIND` honoured; `--running-dir` and `--token-file` honoured; an explicit
+//!   `--running-dir` others can enter (0755, 1777) refused and left as it was; an
+//!   `--allow-origin` that is not an origin as browsers send it (a trailing slash, no scheme)
+//!   refused;
 //! - EPERM: a server running as uid 65534 asked to signal or stop a root-owned process
-//!   answers 409 `refused` with the kernel's reason, and the process and its record stay;
+//!   answers 409 `refused` with the kernel's reason, and the process and its record stay; a
+//!   stop whose SIGTERM got through and whose SIGKILL did not says so (`signal_sent`);
 //! - `murmur-registry token --rotate` seen by a running server without a restart.
 //!
 //! Synchronisation is by evidence only: the server's first stdout line, a child's exit status,
@@ -35,8 +40,8 @@ use common::binary::{
     Finished, Home, NOBODY, User, chown_nobody, drain, is_hex64, registry, run, wait_with_deadline,
 };
 use common::{
-    DEADLINE, DoorMode, DoorServer, RecordJson, Rejection, SleepingChild, mode_of, session_id,
-    wait_until,
+    DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection, SleepingChild,
+    UidFlippingChild, dir_snapshot, mode_of, real_uid, session_id, wait_until, write_raw,
 };
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
@@ -560,6 +565,89 @@ fn start_is_refused_when_others_can_read_the_token_file() {
     assert_start_refused_for_mode(0o604);
 }
 
+/// Start the server with `--token-file <dir>/token` and expect a refusal naming `dir`.
+fn assert_start_refused_for_token_dir(home: &Home, dir: &Path) -> Finished {
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args(["serve", "--bind", "127.0.0.1:0", "--token-file"])
+        .arg(dir.join("token"));
+    let done = run(cmd);
+    assert_eq!(
+        done.status.code(),
+        Some(1),
+        "the start must be refused: {done:?}"
+    );
+    assert!(!done.stdout.contains("listening"), "{done:?}");
+    let named = dir.display().to_string();
+    assert!(
+        done.stderr.contains(&format!("its directory {named} ")),
+        "stderr must name the directory {named}: {}",
+        done.stderr
+    );
+    done
+}
+
+#[test]
+fn start_is_refused_when_others_can_write_the_token_files_directory() {
+    let home = Home::new();
+    for mode in [0o777, 0o775, 0o1777, 0o757] {
+        let dir = home.path().join(format!("open-{mode:o}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        // A token file that would pass every other check.
+        write_token_file(&dir.join("token"), PLANTED, 0o600);
+        let done = assert_start_refused_for_token_dir(&home, &dir);
+        assert!(!done.stderr.contains(PLANTED.trim()), "the token leaked");
+        assert_eq!(std::fs::read_to_string(dir.join("token")).unwrap(), PLANTED);
+        assert_eq!(mode_of(&dir), mode, "never repaired silently");
+
+        // `token --show` refuses it too, without printing it.
+        let mut show = registry(home.path(), User::Me);
+        show.args(["token", "--show", "--token-file"])
+            .arg(dir.join("token"));
+        let shown = run(show);
+        shown.assert_failure();
+        assert!(!shown.stderr.contains(PLANTED.trim()), "{shown:?}");
+    }
+    // A private directory is accepted: the refusals above are about the directory alone.
+    let private = home.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    write_token_file(&private.join("token"), PLANTED, 0o600);
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args(["serve", "--bind", "127.0.0.1:0", "--token-file"])
+        .arg(private.join("token"));
+    let server = Server::spawn(cmd);
+    assert_eq!(
+        server
+            .get("/sessions?probe=false", Some(PLANTED.trim()))
+            .status,
+        200
+    );
+}
+
+#[test]
+fn start_is_refused_when_a_new_token_files_directory_is_open_to_others() {
+    let home = Home::new();
+    let dir = home.path().join("open");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_start_refused_for_token_dir(&home, &dir);
+    assert_eq!(mode_of(&dir), 0o777);
+}
+
+#[test]
+fn a_refused_start_leaves_no_token_in_a_directory_open_to_others() {
+    let home = Home::new();
+    let dir = home.path().join("open");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_start_refused_for_token_dir(&home, &dir);
+    assert_eq!(
+        dir_snapshot(&dir).into_keys().collect::<Vec<_>>(),
+        Vec::<String>::new()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Where it listens, and where it reads
 // ---------------------------------------------------------------------------------------------
@@ -639,6 +727,76 @@ fn running_dir_and_token_file_flags_are_honoured() {
     assert_eq!(ids, vec![json!(record.session_id())]);
 }
 
+#[test]
+fn an_explicit_running_dir_others_can_enter_refuses_the_start() {
+    let home = Home::new();
+    for mode in [0o755, 0o1777] {
+        let dir = home.path().join(format!("shared-{mode:o}"));
+        std::fs::create_dir(&dir).unwrap();
+        let package = write_raw(&dir, "package.json", r#"{"name": "not-murmur"}"#);
+        ExitedChild::spawn().record().no_door().write_in(&dir);
+        write_raw(&dir, "junk.json", "{ not a record");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let before = dir_snapshot(&dir);
+
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["serve", "--bind", "127.0.0.1:0", "--running-dir"])
+            .arg(&dir);
+        let done = run(cmd);
+        assert_eq!(done.status.code(), Some(1), "{done:?}");
+        assert!(!done.stdout.contains("listening"), "{done:?}");
+        let named = dir.display().to_string();
+        assert!(
+            done.stderr.contains(&named) && done.stderr.contains(&format!("{mode:04o}")),
+            "stderr must name the directory and its mode: {}",
+            done.stderr
+        );
+        assert_eq!(mode_of(&dir), mode, "the mode must be left as it was");
+        assert_eq!(dir_snapshot(&dir), before, "nothing in it may change");
+        assert_eq!(
+            std::fs::read_to_string(&package).unwrap(),
+            r#"{"name": "not-murmur"}"#
+        );
+    }
+}
+
+#[test]
+fn an_allow_origin_that_is_not_an_origin_refuses_the_start() {
+    let home = Home::new();
+    for origin in [
+        "http://localhost:3000/",
+        "localhost:3000",
+        "http://localhost:3000/app",
+        "http://",
+        "http://localhost:",
+        "ftp://localhost:3000",
+        "http://user@localhost:3000",
+        "http://localhost:3000?x=1",
+    ] {
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["serve", "--bind", "127.0.0.1:0", "--allow-origin", origin]);
+        let done = run(cmd);
+        assert_eq!(done.status.code(), Some(1), "{origin}: {done:?}");
+        assert!(!done.stdout.contains("listening"), "{origin}: {done:?}");
+        assert!(
+            done.stderr.contains(&format!("{origin:?}")) && done.stderr.contains("not an origin"),
+            "{origin}: {}",
+            done.stderr
+        );
+        assert!(
+            !home.path().join(".murmur").exists(),
+            "{origin}: refused before anything was created"
+        );
+    }
+    // Origins as browsers send them start, and are answered.
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args(["serve", "--bind", "127.0.0.1:0"])
+        .args(["--allow-origin", "http://localhost:3000"])
+        .args(["--allow-origin", "https://[::1]:8443"]);
+    let server = Server::spawn(cmd);
+    assert_eq!(server.get("/healthz", None).status, 200);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The kernel's refusal: EPERM
 // ---------------------------------------------------------------------------------------------
@@ -705,6 +863,54 @@ fn an_unprivileged_server_reports_eperm_and_leaves_the_process_and_record() {
     );
     let again = server.get(&format!("/sessions/{id}?probe=false"), Some(&token));
     assert_eq!(again.json()["liveness"]["process"], "alive");
+}
+
+#[test]
+fn a_stop_whose_sigkill_is_refused_after_sigterm_got_through_says_what_was_sent() {
+    let home = Home::for_nobody();
+    let server = Server::start(home.path(), User::Nobody);
+    let token = home.token();
+    let mut flipping = UidFlippingChild::spawn();
+    let record = flipping.record().no_door();
+    let id = record.session_id();
+    let file = record.write_in(&home.running_dir());
+    chown_nobody(&file);
+
+    let stop = server.post(
+        &format!("/sessions/{id}/stop?timeout=1"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(stop.status, 409, "{stop:?}");
+    assert_eq!(
+        stop.header("content-type"),
+        Some("application/problem+json")
+    );
+    let problem = stop.json();
+    assert_eq!(problem["type"], "urn:murmur-registry:problem:stop-refused");
+    assert_eq!(problem["session_id"], id.as_str());
+    assert_eq!(problem["signal"], "SIGKILL", "{problem}");
+    assert_eq!(problem["outcome"], "refused", "{problem}");
+    assert_eq!(problem["signal_sent"], "SIGTERM", "{problem}");
+    assert!(
+        problem["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("Operation not permitted")),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("SIGTERM was sent")),
+        "{problem}"
+    );
+    // SIGTERM really arrived (the handler took uid 0 back), and SIGKILL never did.
+    assert_eq!(real_uid(flipping.pid()), Some(0));
+    assert!(flipping.is_running());
+    assert!(
+        file.exists(),
+        "a refused stop is no evidence: the record stays"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

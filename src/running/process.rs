@@ -136,7 +136,8 @@ pub(crate) fn state_of(pid: u32, recorded_start: &str) -> ProcessState {
         // from it proves nothing about reuse.
         return ProcessState::Unverified {
             reason: format!(
-                "pid {pid} is alive but the record's start time {recorded_start:?} is not one                  this machine can compare"
+                "pid {pid} is alive but the record's start time {recorded_start:?} is not one \
+                 this machine can compare"
             ),
         };
     }

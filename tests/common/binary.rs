@@ -1,7 +1,8 @@
 //! Fixtures for the tests that run the `murmur-registry` binary itself as a separate process
 //! (`tests/cli.rs`, `tests/serve_binary.rs`): a private temporary `HOME`, the command line
-//! with its environment cleared (run as the test user, as uid 65534, or as uid 65534 under a
-//! `hidepid=2` `/proc`), and a finished run's exit status, output and duration.
+//! with its environment cleared (run as the test user, as uid 65534, as uid 65534 under a
+//! `hidepid=2` `/proc`, or as the test user in a nested pid namespace), and a finished run's
+//! exit status, output and duration.
 //!
 //! Every run is bounded by [`DEADLINE`]: a binary that does not exit by then is killed and
 //! reaped, and the test fails. Use it from a test file with `use common::binary::*;` (or by
@@ -143,6 +144,16 @@ pub enum User {
     /// uid/gid 65534 in a private mount namespace whose `/proc` is mounted `hidepid=2`: other
     /// users' `/proc/<pid>` entries do not exist for it, while `kill(pid, 0)` gives EPERM.
     NobodyHiddenProc,
+    /// The test's user as pid 1 of a new pid namespace with a `/proc` of its own (`unshare
+    /// --pid --fork --mount-proc`), as in a container without `pid: host`: the host's pids
+    /// name nothing there, and `/proc/self/status` shows one level of `NSpid`.
+    NestedPidNamespace,
+    /// The same new pid namespace with the host's `/proc` left mounted (`unshare --pid
+    /// --fork`): `/proc/self/status` shows the pid at both levels of `NSpid`.
+    ///
+    /// In both, `unshare` waits for the binary, exits with its status, and kills it (and so the
+    /// whole namespace) if `unshare` itself is killed at the deadline.
+    NestedPidNamespaceHostProc,
 }
 
 /// `setpriv` and its arguments for running as uid/gid 65534 with no supplementary groups.
@@ -171,6 +182,17 @@ pub fn registry(home: &Path, user: User) -> Command {
             let mut cmd = Command::new("unshare");
             cmd.args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
                 .arg(BIN);
+            cmd
+        }
+        User::NestedPidNamespace => {
+            let mut cmd = Command::new("unshare");
+            cmd.args(["--pid", "--fork", "--kill-child", "--mount-proc"])
+                .arg(BIN);
+            cmd
+        }
+        User::NestedPidNamespaceHostProc => {
+            let mut cmd = Command::new("unshare");
+            cmd.args(["--pid", "--fork", "--kill-child"]).arg(BIN);
             cmd
         }
     };

@@ -11,9 +11,13 @@
 //!   secrets, a name that disagrees with the session id. [`write_raw`] writes arbitrary bytes.
 //! - **Processes**: [`SleepingChild`] (a live `sleep 1000`, killed and reaped on drop),
 //!   [`TermIgnoringChild`] (the same, ignoring SIGTERM, so only SIGKILL ends it),
-//!   [`ExitedChild`] (a child that exited and was reaped: its pid is free), [`Zombie`] (a child
-//!   that exited and is not reaped yet). Every pid a record names in the tests is one of these or
-//!   the test process itself, so nothing else on the machine can ever be signalled.
+//!   [`python_child`] (a live `python3 -c <script>`, for shapes `sleep` cannot take),
+//!   [`ZombieLeader`] (a live process whose main thread has exited: its leader shows `Z` while
+//!   another thread runs), [`UidFlippingChild`] (uid 65534 may SIGTERM it, and nothing after),
+//!   [`ExitedChild`] (a child that exited and was reaped: its pid is free),
+//!   [`Zombie`] (a child that exited and is not reaped yet). Every pid a record names in the
+//!   tests is one of these or the test process itself, so nothing else on the machine can ever
+//!   be signalled.
 //! - **Doors**: [`DoorServer`] serves a hand-written HTTP/1.1 door on `127.0.0.1:0` in one of the
 //!   [`DoorMode`]s (spec card, A2A v1.0 card, silent, garbage, HTTP 500, authenticated …),
 //!   optionally after a delay, and records every request it received ([`Received`]).
@@ -479,6 +483,151 @@ impl TermIgnoringChild {
     /// Reap the child once it exits, failing the test if it has not within `deadline`.
     pub fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
         self.sleeping.wait_exit(deadline)
+    }
+}
+
+/// A live `python3 -c <script>` child, for process shapes `sleep` cannot take. The script must
+/// not end by itself. Killed and reaped on drop, like any [`SleepingChild`].
+pub fn python_child(script: &str) -> SleepingChild {
+    SleepingChild {
+        child: spawn_quiet("python3", &["-c", script]),
+    }
+}
+
+/// The states of every task (thread) of `pid`, from `/proc/<pid>/task/*/stat`; empty when
+/// there is no such process.
+pub fn task_states(pid: u32) -> Vec<char> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+            let after_comm = &stat[stat.rfind(')')? + 1..];
+            after_comm.split_ascii_whitespace().next()?.chars().next()
+        })
+        .collect()
+}
+
+/// A live process whose main thread has exited while another thread runs on: its leader shows
+/// `Z` in `/proc/<pid>/stat`, yet the process is alive and can be signalled. `python3` starts a
+/// thread that sleeps, then ends its main thread with `pthread_exit`. Ready once the leader is
+/// `Z` and another task is not. Killed (SIGKILL ends the whole thread group) and reaped on drop.
+pub struct ZombieLeader {
+    child: SleepingChild,
+}
+
+impl ZombieLeader {
+    pub const SCRIPT: &str = "import threading,time,ctypes; \
+        t=threading.Thread(target=time.sleep,args=(1000,)); t.start(); \
+        ctypes.CDLL(None).pthread_exit(None)";
+
+    pub fn spawn() -> Self {
+        // Owned before the wait, so a child that never gets ready is still killed and reaped.
+        let leader = Self {
+            child: python_child(Self::SCRIPT),
+        };
+        let pid = leader.pid();
+        wait_until(
+            &format!("pid {pid}'s leader is a zombie while another thread lives"),
+            DEADLINE,
+            || {
+                let tasks = task_states(pid);
+                proc_state(pid) == Some('Z') && tasks.iter().any(|s| !matches!(s, 'Z' | 'X'))
+            },
+        );
+        leader
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// Its real start token (the leader's, which `/proc` keeps while the process lives).
+    pub fn start_token(&self) -> String {
+        self.child.start_token()
+    }
+
+    /// A record naming this process with its real start token.
+    pub fn record(&self) -> RecordJson {
+        self.child.record()
+    }
+
+    /// Whether the process has not exited (`waitpid(WNOHANG)`: a thread group is reported only
+    /// once its last thread is gone).
+    pub fn is_running(&mut self) -> bool {
+        self.child.is_running()
+    }
+
+    /// Reap the process once it exits, failing the test if it has not within `deadline`.
+    pub fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
+        self.child.wait_exit(deadline)
+    }
+}
+
+/// One `Name:` line of `/proc/<pid>/status`, without the name; `None` when there is none.
+pub fn status_line(pid: u32, name: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(str::to_owned))
+}
+
+/// The real uid of `pid` (the first field of `Uid:` in `/proc/<pid>/status`).
+pub fn real_uid(pid: u32) -> Option<u32> {
+    status_line(pid, "Uid")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A root-owned `python3` whose *real* uid is 65534 until SIGTERM arrives, and 0 again after:
+/// the kernel lets a sender signal a process whose real uid is its own, so uid 65534 may deliver
+/// SIGTERM to it, and is refused anything after (EPERM). A stop by uid 65534 thus sends SIGTERM
+/// and then cannot send SIGKILL. Ready once it runs as real uid 65534 with SIGTERM caught.
+/// Needs root. Killed and reaped on drop.
+pub struct UidFlippingChild {
+    child: SleepingChild,
+}
+
+impl UidFlippingChild {
+    pub const SCRIPT: &str = "import os, signal, time\n\
+        os.setresuid(65534, 0, 0)\n\
+        signal.signal(signal.SIGTERM, lambda *_: os.setresuid(0, 0, 0))\n\
+        while True: time.sleep(1000)\n";
+
+    pub fn spawn() -> Self {
+        // Owned before the wait, so a child that never gets ready is still killed and reaped.
+        let flipping = Self {
+            child: python_child(Self::SCRIPT),
+        };
+        let pid = flipping.pid();
+        wait_until(
+            &format!("pid {pid} runs as real uid 65534 with SIGTERM caught"),
+            DEADLINE,
+            || {
+                let caught = status_line(pid, "SigCgt")
+                    .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+                    .is_some_and(|mask| mask & (1 << (15 - 1)) != 0);
+                real_uid(pid) == Some(65534) && caught
+            },
+        );
+        flipping
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// A record naming this process with its real start token.
+    pub fn record(&self) -> RecordJson {
+        self.child.record()
+    }
+
+    /// Whether the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        self.child.is_running()
     }
 }
 
