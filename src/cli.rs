@@ -225,7 +225,7 @@ fn resolve_token_file(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 fn registry_for(args: &DirArgs) -> anyhow::Result<Registry> {
-    Ok(Registry::new(resolve_running_dir(args)?, DoorProbe::new()?))
+    Ok(Registry::new(resolve_running_dir(args)?, DoorProbe::new()))
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {

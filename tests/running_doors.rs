@@ -24,7 +24,7 @@ const TOKEN: &str = "door-token-SECRET-5e1f0c";
 
 /// A prober that gives up quickly, for doors expected to fail.
 fn quick_probe() -> DoorProbe {
-    DoorProbe::with_deadlines(Duration::from_millis(300), Duration::from_millis(500)).unwrap()
+    DoorProbe::with_deadlines(Duration::from_millis(300), Duration::from_millis(500))
 }
 
 /// A record for this (live) process whose door is `door`.
@@ -78,10 +78,7 @@ async fn a_door_spelled_localhost_is_probed_too() {
         .parse();
     // `localhost` may resolve to ::1 first, where nothing listens; the probe must go on to
     // 127.0.0.1 within its deadlines.
-    assert_eq!(
-        verify(&record, &DoorProbe::new().unwrap()).await,
-        Liveness::Live
-    );
+    assert_eq!(verify(&record, &DoorProbe::new()).await, Liveness::Live);
     assert_eq!(door.requests().len(), 1);
 }
 
@@ -399,7 +396,7 @@ async fn verify_many_probes_slow_doors_concurrently_and_keeps_the_input_order() 
         .collect();
 
     let start = Instant::now();
-    let verdicts = verify_many(&records, &DoorProbe::new().unwrap()).await;
+    let verdicts = verify_many(&records, &DoorProbe::new()).await;
     let took = start.elapsed();
     assert!(took < DEADLINE, "verify_many took {took:?}");
     assert!(took >= Duration::from_millis(1500), "took only {took:?}");

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use super::process::{ProcessState, process_state};
-use super::{RunningError, RunningRecord, Secret};
+use super::{RunningRecord, Secret};
 
 /// How long a door may take to accept a connection (the spec's 2 s).
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(2);
@@ -145,22 +145,28 @@ impl Drop for AbortOnDrop {
     }
 }
 
+impl Default for DoorProbe {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl DoorProbe {
     /// A prober with the spec's deadlines: 2 s to connect, 5 s to answer.
-    pub fn new() -> Result<Self, RunningError> {
+    pub fn new() -> Self {
         Self::with_deadlines(CONNECT_DEADLINE, ANSWER_DEADLINE)
     }
 
     /// A prober with other deadlines (tests, or an operator's setting).
     ///
     /// `connect` bounds the TCP connection; `answer` bounds everything after it (request,
-    /// response head and card). Infallible today; a `Result` so a future client may fail.
-    pub fn with_deadlines(connect: Duration, answer: Duration) -> Result<Self, RunningError> {
-        Ok(Self {
+    /// response head and card).
+    pub fn with_deadlines(connect: Duration, answer: Duration) -> Self {
+        Self {
             connect_deadline: connect,
             answer_deadline: answer,
             in_flight: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)),
-        })
+        }
     }
 
     /// Probe the door of `record`: `Ok` when it names the record's session, else why not.

@@ -90,7 +90,4 @@ pub enum RunningError {
     /// [`prune`] was given a record that was not read from disk.
     #[error("session {0}'s record was not read from disk; there is no file to prune")]
     NotFromDisk(String),
-    /// The door prober could not be built.
-    #[error("cannot build the door prober: {0}")]
-    HttpClient(String),
 }
