@@ -70,7 +70,11 @@ struct DirArgs {
     #[arg(long, value_name = "DIR")]
     running_dir: Option<PathBuf>,
     /// Run even inside a nested pid namespace (only right when the capsules run in it too).
-    #[arg(long, env = "MURMUR_REGISTRY_NESTED_PID_NAMESPACE")]
+    #[arg(
+        long,
+        env = "MURMUR_REGISTRY_NESTED_PID_NAMESPACE",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     nested_pid_namespace: bool,
 }
 
@@ -323,6 +327,8 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + 
 
 /// The sessions `ps` shows, after pruning what is gone (each named on stderr).
 async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<Reading>> {
+    let dir = registry.dir().to_path_buf();
+    tokio::task::spawn_blocking(move || running::recover_quarantined(&dir)).await??;
     let listing = registry.sessions(true).await.with_context(|| {
         format!(
             "cannot read the running directory {}",

@@ -7,13 +7,14 @@
 //!   directory (mode 0600 whatever the umask), fsynced, renamed into place, directory fsynced.
 //! - A file is removed only while it is provably the one the caller judged: it is first renamed
 //!   to a hidden quarantine name (atomically taking whatever is under the name now), judged
-//!   there, and unlinked, or put back if a writer had replaced it meanwhile.
+//!   there, and unlinked, or put back if a writer had replaced it meanwhile. Entries a crash
+//!   stranded in quarantine are put back by the next pruning pass.
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 /// Open a directory for `*at` calls, refusing to follow a symlink at its last component.
@@ -28,8 +29,8 @@ pub(crate) fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
 /// Which file a directory entry is, to tell it from one that replaced it under its name.
 ///
 /// Device and inode alone are not enough: a filesystem may hand a freed inode number straight
-/// to the next new file. The modification time, to the nanosecond, tells those apart, and
-/// unlike the change time it survives the renames this module makes.
+/// to the next new file. The modification time (at the filesystem's timestamp resolution)
+/// tells those apart, and unlike the change time it survives the renames this module makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileIdentity {
     dev: u64,
@@ -78,14 +79,9 @@ fn hidden_sibling(name: &str, purpose: &str) -> std::io::Result<String> {
     ))
 }
 
-/// Put `bytes` at `dir_fd`/`name` in one step, mode 0600; answers the new file's identity.
-///
-/// Readers see the old file or the new one, never a part. A failure leaves no staged file.
-pub(crate) fn write_atomically(
-    dir_fd: &OwnedFd,
-    name: &str,
-    bytes: &[u8],
-) -> std::io::Result<FileIdentity> {
+/// Stage `bytes` in a hidden file beside `name`: exclusive, mode 0600 whatever the umask,
+/// fsynced. Answers the staged name and the file's identity (which survives a rename).
+fn stage(dir_fd: &OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<(String, FileIdentity)> {
     let staged = hidden_sibling(name, "tmp")?;
     let fd = rustix::fs::openat(
         dir_fd,
@@ -98,16 +94,56 @@ pub(crate) fn write_atomically(
         let mut file = std::fs::File::from(fd);
         file.write_all(bytes)?;
         file.sync_all()?;
-        rustix::fs::renameat(dir_fd, staged.as_str(), dir_fd, name)?;
-        rustix::fs::fsync(dir_fd)?;
         Ok(FileIdentity::of(&rustix::fs::fstat(&file)?))
     })();
-    if written.is_err() {
-        // Best effort: the staged file is ours and useless now; the error that matters is the
-        // one that stopped the write.
-        let _ = rustix::fs::unlinkat(dir_fd, staged.as_str(), AtFlags::empty());
+    match written {
+        Ok(identity) => Ok((staged, identity)),
+        Err(error) => {
+            // Best effort: the staged file is ours and useless now; the error that matters is
+            // the one that stopped the write.
+            let _ = rustix::fs::unlinkat(dir_fd, staged.as_str(), AtFlags::empty());
+            Err(error)
+        }
     }
-    written
+}
+
+/// Make a finished change durable. Failing here is reported, not returned: the change itself
+/// has happened, and callers must not act as if it had not.
+fn sync_dir(dir_fd: &OwnedFd) {
+    if let Err(error) = rustix::fs::fsync(dir_fd) {
+        tracing::warn!(error = %std::io::Error::from(error), "could not fsync a directory");
+    }
+}
+
+/// Put `bytes` at `dir_fd`/`name` in one step, mode 0600; answers the new file's identity.
+///
+/// Readers see the old file or the new one, never a part. A failure leaves no staged file,
+/// and an `Err` means the old file is still in place.
+pub(crate) fn write_atomically(
+    dir_fd: &OwnedFd,
+    name: &str,
+    bytes: &[u8],
+) -> std::io::Result<FileIdentity> {
+    let (staged, identity) = stage(dir_fd, name, bytes)?;
+    if let Err(error) = rustix::fs::renameat(dir_fd, staged.as_str(), dir_fd, name) {
+        let _ = rustix::fs::unlinkat(dir_fd, staged.as_str(), AtFlags::empty());
+        return Err(error.into());
+    }
+    sync_dir(dir_fd);
+    Ok(identity)
+}
+
+/// Create `dir_fd`/`name` holding `bytes`, mode 0600, only if nothing has that name yet.
+///
+/// The file appears whole or not at all (staged, then hard-linked into place, which fails with
+/// `AlreadyExists` atomically on every filesystem).
+pub(crate) fn create_atomically(dir_fd: &OwnedFd, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let (staged, _) = stage(dir_fd, name, bytes)?;
+    let linked = rustix::fs::linkat(dir_fd, staged.as_str(), dir_fd, name, AtFlags::empty());
+    let _ = rustix::fs::unlinkat(dir_fd, staged.as_str(), AtFlags::empty());
+    linked?;
+    sync_dir(dir_fd);
+    Ok(())
 }
 
 /// What [`unlink_checked`] did.
@@ -121,6 +157,9 @@ pub(crate) enum Unlinked {
     Kept,
 }
 
+/// The suffix of an entry moved aside by [`unlink_checked`] while it is judged.
+const QUARANTINE: &str = "unlinking";
+
 /// Unlink `dir_fd`/`name` only if `judge` says so of it, and still says so of the entry taken
 /// from under the name.
 ///
@@ -128,7 +167,9 @@ pub(crate) enum Unlinked {
 /// everything untouched, so a record that merely replaced the judged file is never disturbed),
 /// then the hidden quarantine name the entry has been moved to. A `false` verdict there puts
 /// the entry back (unless a writer has put yet another file under the name, which supersedes it
-/// as the writer's own rename would have). A directory is never unlinked.
+/// as the writer's own rename would have). A directory is never unlinked. Only plain `rename`,
+/// `link` and `unlink` are used, so this works on NFS too; an entry stranded in quarantine by a
+/// crash is recovered by [`recover_quarantined`].
 pub(crate) fn unlink_checked(
     dir_fd: &OwnedFd,
     name: &str,
@@ -142,14 +183,9 @@ pub(crate) fn unlink_checked(
     if !judge(dir_fd, name) {
         return Ok(Unlinked::Kept);
     }
-    let quarantine = hidden_sibling(name, "unlinking")?;
-    match rustix::fs::renameat_with(
-        dir_fd,
-        name,
-        dir_fd,
-        quarantine.as_str(),
-        RenameFlags::NOREPLACE,
-    ) {
+    // The quarantine name is random and new: a plain rename cannot replace anything.
+    let quarantine = hidden_sibling(name, QUARANTINE)?;
+    match rustix::fs::renameat(dir_fd, name, dir_fd, quarantine.as_str()) {
         Ok(()) => {}
         Err(Errno::NOENT) => return Ok(Unlinked::Missing),
         Err(e) => return Err(e.into()),
@@ -160,20 +196,73 @@ pub(crate) fn unlink_checked(
         rustix::fs::unlinkat(dir_fd, quarantine.as_str(), AtFlags::empty())?;
         return Ok(Unlinked::Removed);
     }
-    match rustix::fs::renameat_with(
-        dir_fd,
-        quarantine.as_str(),
-        dir_fd,
-        name,
-        RenameFlags::NOREPLACE,
-    ) {
-        Ok(()) => Ok(Unlinked::Kept),
-        Err(Errno::EXIST) if !is_dir => {
-            rustix::fs::unlinkat(dir_fd, quarantine.as_str(), AtFlags::empty())?;
-            Ok(Unlinked::Kept)
+    put_back(dir_fd, &quarantine, name, is_dir)?;
+    Ok(Unlinked::Kept)
+}
+
+/// Return a quarantined entry to `name`, unless something newer already holds the name.
+fn put_back(dir_fd: &OwnedFd, quarantine: &str, name: &str, is_dir: bool) -> std::io::Result<()> {
+    if is_dir {
+        // Directories cannot be hard-linked; a rename onto an occupied name fails instead of
+        // replacing a file, which is what is wanted.
+        return Ok(rustix::fs::renameat(dir_fd, quarantine, dir_fd, name)?);
+    }
+    match rustix::fs::linkat(dir_fd, quarantine, dir_fd, name, AtFlags::empty()) {
+        // EEXIST: a writer has put a newer file under the name, superseding this one.
+        Ok(()) | Err(Errno::EXIST) => {
+            rustix::fs::unlinkat(dir_fd, quarantine, AtFlags::empty())?;
+            Ok(())
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Put back every entry a crashed [`unlink_checked`] left in quarantine in `dir_fd`.
+///
+/// An entry whose quarantining process is still alive is left to it. Everything else goes
+/// back under its name (or is dropped, if a newer file holds the name) to be judged afresh by
+/// the next reader: a quarantined entry was never proven removable by anyone still here.
+pub(crate) fn recover_quarantined(dir_fd: &OwnedFd) -> std::io::Result<usize> {
+    let mut recovered = 0;
+    for entry in rustix::fs::Dir::read_from(dir_fd)? {
+        let entry = entry?;
+        let Ok(quarantine) = entry.file_name().to_str() else {
+            continue;
+        };
+        let Some((name, pid)) = quarantined_name(quarantine) else {
+            continue;
+        };
+        let owner_alive = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .is_some_and(|pid| {
+                matches!(
+                    rustix::process::test_kill_process(pid),
+                    Ok(()) | Err(Errno::PERM)
+                )
+            });
+        if owner_alive {
+            continue;
+        }
+        let is_dir = entry.file_type() == FileType::Directory;
+        put_back(dir_fd, quarantine, name, is_dir)?;
+        recovered += 1;
+    }
+    Ok(recovered)
+}
+
+/// `.<name>.<pid>.<random>.unlinking` → `(name, pid)`.
+fn quarantined_name(file_name: &str) -> Option<(&str, u32)> {
+    let inner = file_name
+        .strip_prefix('.')?
+        .strip_suffix(QUARANTINE)?
+        .strip_suffix('.')?;
+    let (rest, random) = inner.rsplit_once('.')?;
+    let (name, pid) = rest.rsplit_once('.')?;
+    if name.is_empty() || random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((name, pid.parse().ok()?))
 }
 
 /// How [`hold_private_dir`] treats a directory that others may enter.
@@ -265,4 +354,26 @@ pub fn hold_private_dir(path: &Path, wider: WiderMode) -> Result<(), PrivateDirE
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quarantine_names_parse_back() {
+        assert_eq!(
+            quarantined_name(".ses_1.json.42.0123456789abcdef.unlinking"),
+            Some(("ses_1.json", 42))
+        );
+        for not_ours in [
+            ".ses_1.json.42.0123456789abcdef.tmp",
+            "ses_1.json.42.0123456789abcdef.unlinking",
+            ".ses_1.json.x.0123456789abcdef.unlinking",
+            "..42.0123456789abcdef.unlinking",
+            ".ses_1.json.42.short.unlinking",
+        ] {
+            assert_eq!(quarantined_name(not_ours), None, "{not_ours}");
+        }
+    }
 }

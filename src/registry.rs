@@ -263,6 +263,7 @@ impl Registry {
     pub async fn prune_all(&self) -> Result<PruneReport, RegistryError> {
         let dir = self.dir.clone();
         blocking(move || {
+            running::recover_quarantined(&dir)?;
             let scan = running::scan(&dir)?;
             let mut report = PruneReport::default();
             for record in &scan.records {

@@ -10,8 +10,7 @@
 //! - Rotation replaces the file atomically (staged, fsynced, renamed); a running server notices
 //!   the new file on its next request and from then on accepts only the new token.
 
-use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -21,8 +20,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::private_fs::{
-    FileIdentity, PrivateDirError, WiderMode, fill_random, hold_private_dir, open_dir,
-    write_atomically,
+    FileIdentity, PrivateDirError, WiderMode, create_atomically, fill_random, hold_private_dir,
+    open_dir, write_atomically,
 };
 
 /// How many random bytes a token holds (256 bits).
@@ -86,7 +85,7 @@ pub fn load_or_create(path: &Path) -> Result<String, TokenError> {
             // Judge the directory before a token exists in it, not after.
             check_parent(path)?;
             let token = new_token(path)?;
-            match create_exclusive(path, &token) {
+            match create_new(path, &token) {
                 Ok(()) => Ok(token),
                 // Someone created it first: theirs stands, if it passes the checks.
                 Err(TokenError::Io { cause, .. })
@@ -108,10 +107,7 @@ pub fn load_or_create(path: &Path) -> Result<String, TokenError> {
 pub fn rotate(path: &Path) -> Result<String, TokenError> {
     read_checked(path)?;
     let token = new_token(path)?;
-    let file_name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| io_error(path, std::io::Error::other("the path has no file name")))?;
+    let file_name = file_name_of(path)?;
     let dir_fd = open_dir(&parent_of(path)).map_err(|e| io_error(path, e))?;
     write_atomically(&dir_fd, file_name, format!("{token}\n").as_bytes())
         .map_err(|e| io_error(path, e))?;
@@ -120,8 +116,8 @@ pub fn rotate(path: &Path) -> Result<String, TokenError> {
 
 /// The token file as a running server sees it: re-read whenever the file changes.
 ///
-/// Keeps the digest of the current token and the identity (inode, size, change time) of the
-/// file it came from; each check costs one `lstat`.
+/// Keeps the digest of the current token and the stamp of the file it came from (identity plus
+/// change time, so a `chmod` or `chown` counts as a change); each check costs one `lstat`.
 #[derive(Debug)]
 pub struct TokenStore {
     path: PathBuf,
@@ -129,8 +125,25 @@ pub struct TokenStore {
 }
 
 struct Loaded {
-    identity: FileIdentity,
+    stamp: Stamp,
     digest: TokenDigest,
+}
+
+/// What tells a token file from its earlier self: which file it is, and when its inode last
+/// changed (content, mode or owner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    identity: FileIdentity,
+    ctime: (i64, u64),
+}
+
+impl Stamp {
+    fn of(stat: &rustix::fs::Stat) -> Self {
+        Self {
+            identity: FileIdentity::of(stat),
+            ctime: (stat.st_ctime, stat.st_ctime_nsec),
+        }
+    }
 }
 
 impl std::fmt::Debug for Loaded {
@@ -143,11 +156,11 @@ impl TokenStore {
     /// Load (or create) the token file at `path` and watch it for rotation.
     pub fn open(path: &Path) -> Result<Self, TokenError> {
         load_or_create(path)?;
-        let (token, identity) = read_checked(path)?;
+        let (token, stamp) = read_checked(path)?;
         Ok(Self {
             path: path.to_path_buf(),
             current: Mutex::new(Loaded {
-                identity,
+                stamp,
                 digest: TokenDigest::of(token.as_bytes()),
             }),
         })
@@ -171,10 +184,10 @@ impl TokenStore {
             .current
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if FileIdentity::of(&stat) != current.identity {
-            let (token, identity) = read_checked(&self.path)?;
+        if Stamp::of(&stat) != current.stamp {
+            let (token, stamp) = read_checked(&self.path)?;
             *current = Loaded {
-                identity,
+                stamp,
                 digest: TokenDigest::of(token.as_bytes()),
             };
         }
@@ -217,21 +230,18 @@ fn new_token(path: &Path) -> Result<String, TokenError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-fn create_exclusive(path: &Path, token: &str) -> Result<(), TokenError> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(|e| io_error(path, e.into()))?;
-    write_token(fd, token).map_err(|e| io_error(path, e))
+/// Create the token file whole, only if it does not exist yet.
+fn create_new(path: &Path, token: &str) -> Result<(), TokenError> {
+    let file_name = file_name_of(path)?;
+    let dir_fd = open_dir(&parent_of(path)).map_err(|e| io_error(path, e))?;
+    create_atomically(&dir_fd, file_name, format!("{token}\n").as_bytes())
+        .map_err(|e| io_error(path, e))
 }
 
-fn write_token(fd: OwnedFd, token: &str) -> std::io::Result<()> {
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
-    let mut file = std::fs::File::from(fd);
-    writeln!(file, "{token}")?;
-    file.sync_all()
+fn file_name_of(path: &Path) -> Result<&str, TokenError> {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| io_error(path, std::io::Error::other("the path has no file name")))
 }
 
 /// Refuse a token file whose directory others may write: they could swap the file.
@@ -257,7 +267,7 @@ fn check_parent(path: &Path) -> Result<(), TokenError> {
 
 /// Open without following links, check it is a private regular file of ours in a directory
 /// only we (or root) can write, and read the token.
-fn read_checked(path: &Path) -> Result<(String, FileIdentity), TokenError> {
+fn read_checked(path: &Path) -> Result<(String, Stamp), TokenError> {
     let insecure = |problem: &str, fix: &str| TokenError::Insecure {
         path: path.to_path_buf(),
         problem: problem.to_owned(),
@@ -321,5 +331,5 @@ fn read_checked(path: &Path) -> Result<(String, FileIdentity), TokenError> {
         ));
     }
     check_parent(path)?;
-    Ok((token, FileIdentity::of(&stat)))
+    Ok((token, Stamp::of(&stat)))
 }

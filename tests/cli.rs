@@ -276,7 +276,9 @@ fn ps_json_lists_sessions_with_liveness_and_no_secrets() {
     let gone = ExitedChild::spawn();
     let g = gone.record().no_door();
     let g_file = home.write(&g);
-    let junk = common::write_raw(&home.running_dir(), "bad.json", b"{ this is not a record");
+    // Junk named like a murmur record: only such names are ever removed.
+    let junk_name = format!("{}.json", session_id());
+    let junk = common::write_raw(&home.running_dir(), &junk_name, b"{ this is not a record");
 
     let done = me(&home, &["ps", "--json"]);
     done.assert_success();
@@ -668,7 +670,8 @@ fn prune_removes_gone_records_and_junk_and_keeps_the_rest() {
     let gone = ExitedChild::spawn();
     let g = gone.record();
     let g_file = home.write(&g);
-    let junk = common::write_raw(&home.running_dir(), "bad.json", b"not json at all");
+    let junk_name = format!("{}.json", session_id());
+    let junk = common::write_raw(&home.running_dir(), &junk_name, b"not json at all");
     let directory = home.running_dir().join("dir.json");
     std::fs::create_dir(&directory).unwrap();
 
@@ -701,7 +704,7 @@ fn prune_removes_gone_records_and_junk_and_keeps_the_rest() {
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("removed: bad.json — is not a record")),
+            .any(|l| l.starts_with(&format!("removed: {junk_name} — is not a record"))),
         "the junk file is named: {done:#?}"
     );
     assert_eq!(lines.len(), 3, "{done:#?}");

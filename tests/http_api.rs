@@ -697,22 +697,23 @@ async fn names_that_are_not_session_ids_are_counted_and_never_removed() {
     // A valid record under such a name is someone else's business too.
     let valid_inside = RecordJson::fresh().no_door();
     let dotted_record = valid_inside.write_as(dir, "x.y.z.json");
-    // Junk under a name a record could have goes, as ever.
-    let junk = write_raw(dir, "junk.json", "{ not a record");
+    // Junk under a murmur record's name goes, as ever; junk under any other name stays.
+    let junk = write_raw(dir, &format!("{}.json", session_id()), "{ not a record");
+    let plain_junk = write_raw(dir, "junk.json", "{ not a record");
 
     let listing = api.get("/sessions").await;
     assert_eq!(listing.status, 200, "{}", listing.text);
-    assert_eq!(listing.body["unreadable"], 4, "{}", listing.text);
+    assert_eq!(listing.body["unreadable"], 5, "{}", listing.text);
     assert_eq!(ids(&listing), Vec::<String>::new());
 
     let all = api.delete("/sessions").await;
     assert_eq!(all.status, 200, "{}", all.text);
     assert_eq!(all.body["removed_unreadable"], 1, "{}", all.text);
     assert_absent(&junk);
-    for kept in [&spaced, &dotted, &dotted_record] {
+    for kept in [&spaced, &dotted, &dotted_record, &plain_junk] {
         assert!(kept.exists(), "{} was removed", kept.display());
     }
-    assert_eq!(api.get("/sessions").await.body["unreadable"], 3);
+    assert_eq!(api.get("/sessions").await.body["unreadable"], 4);
     api.shut_down().await;
 }
 
@@ -883,7 +884,8 @@ async fn prune_all_removes_gone_records_and_unreadable_files_only() {
     let me = std::process::id();
     let reused = RecordJson::fresh().process(me, &wrong_start_token(me));
     reused.write_in(dir);
-    write_raw(dir, "junk.json", "not json");
+    let junk = write_raw(dir, &format!("{}.json", session_id()), "not json");
+    let foreign_junk = write_raw(dir, "junk.json", "not json");
     std::fs::create_dir(dir.join("folder.json")).unwrap();
     let staging = write_raw(dir, ".ses_x.json.1.tmp", "{");
 
@@ -901,7 +903,8 @@ async fn prune_all_removes_gone_records_and_unreadable_files_only() {
     assert_eq!(pruned, expected);
     assert_eq!(answer.body["removed_unreadable"], 1);
     assert!(exists(dir, &live));
-    assert!(!dir.join("junk.json").exists());
+    assert_absent(&junk);
+    assert!(foreign_junk.exists(), "only murmur-named junk is removed");
     assert!(
         dir.join("folder.json").is_dir(),
         "directories are never removed"
@@ -926,7 +929,7 @@ async fn a_control_directory_does_not_break_pruning() {
     let plain_control = write_raw(dir, &format!("{}.control", plain.session_id()), "c");
     let live = RecordJson::fresh().no_door();
     live.write_in(dir);
-    let junk = write_raw(dir, "junk.json", "{ not a record");
+    let junk = write_raw(dir, &format!("{}.json", session_id()), "{ not a record");
 
     let all = api.delete("/sessions").await;
     assert_eq!(all.status, 200, "{}", all.text);

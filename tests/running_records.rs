@@ -521,7 +521,8 @@ fn a_directory_named_like_a_record_is_reported_and_never_removed() {
 #[test]
 fn a_fifo_named_like_a_record_does_not_block_and_is_removed_by_list() {
     let dir = temp_dir();
-    let fifo = dir.path().join("f.json");
+    let fifo_name = format!("{}.json", session_id());
+    let fifo = dir.path().join(&fifo_name);
     make_fifo(&fifo);
     let path = dir.path().to_path_buf();
     let found = within("scan of a directory holding a FIFO", DEADLINE, move || {
@@ -530,7 +531,7 @@ fn a_fifo_named_like_a_record_does_not_block_and_is_removed_by_list() {
     assert!(found.records.is_empty());
     assert_eq!(
         unreadable_kinds(&found.unreadable),
-        [("f.json".to_owned(), Unreadable::NotRegularFile)]
+        [(fifo_name.clone(), Unreadable::NotRegularFile)]
     );
 
     let path = dir.path().to_path_buf();

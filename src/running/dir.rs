@@ -21,7 +21,8 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::record::{
-    CONTROL_SUFFIX, Origin, OriginSlot, RECORD_SUFFIX, RunningRecord, is_valid_session_id,
+    CONTROL_SUFFIX, Origin, OriginSlot, RECORD_SUFFIX, RunningRecord, is_murmur_session_id,
+    is_valid_session_id,
 };
 use super::{Liveness, RunningError};
 use crate::private_fs::{
@@ -77,6 +78,8 @@ pub enum Unreadable {
     NameMismatch(String),
     /// Its name is not `<session id>.json` for any id the registry can address.
     InvalidName,
+    /// It kept being replaced while it was read (a writer rewriting it rapidly).
+    Replaced,
     /// Opening or reading it failed: no evidence about what it is.
     Io(String),
 }
@@ -92,6 +95,7 @@ impl std::fmt::Display for Unreadable {
             Self::Malformed(why) => write!(f, "is not a record: {why}"),
             Self::NameMismatch(id) => write!(f, "names session {id:?}, not its file name"),
             Self::InvalidName => f.write_str("is not named after a session id"),
+            Self::Replaced => f.write_str("kept changing while it was read"),
             Self::Io(why) => write!(f, "could not be read: {why}"),
         }
     }
@@ -107,19 +111,23 @@ pub struct UnreadableEntry {
 }
 
 impl UnreadableEntry {
-    /// Whether this entry can be removed on what was read of it: it can never become a
-    /// record. Not a directory (its contents are not ours to judge), not a name no record
-    /// can have (it may be someone else's file), and not an entry that merely failed to read
-    /// (that proves nothing). Removing a symlink removes the link, never its target.
+    /// Whether this entry can be removed on what was read of it: it is named like a murmur
+    /// record (`ses_` + 32 hex digits: any other name may be someone else's file) and can
+    /// never become one. Not a directory (its contents are not ours to judge), and not an
+    /// entry that merely failed to read (that proves nothing). Removing a symlink removes the
+    /// link, never its target.
     pub fn is_removable(&self) -> bool {
-        is_removable(&self.why)
+        self.file_name
+            .strip_suffix(RECORD_SUFFIX)
+            .is_some_and(is_murmur_session_id)
+            && is_removable(&self.why)
     }
 }
 
 fn is_removable(why: &Unreadable) -> bool {
     !matches!(
         why,
-        Unreadable::Directory | Unreadable::InvalidName | Unreadable::Io(_)
+        Unreadable::Directory | Unreadable::InvalidName | Unreadable::Io(_) | Unreadable::Replaced
     )
 }
 
@@ -175,12 +183,22 @@ pub fn scan(dir: &Path) -> Result<Scan, RunningError> {
     Ok(found)
 }
 
+/// Put back entries that a crashed removal left hidden in `dir`'s quarantine; answers how many.
+///
+/// Part of every pruning pass ([`list`], and the registry's prune-all and `ps`), never of a
+/// read-only one.
+pub fn recover_quarantined(dir: &Path) -> Result<usize, RunningError> {
+    let dir_fd = open_dir(dir).map_err(io_at(dir))?;
+    crate::private_fs::recover_quarantined(&dir_fd).map_err(io_at(dir))
+}
+
 /// Every record that parses, most recent session first; removes entries that never will.
 ///
 /// Like [`scan`], then unlinks each unreadable entry except directories (a symlink is removed
 /// as a link, its target untouched). Removal is skipped for an entry that was replaced since it
 /// was read. Use [`scan`] where nothing may change.
 pub fn list(dir: &Path) -> Result<Vec<RunningRecord>, RunningError> {
+    recover_quarantined(dir)?;
     let found = scan(dir)?;
     remove_unreadable(dir, &found.unreadable)?;
     Ok(found.records)
@@ -250,13 +268,11 @@ fn read_entry(
     let mut attempt = 1;
     loop {
         match read_entry_once(dir_fd, dir, file_name, stem) {
-            Err(Unreadable::Io(why)) if why == REPLACED && attempt < ATTEMPTS => attempt += 1,
+            Err(Unreadable::Replaced) if attempt < ATTEMPTS => attempt += 1,
             read => return read,
         }
     }
 }
-
-const REPLACED: &str = "it was replaced while being read";
 
 fn read_entry_once(
     dir_fd: &OwnedFd,
@@ -290,7 +306,7 @@ fn read_entry_once(
     })?;
     let stat = rustix::fs::fstat(&fd).map_err(io)?;
     if FileIdentity::of(&stat) != FileIdentity::of(&before) {
-        return Err(Unreadable::Io(REPLACED.to_owned()));
+        return Err(Unreadable::Replaced);
     }
     let mut bytes = Vec::with_capacity(4096);
     std::fs::File::from(fd)

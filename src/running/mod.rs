@@ -42,7 +42,7 @@ mod signal;
 
 pub use dir::{
     MAX_RECORD_BYTES, Pruned, Scan, Unreadable, UnreadableEntry, list, prune, read_record,
-    remove_unreadable, running_dir, running_dir_in, scan,
+    recover_quarantined, remove_unreadable, running_dir, running_dir_in, scan,
 };
 pub use door::{
     ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MAX_CARD_BYTES, MAX_CONCURRENT_PROBES,
@@ -55,7 +55,7 @@ pub use process::{
 };
 pub use record::{
     CONTROL_SUFFIX, FormationLauncher, RECORD_SUFFIX, RunningGuard, RunningRecord, Secret,
-    is_valid_session_id,
+    is_murmur_session_id, is_valid_session_id,
 };
 pub use signal::{SignalOutcome, signal_kill, signal_term};
 

@@ -263,6 +263,19 @@ pub fn is_valid_session_id(session_id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// Whether `session_id` has the shape murmur gives its ids: `ses_` and 32 lowercase hex digits.
+///
+/// Only files named so are ever removed as junk: anything else in a running directory may be
+/// someone else's file.
+pub fn is_murmur_session_id(session_id: &str) -> bool {
+    session_id.strip_prefix("ses_").is_some_and(|hex| {
+        hex.len() == 32
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// One session's record, written for exactly as long as the session runs.
 ///
 /// [`RunningGuard::write`] puts the record in place atomically; dropping the guard removes it,

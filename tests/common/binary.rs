@@ -200,8 +200,22 @@ pub fn registry(home: &Path, user: User) -> Command {
         .env_remove("MURMUR_REGISTRY_BIND")
         .env_remove("RUST_LOG")
         .stdin(Stdio::null());
+    match user {
+        // The refusal under test.
+        User::NestedPidNamespace | User::NestedPidNamespaceHostProc => {
+            cmd.env_remove(NESTED_PID_NAMESPACE_ENV);
+        }
+        // The test's capsules are its own children, in whatever pid namespace the suite runs
+        // (a container, say): the registry may trust pids there.
+        User::Me | User::Nobody | User::NobodyHiddenProc => {
+            cmd.env(NESTED_PID_NAMESPACE_ENV, "true");
+        }
+    }
     cmd
 }
+
+/// The environment switch for `--nested-pid-namespace`.
+pub const NESTED_PID_NAMESPACE_ENV: &str = "MURMUR_REGISTRY_NESTED_PID_NAMESPACE";
 
 // ---------------------------------------------------------------------------------------------
 // Running it to its end
