@@ -150,10 +150,8 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Prune(args) => runtime()?.block_on(prune(args)),
         Command::Health(args) => health(args),
         Command::Openapi => {
-            print!(
-                "{}",
-                http::openapi_json_text().context("cannot render the OpenAPI document")?
-            );
+            let text = http::openapi_json_text().context("cannot render the OpenAPI document")?;
+            std::io::stdout().lock().write_all(text.as_bytes())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Token(args) => token_command(args),
@@ -252,15 +250,27 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {}", args.bind))?;
         let bound = listener.local_addr()?;
-        tracing::info!(running_dir = %registry.dir().display(), token_file = %token_path.display(), "serving");
-        let state = AppState::new(registry, tokens, bound, &args.allow_host, &args.allow_origin);
+        tracing::info!(
+            running_dir = %registry.dir().display(),
+            token_file = %token_path.display(),
+            "serving"
+        );
+        let state = AppState::new(
+            registry,
+            tokens,
+            bound,
+            &args.allow_host,
+            &args.allow_origin,
+        );
         // Listen for SIGINT/SIGTERM before announcing the address: a script that signals the
         // server as soon as it reads the line must get a graceful shutdown.
         let shutdown = shutdown_signal().context("cannot listen for SIGINT/SIGTERM")?;
         let mut stdout = std::io::stdout();
         writeln!(stdout, "listening on http://{bound}")?;
         stdout.flush()?;
+        let after_shutdown = state.clone();
         http::serve(listener, state, shutdown).await?;
+        after_shutdown.registry().finish_stops().await;
         tracing::info!("shut down");
         Ok(ExitCode::SUCCESS)
     })
@@ -271,12 +281,13 @@ fn check_origin(origin: &str) -> anyhow::Result<()> {
     let rest = origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"));
+    // Browsers send the scheme and host in lowercase.
     let well_formed = rest.is_some_and(|authority| {
         !authority.is_empty()
             && !authority.ends_with(':')
             && authority
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b".-:[]".contains(&b))
     });
     if !well_formed {
         bail!(
@@ -495,12 +506,14 @@ async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     let record = &report.record;
     match report.outcome {
         StopOutcome::Stopped { signal_sent } => {
-            println!("stopped: {}", record.session_id);
-            println!(
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "stopped: {}", record.session_id)?;
+            writeln!(
+                out,
                 "capsule: {}@{}",
                 record.capsule_name, record.capsule_version
-            );
-            println!("signal: {}", signal_sent.name());
+            )?;
+            writeln!(out, "signal: {}", signal_sent.name())?;
             Ok(ExitCode::SUCCESS)
         }
         StopOutcome::AlreadyGone => {
@@ -537,14 +550,15 @@ fn health(args: HealthArgs) -> anyhow::Result<ExitCode> {
         "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
     )?;
     // The status line is all that matters; /healthz answers a few bytes.
-    let mut head = [0u8; 64];
-    let read = stream
-        .read(&mut head)
+    let mut head = Vec::new();
+    stream
+        .take(256)
+        .read_to_end(&mut head)
         .with_context(|| format!("the registry at http://{addr} did not answer"))?;
-    let status_line = String::from_utf8_lossy(&head[..read]);
+    let status_line = String::from_utf8_lossy(&head);
     match status_line.split_whitespace().nth(1) {
         Some("200") => {
-            println!("ok");
+            writeln!(std::io::stdout(), "ok")?;
             Ok(ExitCode::SUCCESS)
         }
         other => bail!(
@@ -564,14 +578,15 @@ async fn prune(args: DirArgs) -> anyhow::Result<ExitCode> {
             registry.dir().display()
         )
     })?;
+    let mut out = std::io::stdout().lock();
     for (session_id, reason) in &report.pruned {
-        println!("pruned: {session_id} — {reason}");
+        writeln!(out, "pruned: {session_id} — {reason}")?;
     }
     for entry in &report.removed_unreadable {
-        println!("removed: {} — {}", entry.file_name, entry.why);
+        writeln!(out, "removed: {} — {}", entry.file_name, entry.why)?;
     }
     if report.pruned.is_empty() && report.removed_unreadable.is_empty() {
-        println!("nothing to prune");
+        writeln!(out, "nothing to prune")?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -589,9 +604,9 @@ fn token_command(args: TokenArgs) -> anyhow::Result<ExitCode> {
         token::load_or_create(&path)?
     };
     if args.show {
-        println!("{token}");
+        writeln!(std::io::stdout(), "{token}")?;
     } else {
-        println!("{}", path.display());
+        writeln!(std::io::stdout(), "{}", path.display())?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -5,7 +5,8 @@
 //!   pool; async callers never stall a worker.
 //! - Reading changes nothing: [`Registry::sessions`] and [`Registry::session`] only scan.
 //! - Removal happens on fresh evidence only. Pruning re-reads layers 1–2 right before it
-//!   unlinks; a signal or stop prunes only when the kernel or layers 1–2 said the process is gone.
+//!   unlinks; a signal or stop prunes only when the kernel or layers 1–2 said the process is
+//!   gone.
 //! - Stops of one session are serialised, so two concurrent stops never race each other's
 //!   escalation; the second finds the outcome of the first.
 
@@ -249,11 +250,13 @@ impl Registry {
     /// Prune one session on fresh evidence: re-read layers 1–2 and unlink only if gone.
     pub async fn prune_session(&self, session_id: &str) -> Result<PruneOutcome, RegistryError> {
         let record = self.record(session_id).await?;
+        let id = session_id.to_owned();
         blocking(move || match running::process_state(&record) {
-            ProcessState::Gone { reason } => {
-                unlink_gone(&record, &reason)?;
-                Ok(PruneOutcome::Pruned { reason })
-            }
+            ProcessState::Gone { reason } => match unlink_gone(&record, &reason)? {
+                Pruned::Removed => Ok(PruneOutcome::Pruned { reason }),
+                // Someone else removed or replaced it since it was read: nothing of ours went.
+                Pruned::AlreadyGone => Err(RegistryError::NotFound(id)),
+            },
             process => Ok(PruneOutcome::Kept { process }),
         })
         .await?
@@ -371,6 +374,21 @@ impl Registry {
         }
     }
 
+    /// Wait until every stop in progress has ended (for a graceful shutdown: a stop abandoned
+    /// between SIGTERM and SIGKILL would leave its capsule half-stopped).
+    pub async fn finish_stops(&self) {
+        let in_progress: Vec<_> = self
+            .stopping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for stop in in_progress {
+            let _ = stop.lock().await;
+        }
+    }
+
     fn stop_lock(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self
             .stopping
@@ -391,7 +409,7 @@ impl Registry {
         blocking(move || {
             let outcome = send_signal(&record, kind);
             if let SignalOutcome::AlreadyGone { reason } = &outcome {
-                unlink_gone(&record, reason)?;
+                prune_after_the_fact(&record, reason);
             }
             Ok(outcome)
         })
@@ -408,10 +426,13 @@ impl Registry {
         loop {
             let probe = record.clone();
             let gone = blocking(move || match running::process_state(&probe) {
-                ProcessState::Gone { reason } => unlink_gone(&probe, &reason).map(|_| true),
-                _ => Ok(false),
+                ProcessState::Gone { reason } => {
+                    prune_after_the_fact(&probe, &reason);
+                    true
+                }
+                _ => false,
             })
-            .await??;
+            .await?;
             if gone {
                 return Ok(true);
             }
@@ -430,6 +451,19 @@ fn send_signal(record: &RunningRecord, kind: SignalKind) -> SignalOutcome {
     match kind {
         SignalKind::Term => running::signal_term(record),
         SignalKind::Kill => running::signal_kill(record),
+    }
+}
+
+/// Prune a record whose process a signal or stop has just found gone. What the signal or stop
+/// did stands whether or not the file could be removed, so a failure is logged, not returned;
+/// the record stays and the next prune will find the same evidence.
+fn prune_after_the_fact(record: &RunningRecord, reason: &str) {
+    if let Err(error) = unlink_gone(record, reason) {
+        tracing::warn!(
+            session_id = %record.session_id,
+            %error,
+            "could not prune a gone session's record"
+        );
     }
 }
 

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::registry::RegistryError;
-use crate::running::RunningError;
+use crate::running::{RunningError, Unreadable};
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -141,6 +141,12 @@ fn registry_problem(error: RegistryError) -> Problem {
             format!("no record for session {id}"),
         ),
         RegistryError::InvalidSessionId => invalid_session_id_problem(),
+        // A file that could not be read says nothing about the session: that is our failure.
+        RegistryError::Running(RunningError::Unreadable(entry))
+            if matches!(entry.why, Unreadable::Io(_) | Unreadable::Replaced) =>
+        {
+            internal(&RegistryError::Running(RunningError::Unreadable(entry)))
+        }
         RegistryError::Running(RunningError::Unreadable(entry)) => Problem::new(
             StatusCode::NOT_FOUND,
             "not-a-record",
@@ -149,15 +155,18 @@ fn registry_problem(error: RegistryError) -> Problem {
                 entry.file_name, entry.why
             ),
         ),
-        other => {
-            tracing::error!(error = %other, "request failed");
-            Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "the registry could not complete this request; its log says why",
-            )
-        }
+        other => internal(&other),
     }
+}
+
+/// A 500 that says where to look, never what happened; the log gets the error.
+fn internal(error: &RegistryError) -> Problem {
+    tracing::error!(%error, "request failed");
+    Problem::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "the registry could not complete this request; its log says why",
+    )
 }
 
 /// Rewrite an error response that is not yet a problem into one, keeping its headers.

@@ -284,7 +284,7 @@ pub struct ProbeQuery {
 /// The three layers for one session.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"session_id": EXAMPLE_ID, "state": "unreachable", "process": "alive",
-    "reason": "door at 127.0.0.1:41235 did not answer within 7s"}))]
+    "reason": "door at 127.0.0.1:41235 did not answer within 5s"}))]
 pub struct LivenessReport {
     /// The session.
     pub session_id: String,
@@ -372,7 +372,8 @@ pub struct SignalResponse {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct StopQuery {
-    /// Seconds to wait after SIGTERM before SIGKILL (default 10, at most 300; `0` = SIGKILL at once).
+    /// Seconds to wait after SIGTERM before SIGKILL (default 10, at most 300; `0` = SIGKILL at
+    /// once).
     #[param(example = 10, maximum = 300)]
     pub timeout: Option<u64>,
 }
@@ -622,7 +623,11 @@ pub async fn prune_session(
     }
 }
 
-/// Prune every gone record and every unreadable file.
+/// Prune every gone record, and every file named like a record that can never be one.
+///
+/// Re-reads layers 1–2 for each record. Files are removed only when their name is a murmur
+/// session id (`ses_` + 32 hex digits) and what was read proves they are not a record; a
+/// directory, a file that could not be read, or any other name is left alone.
 #[utoipa::path(
     delete, path = "/sessions", tag = TAG,
     security(("bearer" = [])),

@@ -362,8 +362,9 @@ pub enum Pruned {
 /// Unlink one record. For a [`Liveness::Gone`] reading only.
 ///
 /// Unlinks exactly the file `record` was read from (checked by identity at the moment of
-/// removal, never through a link) and `<session_id>.control` beside it. Any other reading is refused with
-/// [`RunningError::NotGone`] and nothing is touched; so is a record that was not read from disk.
+/// removal, never through a link) and `<session_id>.control` beside it. Any other reading is
+/// refused with [`RunningError::NotGone`] and nothing is touched; so is a record that was not
+/// read from disk.
 pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, RunningError> {
     if !matches!(reading, Liveness::Gone { .. }) {
         return Err(RunningError::NotGone(record.session_id.clone()));

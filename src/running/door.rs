@@ -192,23 +192,20 @@ impl DoorProbe {
             .acquire()
             .await
             .map_err(|_| "the prober is shutting down".to_owned())?;
-        let stream = tokio::time::timeout(
-            self.connect_deadline,
-            TcpStream::connect((address.host, address.port)),
-        )
-        .await
-        .map_err(|_| {
-            format!(
-                "door at {url} did not accept a connection within {}",
-                humantime::format_duration(self.connect_deadline)
-            )
-        })?
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::ConnectionRefused => {
-                format!("door at {url} refused the connection")
-            }
-            _ => format!("door at {url} could not be reached: {e}"),
-        })?;
+        let stream = tokio::time::timeout(self.connect_deadline, connect_loopback(&address))
+            .await
+            .map_err(|_| {
+                format!(
+                    "door at {url} did not accept a connection within {}",
+                    humantime::format_duration(self.connect_deadline)
+                )
+            })?
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    format!("door at {url} refused the connection")
+                }
+                _ => format!("door at {url} could not be reached: {e}"),
+            })?;
         let body = tokio::time::timeout(
             self.answer_deadline,
             fetch_card(stream, &address, record.door_token.as_ref()),
@@ -239,6 +236,25 @@ impl DoorProbe {
             )),
         }
     }
+}
+
+/// Connect to the door, on loopback addresses only: `localhost` is resolved by the system,
+/// and a door token must not follow a hosts file that points it elsewhere.
+async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<TcpStream> {
+    let mut last_error = std::io::Error::new(
+        std::io::ErrorKind::AddrNotAvailable,
+        "the name resolves to no loopback address",
+    );
+    for addr in tokio::net::lookup_host((address.host, address.port)).await? {
+        if !addr.ip().is_loopback() {
+            continue;
+        }
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(error) => last_error = error,
+        }
+    }
+    Err(last_error)
 }
 
 /// Ask for the card over `stream`; the body of a 2xx answer, at most [`MAX_CARD_BYTES`] of it.

@@ -131,17 +131,25 @@ pub(crate) fn state_of(pid: u32, recorded_start: &str) -> ProcessState {
             ),
         };
     }
-    if !recorded_start.bytes().all(|b| b.is_ascii_digit()) {
-        // Not a token this platform writes (another OS, or a damaged record): a difference
-        // from it proves nothing about reuse.
+    // Compared as numbers (a writer might pad with zeros). A recorded token that is not a
+    // number this platform writes (another OS, or a damaged record) proves nothing about
+    // reuse, so it leaves the process unverified.
+    let decimal = |token: &str| {
+        token
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| token.parse::<u64>().ok())
+            .flatten()
+    };
+    let (Some(recorded), Some(now)) = (decimal(recorded_start), decimal(&stat.start_token)) else {
         return ProcessState::Unverified {
             reason: format!(
                 "pid {pid} is alive but the record's start time {recorded_start:?} is not one \
                  this machine can compare"
             ),
         };
-    }
-    if stat.start_token != recorded_start {
+    };
+    if recorded != now {
         return ProcessState::Gone {
             reason: reason_pid_reused(pid),
         };
@@ -174,7 +182,8 @@ pub(crate) struct StatFields {
 }
 
 impl StatFields {
-    /// A zombie (`Z`) or a dead task (`X`, `x`) will never answer; the spec counts it as no process.
+    /// A zombie (`Z`) or a dead task (`X`, `x`) will never answer; the spec counts it as no
+    /// process.
     pub(crate) fn is_dead(&self) -> bool {
         matches!(self.state, 'Z' | 'X' | 'x')
     }
