@@ -333,3 +333,39 @@ fn read_checked(path: &Path) -> Result<(String, Stamp), TokenError> {
     check_parent(path)?;
     Ok((token, Stamp::of(&stat)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_running_store_fails_closed_when_the_file_turns_insecure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        let store = TokenStore::open(&path).unwrap();
+        let token = std::fs::read_to_string(&path).unwrap().trim().to_owned();
+        assert!(store.check(&token).unwrap());
+        assert!(!store.check("not-the-token").unwrap());
+        // A chmod changes no content and no mtime; it must still be noticed.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(
+            store.check(&token),
+            Err(TokenError::Insecure { .. })
+        ));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(store.check(&token).unwrap());
+    }
+
+    #[test]
+    fn rotation_is_seen_on_the_next_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        let store = TokenStore::open(&path).unwrap();
+        let old = std::fs::read_to_string(&path).unwrap().trim().to_owned();
+        let new = rotate(&path).unwrap();
+        assert_ne!(old, new);
+        assert!(store.check(&new).unwrap());
+        assert!(!store.check(&old).unwrap());
+    }
+}

@@ -1053,6 +1053,32 @@ fn nested_pid_namespace_flag_runs_and_a_host_pid_reads_as_gone() {
     }
 }
 
+#[test]
+fn the_nested_pid_namespace_switch_reads_the_usual_spellings_from_the_environment() {
+    for (value, runs) in [
+        ("1", true),
+        ("yes", true),
+        ("true", true),
+        ("0", false),
+        ("false", false),
+    ] {
+        let home = Home::new();
+        let mut cmd = registry(home.path(), User::NestedPidNamespace);
+        cmd.env(common::binary::NESTED_PID_NAMESPACE_ENV, value)
+            .arg("ps");
+        let done = run(cmd);
+        if runs {
+            done.assert_success();
+        } else {
+            done.assert_failure();
+            assert!(
+                done.stderr.contains("nested pid namespace"),
+                "{value}: {done:#?}"
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // openapi, token, --help
 // ---------------------------------------------------------------------------------------------

@@ -1232,3 +1232,40 @@ fn prune_never_follows_a_record_replaced_by_a_symlink() {
     assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
     assert!(target.exists());
 }
+
+#[test]
+fn entries_a_crashed_removal_left_in_quarantine_are_put_back_by_the_next_pruning_pass() {
+    let dir = temp_dir();
+    let dead = ExitedChild::spawn().pid;
+    // A live session's record, hidden by a removal that died before it could put it back.
+    let stranded = RecordJson::fresh();
+    let quarantined = format!(
+        ".{}.{dead}.0123456789abcdef.unlinking",
+        stranded.file_name()
+    );
+    stranded.write_as(dir.path(), &quarantined);
+    // One whose remover is alive (this process) is left to it.
+    let in_progress = RecordJson::fresh();
+    let busy = format!(
+        ".{}.{}.fedcba9876543210.unlinking",
+        in_progress.file_name(),
+        std::process::id()
+    );
+    in_progress.write_as(dir.path(), &busy);
+    assert!(
+        scan(dir.path()).unwrap().records.is_empty(),
+        "hidden names are not read"
+    );
+
+    let listed = list(dir.path()).unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|r| r.session_id.clone())
+            .collect::<Vec<_>>(),
+        [stranded.session_id()]
+    );
+    assert!(dir.path().join(stranded.file_name()).exists());
+    assert_absent(&dir.path().join(&quarantined));
+    assert!(dir.path().join(&busy).exists());
+}

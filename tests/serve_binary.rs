@@ -282,6 +282,23 @@ fn first_line_names_the_real_port_and_sigterm_exits_zero() {
 }
 
 #[test]
+fn health_answers_ok_for_a_running_registry_and_fails_for_none() {
+    let home = Home::new();
+    let server = Server::start(home.path(), User::Me);
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args(["health", "--bind", &server.addr.to_string()]);
+    let done = run(cmd);
+    done.assert_success();
+    assert_eq!(done.stdout, "ok\n", "{done:#?}");
+
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args(["health", "--bind", &common::refused_url()]);
+    let done = run(cmd);
+    done.assert_failure();
+    assert!(done.stderr.contains("no registry answers"), "{done:#?}");
+}
+
+#[test]
 fn sigint_also_shuts_down_with_exit_zero() {
     let home = Home::new();
     let server = Server::start(home.path(), User::Me);
