@@ -930,6 +930,46 @@ fn a_stop_whose_sigkill_is_refused_after_sigterm_got_through_says_what_was_sent(
     );
 }
 
+#[test]
+fn shutdown_waits_for_a_stop_in_progress_to_finish_its_escalation() {
+    let home = Home::new();
+    let server = Server::start(home.path(), User::Me);
+    let token = home.token();
+    // A capsule that survives SIGTERM and says so by leaving a mark: evidence that the stop is
+    // inside its wait, with SIGKILL still to come.
+    let marks = tempfile::tempdir().unwrap();
+    let mark = marks.path().join("got-term");
+    let script = format!(
+        "trap 'touch {}' TERM; while :; do sleep 0.05; done",
+        mark.display()
+    );
+    let mut capsule = common::shell_child(&script);
+    let record = capsule.record().no_door();
+    let file = home.write(&record);
+
+    // The client asks for the stop and hangs up once it is under way, so nothing but the
+    // registry itself keeps the stop going.
+    let mut client = TcpStream::connect(server.addr).unwrap();
+    write!(
+        client,
+        "POST /sessions/{}/stop?timeout=2 HTTP/1.1\r\nHost: {}\r\n\
+         Authorization: Bearer {token}\r\nContent-Length: 0\r\n\r\n",
+        record.session_id(),
+        server.addr
+    )
+    .unwrap();
+    wait_until("the capsule got SIGTERM", DEADLINE, || mark.exists());
+    drop(client);
+
+    // Shut the registry down while the stop waits out its timeout.
+    let (status, stderr) = server.stop_with(Signal::TERM);
+    assert_eq!(status.code(), Some(0), "{status}; {stderr}");
+    let died = capsule.wait_exit(DEADLINE);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(died.signal(), Some(9), "{died}");
+    assert!(!file.exists(), "the stopped session's record is pruned");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rotation seen by a running server
 // ---------------------------------------------------------------------------------------------

@@ -494,6 +494,14 @@ pub fn python_child(script: &str) -> SleepingChild {
     }
 }
 
+/// A live `sh -c <script>` child. The script must not end by itself. Killed and reaped on
+/// drop, like any [`SleepingChild`].
+pub fn shell_child(script: &str) -> SleepingChild {
+    SleepingChild {
+        child: spawn_quiet("sh", &["-c", script]),
+    }
+}
+
 /// The states of every task (thread) of `pid`, from `/proc/<pid>/task/*/stat`; empty when
 /// there is no such process.
 pub fn task_states(pid: u32) -> Vec<char> {
