@@ -417,8 +417,8 @@ pub struct SignalRefusal {
     pub signal_sent: Option<Option<String>>,
 }
 
-/// A signal or stop that did not happen, or did not finish: a problem with [`SignalRefusal`]'s
-/// members. (Documentation of the body; handlers build it with [`Problem::with_members`].)
+/// A signal or stop that did not happen, or did not finish: problem details plus what was
+/// attempted.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SignalProblem {
     /// The problem.
@@ -441,7 +441,7 @@ pub struct PruneRefusal {
     pub reason: Option<String>,
 }
 
-/// A refused prune: a problem with [`PruneRefusal`]'s members. (Documentation of the body.)
+/// A refused prune: problem details plus what layers 1–2 said.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PruneProblem {
     /// The problem.
