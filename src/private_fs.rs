@@ -19,11 +19,15 @@ use rustix::io::Errno;
 
 /// Open a directory for `*at` calls, refusing to follow a symlink at its last component.
 pub(crate) fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
-    Ok(rustix::fs::open(
+    Ok(open_dir_errno(path)?)
+}
+
+fn open_dir_errno(path: &Path) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
-    )?)
+    )
 }
 
 /// Which file a directory entry is, to tell it from one that replaced it under its name.
@@ -310,11 +314,7 @@ pub fn hold_private_dir(path: &Path, wider: WiderMode) -> Result<(), PrivateDirE
         Ok(()) | Err(Errno::EXIST) => {}
         Err(e) => return Err(io_err(e.into())),
     }
-    let fd = match rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
+    let fd = match open_dir_errno(path) {
         Ok(fd) => fd,
         // With O_DIRECTORY the kernel answers ENOTDIR for a symlink too (ELOOP on some
         // kernels); lstat tells the two refusals apart for the message.

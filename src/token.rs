@@ -1,8 +1,8 @@
 //! The registry's bearer token: a private file, created once, checked on every request.
 //!
 //! Invariants kept here:
-//! - The file is created with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600, holding 256 bits from
-//!   the OS as hex. A file that is a symlink, not a regular file, not ours, readable or writable
+//! - The file is created whole and only if absent (staged, then hard-linked into place), mode
+//!   0600, holding 256 bits from the OS as hex, in a directory only we (or root) can write. A file that is a symlink, not a regular file, not ours, readable or writable
 //!   by group or others, or empty is refused with its path and the fix; it is never repaired
 //!   silently, since a token others could read is already spent.
 //! - Only a SHA-256 digest of the token is kept in memory, and presented tokens are compared by
@@ -78,22 +78,25 @@ pub fn default_token_path(home: &Path) -> PathBuf {
 ///
 /// Returns the token text. Refuses an insecure or empty file.
 pub fn load_or_create(path: &Path) -> Result<String, TokenError> {
+    load_or_create_stamped(path).map(|(token, _)| token)
+}
+
+/// [`load_or_create`], also answering the stamp of the file the token was read from.
+fn load_or_create_stamped(path: &Path) -> Result<(String, Stamp), TokenError> {
     match read_checked(path) {
-        Ok((token, _)) => Ok(token),
+        Ok(loaded) => Ok(loaded),
         Err(TokenError::Io { cause, .. }) if cause.kind() == std::io::ErrorKind::NotFound => {
             ensure_parent(path)?;
             // Judge the directory before a token exists in it, not after.
             check_parent(path)?;
+            let (dir_fd, file_name) = open_parent(path)?;
             let token = new_token(path)?;
-            match create_new(path, &token) {
-                Ok(()) => Ok(token),
-                // Someone created it first: theirs stands, if it passes the checks.
-                Err(TokenError::Io { cause, .. })
-                    if cause.kind() == std::io::ErrorKind::AlreadyExists =>
-                {
-                    read_checked(path).map(|(token, _)| token)
-                }
-                Err(e) => Err(e),
+            match create_atomically(&dir_fd, file_name, format!("{token}\n").as_bytes()) {
+                // Created; or someone created it first, and theirs stands if it passes the
+                // checks. Either way the token and its stamp come from the file there now.
+                Ok(()) => read_checked(path),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_checked(path),
+                Err(e) => Err(io_error(path, e)),
             }
         }
         Err(e) => Err(e),
@@ -107,8 +110,7 @@ pub fn load_or_create(path: &Path) -> Result<String, TokenError> {
 pub fn rotate(path: &Path) -> Result<String, TokenError> {
     read_checked(path)?;
     let token = new_token(path)?;
-    let file_name = file_name_of(path)?;
-    let dir_fd = open_dir(&parent_of(path)).map_err(|e| io_error(path, e))?;
+    let (dir_fd, file_name) = open_parent(path)?;
     write_atomically(&dir_fd, file_name, format!("{token}\n").as_bytes())
         .map_err(|e| io_error(path, e))?;
     Ok(token)
@@ -155,8 +157,7 @@ impl std::fmt::Debug for Loaded {
 impl TokenStore {
     /// Load (or create) the token file at `path` and watch it for rotation.
     pub fn open(path: &Path) -> Result<Self, TokenError> {
-        load_or_create(path)?;
-        let (token, stamp) = read_checked(path)?;
+        let (token, stamp) = load_or_create_stamped(path)?;
         Ok(Self {
             path: path.to_path_buf(),
             current: Mutex::new(Loaded {
@@ -174,7 +175,8 @@ impl TokenStore {
     /// Whether `presented` is the current token, compared in constant time.
     ///
     /// Re-reads the file first if it changed since the last check (a new inode after a
-    /// rotation, or a new modification time after an edit in place). Fails, and so rejects
+    /// rotation, a new modification time after an edit in place, a new change time after a
+    /// `chmod` or `chown`). Fails, and so rejects
     /// every token, while the file is missing or insecure: the server fails closed.
     ///
     /// Blocking (an `lstat`, and a read after a change); call it off async workers.
@@ -230,18 +232,14 @@ fn new_token(path: &Path) -> Result<String, TokenError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Create the token file whole, only if it does not exist yet.
-fn create_new(path: &Path, token: &str) -> Result<(), TokenError> {
-    let file_name = file_name_of(path)?;
-    let dir_fd = open_dir(&parent_of(path)).map_err(|e| io_error(path, e))?;
-    create_atomically(&dir_fd, file_name, format!("{token}\n").as_bytes())
-        .map_err(|e| io_error(path, e))
-}
-
-fn file_name_of(path: &Path) -> Result<&str, TokenError> {
-    path.file_name()
+/// The token file's directory, opened without following a link, and the file's name in it.
+fn open_parent(path: &Path) -> Result<(std::os::fd::OwnedFd, &str), TokenError> {
+    let file_name = path
+        .file_name()
         .and_then(|n| n.to_str())
-        .ok_or_else(|| io_error(path, std::io::Error::other("the path has no file name")))
+        .ok_or_else(|| io_error(path, std::io::Error::other("the path has no file name")))?;
+    let dir_fd = open_dir(&parent_of(path)).map_err(|e| io_error(path, e))?;
+    Ok((dir_fd, file_name))
 }
 
 /// Refuse a token file whose directory others may write: they could swap the file.

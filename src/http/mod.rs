@@ -247,8 +247,10 @@ async fn healthz() -> Json<Health> {
     responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"))
 )]
 async fn openapi_json() -> axum::response::Response {
-    match openapi_json_text() {
-        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
+    // The document is fixed for the life of the binary: render it once.
+    static DOCUMENT: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    match DOCUMENT.get_or_init(|| openapi_json_text().map_err(|e| e.to_string())) {
+        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text.clone()).into_response(),
         Err(error) => {
             tracing::error!(%error, "cannot render the OpenAPI document");
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
