@@ -740,7 +740,7 @@ async fn signal_checked(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The process is gone (stopped now, or already)", body = StopResponse),
-        (status = 409, description = "Refused: the process could not be confirmed, or the kernel said EPERM", body = SignalProblem, content_type = "application/problem+json"),
+        (status = 409, description = "Refused: the process could not be confirmed, the kernel said EPERM, or it outlived SIGKILL's grace; `signal_sent` says what went out", body = SignalProblem, content_type = "application/problem+json"),
         SessionProblems,
         GateProblems,
     )

@@ -9,9 +9,10 @@
 //! - Only `*.json` entries are records. A record is read through `O_NOFOLLOW | O_NONBLOCK`, only
 //!   when it is a regular file we own, and never past [`MAX_RECORD_BYTES`]: a symlink, a FIFO or
 //!   an endless file cannot redirect, block or exhaust the reader.
-//! - [`scan`] changes nothing. [`list`] removes what can never become a record (not
-//!   directories). [`prune`] removes a record only for a `Gone` reading, and only the very file
-//!   the record was read from.
+//! - [`scan`] changes nothing. [`list`] removes only files named like a murmur record that
+//!   what was read proves can never be one ([`UnreadableEntry::is_removable`]). [`prune`]
+//!   removes a record only for a `Gone` reading, and only the very file the record was read
+//!   from.
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -194,9 +195,10 @@ pub fn recover_quarantined(dir: &Path) -> Result<usize, RunningError> {
 
 /// Every record that parses, most recent session first; removes entries that never will.
 ///
-/// Like [`scan`], then unlinks each unreadable entry except directories (a symlink is removed
-/// as a link, its target untouched). Removal is skipped for an entry that was replaced since it
-/// was read. Use [`scan`] where nothing may change.
+/// Like [`scan`] (after putting back anything a crashed removal left in quarantine), then
+/// unlinks each removable unreadable entry ([`UnreadableEntry::is_removable`]; a symlink is
+/// removed as a link, its target untouched). Removal is skipped for an entry that was replaced
+/// since it was read. Use [`scan`] where nothing may change.
 pub fn list(dir: &Path) -> Result<Vec<RunningRecord>, RunningError> {
     recover_quarantined(dir)?;
     let found = scan(dir)?;
