@@ -97,6 +97,24 @@ struct ServeArgs {
     /// Another browser Origin to accept, with CORS (repeatable, exact match).
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
+    /// How long a client may take to send a request head (and a keep-alive connection may
+    /// sit idle) before it is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    header_read_timeout: Duration,
+    /// How long a request may wait for its answer before it gets 408 (a stop gets at least
+    /// its longest wait plus 30 s).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    request_timeout: Duration,
+    /// Sockets held open at once; past it the oldest connection still waiting for a request
+    /// is closed to make room.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// Requests handled at once; the next gets 503 with Retry-After.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    max_in_flight: u64,
+    /// How long shutdown waits for in-flight requests before dropping them.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    shutdown_grace: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -241,6 +259,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     for origin in &args.allow_origin {
         check_origin(origin)?;
     }
+    let limits = http::ServeLimits {
+        header_read_timeout: args.header_read_timeout,
+        request_timeout: args.request_timeout,
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(usize::MAX),
+        shutdown_grace: args.shutdown_grace,
+    };
     raise_open_files_limit();
     let registry = registry_for(&args.dir)?;
     let token_path = resolve_token_file(args.token_file.as_ref())?;
@@ -269,7 +294,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "listening on http://{bound}")?;
         stdout.flush()?;
         let after_shutdown = state.clone();
-        http::serve(listener, state, shutdown).await?;
+        http::serve_with(listener, state, limits, shutdown).await?;
         after_shutdown.registry().finish_stops().await;
         tracing::info!("shut down");
         Ok(ExitCode::SUCCESS)

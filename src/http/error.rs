@@ -155,6 +155,15 @@ fn registry_problem(error: RegistryError) -> Problem {
                 entry.file_name, entry.why
             ),
         ),
+        RegistryError::Running(RunningError::DirUnavailable { path, why }) => {
+            // Where and what go to the log; the client learns only that it is temporary.
+            tracing::error!(path = %path.display(), %why, "running directory unavailable");
+            Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "running-dir-unavailable",
+                "the running directory is missing or replaced; the registry answers again once it is back (its log says where)",
+            )
+        }
         other => internal(&other),
     }
 }

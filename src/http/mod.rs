@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod server;
 pub mod sessions;
 
 use std::future::Future;
@@ -36,6 +37,7 @@ use crate::registry::Registry;
 use crate::token::TokenStore;
 use auth::HostPolicy;
 use error::{ApiError, Problem};
+pub use server::{ServeLimits, serve_router};
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -213,15 +215,25 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serve `app(state)` on `listener` until `shutdown` resolves, then finish in-flight requests.
+/// Serve `app(state)` on `listener` with the default [`ServeLimits`] until `shutdown`
+/// resolves, then finish in-flight requests.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_with(listener, state, ServeLimits::default(), shutdown).await
+}
+
+/// [`serve`] under the given limits (header and request timeouts, connection and in-flight
+/// caps, shutdown grace); see [`server`] for what each one guarantees.
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    limits: ServeLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    server::serve_router(listener, app(state), limits, shutdown).await
 }
 
 /// The registry's own health.
@@ -235,7 +247,7 @@ struct Health {
 /// Whether the registry answers. Needs no token and reveals nothing.
 #[utoipa::path(
     get, path = "/healthz", tag = "service",
-    responses((status = 200, description = "The registry is up", body = Health))
+    responses((status = 200, description = "The registry is up", body = Health), sessions::LoadProblems)
 )]
 async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
@@ -244,7 +256,7 @@ async fn healthz() -> Json<Health> {
 /// This document. Needs no token.
 #[utoipa::path(
     get, path = "/openapi.json", tag = "service",
-    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"))
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"), sessions::LoadProblems)
 )]
 async fn openapi_json() -> axum::response::Response {
     // The document is fixed for the life of the binary: render it once.

@@ -223,13 +223,21 @@ pub enum GateProblems {
         content_type = "application/problem+json"
     )]
     Forbidden(Problem),
-    /// The token file became unusable while the registry runs; it fails closed.
+    /// The request took too long to be answered and was abandoned.
     #[response(
-        status = 503,
-        description = "The registry's token file is unusable; every request is refused until it is fixed",
+        status = 408,
+        description = "The request was not answered within the registry's request timeout; the connection is closed",
         content_type = "application/problem+json"
     )]
-    TokenFileUnusable(Problem),
+    RequestTimeout(Problem),
+    /// Unavailable for now: overloaded, the running directory is missing, or the token file
+    /// is unusable.
+    #[response(
+        status = 503,
+        description = "Unavailable for now: too many requests in flight (`overloaded`, with Retry-After), the running directory is missing or replaced (`running-dir-unavailable`), or the token file is unusable (`token-file-unusable`)",
+        content_type = "application/problem+json"
+    )]
+    Unavailable(Problem),
     /// Something failed inside the registry; the detail says where to look, never what.
     #[response(
         status = 500,
@@ -237,6 +245,25 @@ pub enum GateProblems {
         content_type = "application/problem+json"
     )]
     Internal(Problem),
+}
+
+/// The problems any route may answer under load (OpenAPI responses).
+#[derive(Debug, IntoResponses)]
+pub enum LoadProblems {
+    /// The request took too long to be answered and was abandoned.
+    #[response(
+        status = 408,
+        description = "The request was not answered within the registry's request timeout; the connection is closed",
+        content_type = "application/problem+json"
+    )]
+    RequestTimeout(Problem),
+    /// Too many requests in flight.
+    #[response(
+        status = 503,
+        description = "Too many requests in flight (`overloaded`); retry after the Retry-After seconds",
+        content_type = "application/problem+json"
+    )]
+    Overloaded(Problem),
 }
 
 /// The problems every route naming one session may answer (OpenAPI responses).

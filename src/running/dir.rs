@@ -40,6 +40,40 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> RunningError + '_ {
     }
 }
 
+/// Open the running directory for one pass, without following a link.
+///
+/// A directory that is missing, replaced by a file or a link, or owned by another user is
+/// [`RunningError::DirUnavailable`]: no record can be judged, and nothing is removed, until it
+/// is back. Each pass opens it anew, so a directory put back is used at once.
+fn open_running_dir(dir: &Path) -> Result<OwnedFd, RunningError> {
+    let unavailable = |why: String| RunningError::DirUnavailable {
+        path: dir.to_path_buf(),
+        why,
+    };
+    let fd = match open_dir(dir) {
+        Ok(fd) => fd,
+        Err(cause) => {
+            return Err(match cause.raw_os_error().map(Errno::from_raw_os_error) {
+                Some(Errno::NOENT) => unavailable("it does not exist".to_owned()),
+                Some(Errno::NOTDIR) => unavailable("it is not a directory".to_owned()),
+                Some(Errno::LOOP) => unavailable("it is a symlink".to_owned()),
+                _ => RunningError::Io {
+                    path: dir.to_path_buf(),
+                    cause,
+                },
+            });
+        }
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| RunningError::Io {
+        path: dir.to_path_buf(),
+        cause: e.into(),
+    })?;
+    if stat.st_uid != rustix::process::geteuid().as_raw() {
+        return Err(unavailable(format!("it is owned by uid {}", stat.st_uid)));
+    }
+    Ok(fd)
+}
+
 /// `~/.murmur/running`, created if missing and held at 0700, inside a `~/.murmur` held at 0700.
 ///
 /// Reads `HOME`, as murmur does. Everything below takes the directory as a parameter; use
@@ -147,7 +181,7 @@ pub struct Scan {
 /// first). Entries that are not valid records are reported in [`Scan::unreadable`].
 pub fn scan(dir: &Path) -> Result<Scan, RunningError> {
     let io_err = io_at(dir);
-    let dir_fd = open_dir(dir).map_err(&io_err)?;
+    let dir_fd = open_running_dir(dir)?;
     let entries = rustix::fs::Dir::read_from(&dir_fd).map_err(|e| io_err(e.into()))?;
     let mut found = Scan::default();
     for entry in entries {
@@ -189,7 +223,7 @@ pub fn scan(dir: &Path) -> Result<Scan, RunningError> {
 /// Part of every pruning pass ([`list`], and the registry's prune-all and `ps`), never of a
 /// read-only one.
 pub fn recover_quarantined(dir: &Path) -> Result<usize, RunningError> {
-    let dir_fd = open_dir(dir).map_err(io_at(dir))?;
+    let dir_fd = open_running_dir(dir)?;
     crate::private_fs::recover_quarantined(&dir_fd).map_err(io_at(dir))
 }
 
@@ -216,7 +250,7 @@ pub fn remove_unreadable(
     unreadable: &[UnreadableEntry],
 ) -> Result<Vec<UnreadableEntry>, RunningError> {
     let io_err = io_at(dir);
-    let dir_fd = open_dir(dir).map_err(&io_err)?;
+    let dir_fd = open_running_dir(dir)?;
     let mut removed = Vec::new();
     for entry in unreadable.iter().filter(|e| e.is_removable()) {
         let Some(stem) = entry.file_name.strip_suffix(RECORD_SUFFIX) else {
@@ -242,7 +276,7 @@ pub fn read_record(dir: &Path, session_id: &str) -> Result<Option<RunningRecord>
     if !is_valid_session_id(session_id) {
         return Ok(None);
     }
-    let dir_fd = open_dir(dir).map_err(io_at(dir))?;
+    let dir_fd = open_running_dir(dir)?;
     let file_name = RunningRecord::file_name_for(session_id);
     match read_entry(&dir_fd, dir, &file_name, session_id) {
         Ok(record) => Ok(Some(record)),
@@ -310,6 +344,11 @@ fn read_entry_once(
     if FileIdentity::of(&stat) != FileIdentity::of(&before) {
         return Err(Unreadable::Replaced);
     }
+    // Judged on the open file before a byte is read; the capped read below still holds if
+    // the file grows meanwhile.
+    if u64::try_from(stat.st_size).unwrap_or(u64::MAX) > MAX_RECORD_BYTES {
+        return Err(Unreadable::TooLarge);
+    }
     let mut bytes = Vec::with_capacity(4096);
     std::fs::File::from(fd)
         .take(MAX_RECORD_BYTES + 1)
@@ -375,7 +414,7 @@ pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, Runni
         return Err(RunningError::NotFromDisk(record.session_id.clone()));
     };
     let path = origin.dir.join(&origin.file_name);
-    let dir_fd = open_dir(&origin.dir).map_err(io_at(&path))?;
+    let dir_fd = open_running_dir(&origin.dir)?;
     let same_file = |dir_fd: &OwnedFd, quarantined: &str| {
         FileIdentity::at(dir_fd, quarantined).is_ok_and(|now| now == origin.identity)
     };

@@ -78,6 +78,15 @@ pub enum RunningError {
         /// The error.
         cause: std::io::Error,
     },
+    /// The running directory is missing, is not a directory, or is not ours: nothing in it
+    /// can be judged until it is back.
+    #[error("the running directory {path} is unavailable: {why}")]
+    DirUnavailable {
+        /// The running directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A session id that cannot name a record file.
     #[error("invalid session id {0:?}: expected 1 to 128 of A-Z a-z 0-9 _ -")]
     InvalidSessionId(String),

@@ -1,0 +1,469 @@
+//! The accept loop: hyper's HTTP/1.1 connection per socket, with the limits that keep slow or
+//! many clients from starving real ones.
+//!
+//! Invariants kept here:
+//! - A socket that has not sent a whole request head within [`ServeLimits::header_read_timeout`]
+//!   is closed; so is a keep-alive connection idle that long. Neither ever reaches a handler.
+//! - A request whose response head is not ready within [`ServeLimits::request_timeout`] gets
+//!   408 and its connection is closed. Only the wait for the head is timed: a streaming body is
+//!   never cut, and a handler that must finish (a stop) runs in its own task anyway.
+//! - At most [`ServeLimits::max_connections`] sockets are held open. When one more arrives, the
+//!   oldest connection that is waiting for a request head is closed to make room: a flood of
+//!   stalled sockets loses to a client that sends its request at once. Only when every held
+//!   connection is inside a request is the newcomer answered 503 and closed.
+//! - At most [`ServeLimits::max_in_flight`] requests are handled at once; the next gets 503
+//!   (with `Retry-After`) at once, not a place in a queue.
+//! - On shutdown the listener is closed first (new connections are refused), idle connections
+//!   close, in-flight requests finish and their connections close after the answer; whatever
+//!   has not finished after [`ServeLimits::shutdown_grace`] is dropped.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, HttpBody};
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+
+use super::error::Problem;
+use crate::registry::MAX_STOP_TIMEOUT;
+
+/// The limits the accept loop enforces. [`Default`] gives the values `serve` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// How long a client may take to send a whole request head, and how long a keep-alive
+    /// connection may sit idle. Default 10 s.
+    pub header_read_timeout: Duration,
+    /// How long a request may wait for its response head before it gets 408. Default 30 s.
+    /// A stop (`POST /sessions/{id}/stop`) gets at least its longest wait plus a margin.
+    pub request_timeout: Duration,
+    /// Sockets held open at once. Default 1024.
+    pub max_connections: usize,
+    /// Requests handled at once. Default 256.
+    pub max_in_flight: usize,
+    /// How long shutdown waits for in-flight requests before dropping them. Default 30 s.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            max_in_flight: 256,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The deadline a stop gets at least: its longest SIGTERM wait, SIGKILL's grace, and margin.
+const STOP_DEADLINE: Duration = MAX_STOP_TIMEOUT.saturating_add(Duration::from_secs(30));
+
+/// A pause after an accept error (such as running out of descriptors), so a full table does
+/// not spin the loop.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// Serve `router` on `listener` under `limits` until `shutdown` resolves, then drain.
+///
+/// Returns once every connection has finished or `limits.shutdown_grace` has passed since
+/// `shutdown` resolved. Errors only if the listener itself cannot be used.
+pub async fn serve_router(
+    listener: TcpListener,
+    router: Router,
+    limits: ServeLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let gate = Arc::new(Gate::new(limits));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        // Finished connections are reaped as we go, so the set holds only live ones.
+        while connections.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "cannot accept a connection");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        match gate.admit() {
+            Some(slot) => {
+                let router = router.clone();
+                let stop = stop_rx.clone();
+                connections.spawn(serve_connection(stream, router, slot, stop, limits));
+            }
+            None => {
+                connections.spawn(shed(stream));
+            }
+        }
+    }
+    // Refuse new connections from here on: the listening socket closes now.
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(limits.shutdown_grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            remaining = connections.len(),
+            "shutdown grace over; dropping connections still open"
+        );
+        connections.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Answer a connection that cannot be held with 503, without reading its request.
+async fn shed(mut stream: TcpStream) {
+    let body = overloaded_body();
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {}\r\ncontent-length: {}\r\n\
+         retry-after: 1\r\nconnection: close\r\n\r\n",
+        super::error::PROBLEM_JSON,
+        body.len()
+    );
+    // Bounded: a peer that does not read must not hold the task.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&body).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+fn overloaded_problem() -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        "the registry is handling as many requests as it takes; retry shortly",
+    )
+}
+
+fn overloaded_body() -> Vec<u8> {
+    serde_json::to_vec(&overloaded_problem()).unwrap_or_default()
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    router: Router,
+    slot: Arc<Slot>,
+    mut stop: watch::Receiver<bool>,
+    limits: ServeLimits,
+) {
+    let service = Handler {
+        router,
+        slot: slot.clone(),
+        limits,
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(error) = result {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                break;
+            }
+            () = slot.evicted.notified(), if !closing => {
+                closing = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            changed = stop.changed(), if !closing => {
+                if changed.is_err() || *stop.borrow() {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+    slot.close();
+}
+
+/// The per-connection hyper service: in-flight accounting, the request deadline, the router.
+#[derive(Clone)]
+struct Handler {
+    router: Router,
+    slot: Arc<Slot>,
+    limits: ServeLimits,
+}
+
+impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+        let slot = self.slot.clone();
+        let limits = self.limits;
+        let mut router = self.router.clone();
+        Box::pin(async move {
+            let Some(flight) = slot.begin_request() else {
+                // The connection goes back to waiting once the answer is written.
+                return Ok(close(overloaded_problem().into_response(), &slot, true));
+            };
+            let request = request.map(Body::new);
+            let deadline = deadline_for(&request, &limits);
+            let answer =
+                tokio::time::timeout(deadline, tower_service::Service::call(&mut router, request))
+                    .await;
+            drop(flight);
+            let response = match answer {
+                Ok(Ok(response)) => response,
+                Ok(Err(never)) => match never {},
+                Err(_) => {
+                    return Ok(close(
+                        request_timeout_problem().into_response(),
+                        &slot,
+                        false,
+                    ));
+                }
+            };
+            Ok(response.map(|body| Body::new(IdleWhenDone::new(body, slot))))
+        })
+    }
+}
+
+fn deadline_for(request: &Request, limits: &ServeLimits) -> Duration {
+    let is_stop = request.method() == axum::http::Method::POST
+        && request.uri().path().starts_with("/sessions/")
+        && request.uri().path().ends_with("/stop");
+    if is_stop {
+        limits.request_timeout.max(STOP_DEADLINE)
+    } else {
+        limits.request_timeout
+    }
+}
+
+fn request_timeout_problem() -> Problem {
+    Problem::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "request-timeout",
+        "the request took longer than the registry allows; it was abandoned",
+    )
+}
+
+/// Mark `response` as the connection's last; for 503, tell the client when to come back.
+fn close(mut response: Response, slot: &Arc<Slot>, retry: bool) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    if retry {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response.map(|body| Body::new(IdleWhenDone::new(body, slot.clone())))
+}
+
+/// Counts of what is held open, and which connections may be closed to make room.
+struct Gate {
+    limits: ServeLimits,
+    state: Mutex<GateState>,
+}
+
+#[derive(Default)]
+struct GateState {
+    open: usize,
+    in_flight: usize,
+    next_ticket: u64,
+    /// Connections waiting for a request head, oldest ticket first.
+    waiting: BTreeMap<u64, Arc<Notify>>,
+}
+
+impl Gate {
+    fn new(limits: ServeLimits) -> Self {
+        Self {
+            limits,
+            state: Mutex::new(GateState::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        // The counts stay consistent under every critical section, so a poisoned lock (a
+        // panic elsewhere) still holds usable numbers.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hold a new connection, closing the oldest waiting one if the cap is reached; `None`
+    /// when every held connection is inside a request.
+    fn admit(self: &Arc<Self>) -> Option<Arc<Slot>> {
+        let mut state = self.lock();
+        if state.open >= self.limits.max_connections.max(1) {
+            let oldest = state.waiting.keys().next().copied()?;
+            if let Some(evicted) = state.waiting.remove(&oldest) {
+                // The evicted connection still counts until its task ends; admitting now keeps
+                // the newcomer from waiting on it.
+                evicted.notify_one();
+                state.open = state.open.saturating_sub(1);
+            }
+        }
+        state.open += 1;
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        let evicted = Arc::new(Notify::new());
+        state.waiting.insert(ticket, evicted.clone());
+        Some(Arc::new(Slot {
+            gate: self.clone(),
+            evicted,
+            ticket: Mutex::new(SlotState::Waiting(ticket)),
+        }))
+    }
+}
+
+/// One held connection's place in the [`Gate`].
+struct Slot {
+    gate: Arc<Gate>,
+    evicted: Arc<Notify>,
+    ticket: Mutex<SlotState>,
+}
+
+enum SlotState {
+    Waiting(u64),
+    Busy,
+    /// Evicted or closed: no longer counted.
+    Gone,
+}
+
+/// An admitted request; dropping it frees its in-flight place.
+struct Flight {
+    gate: Arc<Gate>,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        let mut state = self.gate.lock();
+        state.in_flight = state.in_flight.saturating_sub(1);
+    }
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.ticket.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connection has sent a request head: it may no longer be evicted. Answers `None`
+    /// when too many requests are in flight.
+    fn begin_request(&self) -> Option<Flight> {
+        let mut mine = self.lock();
+        let mut state = self.gate.lock();
+        if let SlotState::Waiting(ticket) = *mine {
+            // A ticket no longer in line was evicted (and uncounted) by `admit`.
+            *mine = if state.waiting.remove(&ticket).is_some() {
+                SlotState::Busy
+            } else {
+                SlotState::Gone
+            };
+        }
+        if state.in_flight >= self.gate.limits.max_in_flight.max(1) {
+            return None;
+        }
+        state.in_flight += 1;
+        Some(Flight {
+            gate: self.gate.clone(),
+        })
+    }
+
+    /// The answer has been handed over: the connection waits for its next head, newest in line.
+    fn end_request(&self) {
+        let mut mine = self.lock();
+        if !matches!(*mine, SlotState::Busy) {
+            return;
+        }
+        let mut state = self.gate.lock();
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.waiting.insert(ticket, self.evicted.clone());
+        *mine = SlotState::Waiting(ticket);
+    }
+
+    fn close(&self) {
+        let mut mine = self.lock();
+        let was = std::mem::replace(&mut *mine, SlotState::Gone);
+        let mut state = self.gate.lock();
+        match was {
+            SlotState::Waiting(ticket) => {
+                // Evicted slots were already removed and uncounted by `admit`.
+                if state.waiting.remove(&ticket).is_some() {
+                    state.open = state.open.saturating_sub(1);
+                }
+            }
+            SlotState::Busy => state.open = state.open.saturating_sub(1),
+            SlotState::Gone => {}
+        }
+    }
+}
+
+/// A response body that puts its connection back in line for eviction once it is written
+/// (or abandoned): a streaming answer is never evicted mid-stream.
+struct IdleWhenDone {
+    body: Body,
+    slot: Option<Arc<Slot>>,
+}
+
+impl IdleWhenDone {
+    fn new(body: Body, slot: Arc<Slot>) -> Self {
+        Self {
+            body,
+            slot: Some(slot),
+        }
+    }
+
+    fn done(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.end_request();
+        }
+    }
+}
+
+impl Drop for IdleWhenDone {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+impl HttpBody for IdleWhenDone {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) {
+            self.done();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
