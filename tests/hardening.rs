@@ -1,0 +1,821 @@
+//! Hostile pages, hostile files and hostile load against the real server on `127.0.0.1:0`.
+//!
+//! Each test here pins one defence and fails when that defence is taken out (the report of
+//! the hardening branch says how each was checked): the Host/Origin gate and CORS for exact
+//! origins only; JSON-only bodies; the header-read timeout; the per-request timeout (408)
+//! that never cuts a streaming body; the connection cap that evicts stalled sockets rather
+//! than real clients; the in-flight cap (503); a drained shutdown that refuses newcomers; a
+//! running directory removed or replaced at runtime (503, then recovery); and a huge file or
+//! a FIFO among the records.
+//!
+//! Requests that a client library would tidy up (no `Host`, an empty one) are written byte for
+//! byte on a raw socket.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use common::*;
+use murmur_registry::http::{AppState, ServeLimits, serve_router, serve_with};
+use murmur_registry::registry::Registry;
+use murmur_registry::running::DoorProbe;
+use murmur_registry::token::TokenStore;
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, oneshot};
+
+/// A running server: its address, token, directories, and how to stop it.
+struct Server {
+    addr: String,
+    token: String,
+    running: TempDir,
+    _home: TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Server {
+    /// The registry's own app under `limits`, with `allow_hosts`/`allow_origins`.
+    async fn registry(
+        limits: ServeLimits,
+        probe: DoorProbe,
+        allow_hosts: &[&str],
+        allow_origins: &[&str],
+    ) -> Self {
+        let home = temp_dir();
+        let running = temp_dir();
+        let token_path = home.path().join(".murmur/registry/token");
+        let tokens = TokenStore::open(&token_path).expect("token store");
+        let token = std::fs::read_to_string(&token_path)
+            .expect("token")
+            .trim()
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let hosts: Vec<String> = allow_hosts.iter().map(|s| s.to_string()).collect();
+        let origins: Vec<String> = allow_origins.iter().map(|s| s.to_string()).collect();
+        let state = AppState::new(
+            Registry::new(running.path(), probe),
+            tokens,
+            addr,
+            &hosts,
+            &origins,
+        );
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve_with(listener, state, limits, async move {
+            let _ = stop.await;
+        }));
+        Self {
+            addr: addr.to_string(),
+            token,
+            running,
+            _home: home,
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
+    async fn default_registry() -> Self {
+        Self::registry(ServeLimits::default(), DoorProbe::new(), &[], &[]).await
+    }
+
+    /// Any router under `limits` (for handlers that block or stream on the test's say-so).
+    async fn router(router: Router, limits: ServeLimits) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve_router(listener, router, limits, async move {
+            let _ = stop.await;
+        }));
+        Self {
+            addr: addr.to_string(),
+            token: String::new(),
+            running: temp_dir(),
+            _home: temp_dir(),
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self.running.path()
+    }
+
+    /// `GET path` with the token and a proper Host, over a fresh connection.
+    async fn get(&self, path: &str) -> Raw {
+        raw(
+            &self.addr,
+            &format!(
+                "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+                self.addr, self.token
+            ),
+        )
+        .await
+    }
+
+    fn begin_shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    async fn shut_down(mut self) {
+        self.begin_shutdown();
+        if let Some(task) = self.task.take() {
+            within_async("the server shuts down", task)
+                .await
+                .expect("join")
+                .expect("serve");
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.begin_shutdown();
+    }
+}
+
+async fn within_async<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(DEADLINE, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {DEADLINE:?}"))
+}
+
+/// An answer read off a raw socket until the server closed it.
+#[derive(Debug)]
+struct Raw {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name)
+                .then(|| value.trim().to_owned())
+        })
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+
+    fn assert_problem(&self, status: u16, slug: &str) {
+        assert_eq!(self.status, status, "{}{}", self.head, self.body);
+        assert_eq!(
+            self.header("content-type").as_deref(),
+            Some("application/problem+json"),
+            "{}",
+            self.head
+        );
+        assert_eq!(
+            self.json()["type"],
+            format!("urn:murmur-registry:problem:{slug}"),
+            "{}",
+            self.body
+        );
+    }
+}
+
+/// Write `request` on a fresh connection and read the answer to the end.
+async fn raw(addr: &str, request: &str) -> Raw {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    read_answer(&mut stream).await
+}
+
+async fn read_answer(stream: &mut TcpStream) -> Raw {
+    let mut bytes = Vec::new();
+    within_async("the answer", stream.read_to_end(&mut bytes))
+        .await
+        .expect("read");
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {text:?}"));
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Raw {
+        status,
+        head: head.to_owned(),
+        body,
+    }
+}
+
+fn dechunk(mut raw: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = raw.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        raw = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A router whose `/block` handler waits until the test releases it, announcing each entry.
+fn blocking_router(entered: Arc<Notify>, release: Arc<Notify>) -> Router {
+    Router::new()
+        .route(
+            "/block",
+            get(move || {
+                let entered = entered.clone();
+                let release = release.clone();
+                async move {
+                    entered.notify_one();
+                    release.notified().await;
+                    "released"
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+}
+
+fn get_request(addr: &str, path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Browsers: Host, Origin, CORS, content types
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebinding_hosts_an_empty_host_and_no_host_get_403_even_with_the_token() {
+    let server = Server::registry(
+        ServeLimits::default(),
+        DoorProbe::new(),
+        &["registry.internal"],
+        &[],
+    )
+    .await;
+    let token = &server.token;
+    let with_host = |host: &str| {
+        format!(
+            "GET /sessions HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    for host in [
+        "evil.example",
+        "localhost.evil.example",
+        "localhost.evil.example:7420",
+        "127.0.0.1.evil.example",
+        "registry.internal.evil.example",
+        "",
+    ] {
+        let answer = raw(&server.addr, &with_host(host)).await;
+        answer.assert_problem(403, "forbidden-host");
+    }
+    // No Host at all: HTTP/1.0 lets a client leave it out.
+    let no_host = format!(
+        "GET /sessions HTTP/1.0\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    raw(&server.addr, &no_host)
+        .await
+        .assert_problem(403, "forbidden-host");
+    // The name the user added, and loopback, pass.
+    for host in ["registry.internal", "REGISTRY.internal:7420", "localhost"] {
+        let answer = raw(&server.addr, &with_host(host)).await;
+        assert_eq!(answer.status, 200, "{host}: {}", answer.body);
+    }
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_origin_gets_403_with_a_valid_token_and_cors_is_only_for_listed_origins() {
+    let listed = "http://localhost:3000";
+    let server = Server::registry(ServeLimits::default(), DoorProbe::new(), &[], &[listed]).await;
+    let (addr, token) = (&server.addr, &server.token);
+    let with_origin = |origin: &str| {
+        format!(
+            "GET /sessions HTTP/1.1\r\nHost: {addr}\r\nOrigin: {origin}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    for origin in [
+        "http://evil.example",
+        "null",
+        "http://localhost:3000.evil.example",
+        "http://localhost:3001",
+        "https://localhost:3000",
+        "http://localhost:3000/",
+    ] {
+        let answer = raw(addr, &with_origin(origin)).await;
+        answer.assert_problem(403, "forbidden-origin");
+        assert_eq!(answer.header("access-control-allow-origin"), None);
+    }
+    let allowed = raw(addr, &with_origin(listed)).await;
+    assert_eq!(allowed.status, 200, "{}", allowed.body);
+    assert_eq!(
+        allowed.header("access-control-allow-origin").as_deref(),
+        Some(listed)
+    );
+    // The registry's own origin (the built-in dashboard's) passes, with no CORS header.
+    let port = addr.rsplit(':').next().expect("port");
+    let own = raw(addr, &with_origin(&format!("http://127.0.0.1:{port}"))).await;
+    assert_eq!(own.status, 200, "{}", own.body);
+    assert_eq!(own.header("access-control-allow-origin"), None);
+    // A preflight from a listed origin is granted; from another, refused before CORS.
+    let preflight = |origin: &str| {
+        format!(
+            "OPTIONS /sessions/x/signal HTTP/1.1\r\nHost: {addr}\r\nOrigin: {origin}\r\n\
+             Access-Control-Request-Method: POST\r\n\
+             Access-Control-Request-Headers: authorization, content-type\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let granted = raw(addr, &preflight(listed)).await;
+    assert_eq!(
+        granted.header("access-control-allow-origin").as_deref(),
+        Some(listed),
+        "{}",
+        granted.head
+    );
+    let refused = raw(addr, &preflight("http://evil.example")).await;
+    refused.assert_problem(403, "forbidden-origin");
+    assert_eq!(refused.header("access-control-allow-origin"), None);
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_form_or_text_body_a_page_can_send_changes_anything() {
+    let server = Server::default_registry().await;
+    let mut capsule = SleepingChild::spawn();
+    let record = capsule.record();
+    record.write_in(server.dir());
+    let id = record.session_id();
+    // The three content types a page may send without a preflight.
+    for content_type in [
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "text/plain",
+    ] {
+        let body = r#"{"signal":"SIGKILL"}"#;
+        let request = format!(
+            "POST /sessions/{id}/signal HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: {content_type}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}",
+            addr = server.addr,
+            token = server.token,
+            len = body.len()
+        );
+        raw(&server.addr, &request)
+            .await
+            .assert_problem(415, "unsupported-media-type");
+    }
+    assert!(
+        capsule.is_running(),
+        "a form or text body signalled the capsule"
+    );
+    assert!(server.dir().join(record.file_name()).exists());
+    server.shut_down().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slow and many clients
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_that_never_finishes_its_head_is_closed_after_the_header_timeout() {
+    let limits = ServeLimits {
+        header_read_timeout: Duration::from_millis(300),
+        ..ServeLimits::default()
+    };
+    let server = Server::default_registry_with(limits).await;
+    let mut stalled = TcpStream::connect(&server.addr).await.expect("connect");
+    stalled
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .expect("write");
+    let started = Instant::now();
+    let mut buf = Vec::new();
+    // The server closes the socket; without the timeout this read never ends.
+    let _ = within_async(
+        "the stalled socket is closed",
+        stalled.read_to_end(&mut buf),
+    )
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "closed before the timeout: {:?}",
+        started.elapsed()
+    );
+    // A client that sends its head at once is unaffected.
+    assert_eq!(server.get("/healthz").await.status, 200);
+    server.shut_down().await;
+}
+
+impl Server {
+    async fn default_registry_with(limits: ServeLimits) -> Self {
+        Self::registry(limits, DoorProbe::new(), &[], &[]).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_not_answered_in_time_gets_408_and_its_work_is_abandoned() {
+    let limits = ServeLimits {
+        request_timeout: Duration::from_millis(400),
+        ..ServeLimits::default()
+    };
+    // The real app: a liveness check of a capsule whose door reads the request and never
+    // answers, under a probe that would wait far longer than the request may.
+    let probe = DoorProbe::with_deadlines(Duration::from_secs(5), Duration::from_secs(30));
+    let server = Server::registry(limits, probe, &[], &[]).await;
+    let door = DoorServer::start(DoorMode::Silent);
+    let capsule = SleepingChild::spawn();
+    let record = capsule.record().url(door.url());
+    record.write_in(server.dir());
+    let started = Instant::now();
+    let answer = server
+        .get(&format!("/sessions/{}/liveness", record.session_id()))
+        .await;
+    answer.assert_problem(408, "request-timeout");
+    assert_eq!(answer.header("connection").as_deref(), Some("close"));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // Nothing was decided on a timeout: the record stays.
+    assert!(server.dir().join(record.file_name()).exists());
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_body_outlives_the_request_and_header_timeouts() {
+    let limits = ServeLimits {
+        request_timeout: Duration::from_millis(200),
+        header_read_timeout: Duration::from_millis(200),
+        ..ServeLimits::default()
+    };
+    // Ten chunks, 100 ms apart: the body takes five times either timeout.
+    let router = Router::new().route(
+        "/events",
+        get(|| async {
+            let (tx, rx) = tokio::sync::mpsc::channel::<String>(1);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                for i in 0..10 {
+                    tick.tick().await;
+                    if tx.send(format!("data: {i}\n\n")).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            axum::body::Body::new(ChannelBody(rx))
+        }),
+    );
+    let server = Server::router(router, limits).await;
+    let answer = raw(&server.addr, &get_request(&server.addr, "/events")).await;
+    assert_eq!(answer.status, 200);
+    let expected: String = (0..10).map(|i| format!("data: {i}\n\n")).collect();
+    assert_eq!(answer.body, expected, "the stream was cut");
+    server.shut_down().await;
+}
+
+/// A response body fed chunk by chunk through a channel, like a server-sent event stream.
+struct ChannelBody(tokio::sync::mpsc::Receiver<String>);
+
+impl axum::body::HttpBody for ChannelBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|text| Ok(hyper::body::Frame::data(bytes::Bytes::from(text)))))
+    }
+}
+
+/// Raise this process's open-files limit to its hard limit: a test holding a thousand sockets
+/// needs two thousand descriptors (both ends live here).
+fn raise_open_files_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let _ = setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    );
+}
+
+/// Open `count` sockets to `addr`; every other one sends half a request head and stalls.
+async fn stalled_sockets(addr: &str, count: usize) -> Vec<TcpStream> {
+    let mut sockets = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut socket = TcpStream::connect(addr)
+            .await
+            .expect("connect a stalled socket");
+        if i % 2 == 0 {
+            socket
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: loc")
+                .await
+                .expect("half a head");
+        }
+        sockets.push(socket);
+    }
+    sockets
+}
+
+async fn healthz_within_a_second(server: &Server) {
+    let started = Instant::now();
+    let answer = server.get("/healthz").await;
+    let took = started.elapsed();
+    assert_eq!(answer.status, 200, "{}{}", answer.head, answer.body);
+    assert!(took < Duration::from_secs(1), "/healthz took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_stalled_sockets_do_not_keep_a_real_client_from_healthz() {
+    raise_open_files_limit();
+    // Default limits: a thousand stalled sockets fit under the cap.
+    let server = Server::default_registry().await;
+    let stalled = stalled_sockets(&server.addr, 1000).await;
+    healthz_within_a_second(&server).await;
+    drop(stalled);
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_connection_cap_stalled_sockets_are_evicted_not_the_real_client() {
+    raise_open_files_limit();
+    // A cap far below the flood: every newcomer past it evicts the oldest stalled socket.
+    let limits = ServeLimits {
+        max_connections: 64,
+        ..ServeLimits::default()
+    };
+    let server = Server::default_registry_with(limits).await;
+    let mut stalled = stalled_sockets(&server.addr, 1000).await;
+    for _ in 0..3 {
+        healthz_within_a_second(&server).await;
+    }
+    // The oldest stalled sockets were closed by the server to make room.
+    let mut buf = [0u8; 64];
+    let closed = within_async(
+        "the oldest stalled socket is closed",
+        stalled[0].read(&mut buf),
+    )
+    .await
+    .map_or(true, |n| n == 0);
+    assert!(closed, "the oldest stalled socket is still held");
+    drop(stalled);
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_held_connection_is_busy_a_newcomer_gets_503_at_once() {
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let limits = ServeLimits {
+        max_connections: 2,
+        ..ServeLimits::default()
+    };
+    let server = Server::router(blocking_router(entered.clone(), release.clone()), limits).await;
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let mut socket = TcpStream::connect(&server.addr).await.expect("connect");
+        socket
+            .write_all(get_request(&server.addr, "/block").as_bytes())
+            .await
+            .expect("write");
+        within_async("the handler is entered", entered.notified()).await;
+        busy.push(socket);
+    }
+    let started = Instant::now();
+    let shed = raw(&server.addr, &get_request(&server.addr, "/healthz")).await;
+    shed.assert_problem(503, "overloaded");
+    assert_eq!(shed.header("retry-after").as_deref(), Some("1"));
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // The busy ones finish normally once released.
+    release.notify_waiters();
+    for mut socket in busy {
+        let answer = read_answer(&mut socket).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body, "released");
+    }
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_in_flight_cap_a_request_gets_503_with_retry_after() {
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let limits = ServeLimits {
+        max_in_flight: 1,
+        ..ServeLimits::default()
+    };
+    let server = Server::router(blocking_router(entered.clone(), release.clone()), limits).await;
+    let mut first = TcpStream::connect(&server.addr).await.expect("connect");
+    first
+        .write_all(get_request(&server.addr, "/block").as_bytes())
+        .await
+        .expect("write");
+    within_async("the handler is entered", entered.notified()).await;
+    let shed = raw(&server.addr, &get_request(&server.addr, "/healthz")).await;
+    shed.assert_problem(503, "overloaded");
+    assert_eq!(shed.header("retry-after").as_deref(), Some("1"));
+    release.notify_waiters();
+    assert_eq!(read_answer(&mut first).await.status, 200);
+    // Its place is free again.
+    let after = raw(&server.addr, &get_request(&server.addr, "/healthz")).await;
+    assert_eq!(after.status, 200);
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_an_in_flight_request_and_refuses_new_connections() {
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let mut server = Server::router(
+        blocking_router(entered.clone(), release.clone()),
+        ServeLimits::default(),
+    )
+    .await;
+    let mut inflight = TcpStream::connect(&server.addr).await.expect("connect");
+    inflight
+        .write_all(get_request(&server.addr, "/block").as_bytes())
+        .await
+        .expect("write");
+    within_async("the handler is entered", entered.notified()).await;
+    // A keep-alive connection that has had its answer and sits idle is closed by the shutdown.
+    let mut idle = TcpStream::connect(&server.addr)
+        .await
+        .expect("connect idle");
+    idle.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr).as_bytes())
+        .await
+        .expect("write");
+    let mut first_answer = Vec::new();
+    within_async("the idle connection's answer", async {
+        let mut buf = [0u8; 1024];
+        while !first_answer.ends_with(b"\r\n\r\nok") {
+            let n = idle.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed before answering");
+            first_answer.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    server.begin_shutdown();
+    // Evidence that the listener is closed: a connection is refused.
+    let addr = server.addr.clone();
+    within_async("new connections are refused", async {
+        while TcpStream::connect(&addr).await.is_ok() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let mut rest = Vec::new();
+    within_async("the idle connection closes", idle.read_to_end(&mut rest))
+        .await
+        .expect("read idle");
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    let task = server.task.take().expect("task");
+    assert!(
+        !task.is_finished(),
+        "serve returned with a request in flight"
+    );
+    release.notify_waiters();
+    let answer = read_answer(&mut inflight).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, "released");
+    within_async("serve returns", task)
+        .await
+        .expect("join")
+        .expect("serve");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hostile files
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_dir_removed_or_replaced_by_a_file_is_a_503_until_it_is_back() {
+    let server = Server::default_registry().await;
+    let capsule = SleepingChild::spawn();
+    let record = capsule.record().no_door();
+    record.write_in(server.dir());
+    let id = record.session_id();
+    let dir = server.dir().to_path_buf();
+    let aside = dir.with_extension("aside");
+    let paths = [
+        "/sessions".to_owned(),
+        "/sessions?probe=false".to_owned(),
+        format!("/sessions/{id}"),
+        format!("/sessions/{id}/liveness"),
+    ];
+    std::fs::rename(&dir, &aside).expect("move the running dir away");
+    for path in &paths {
+        server
+            .get(path)
+            .await
+            .assert_problem(503, "running-dir-unavailable");
+    }
+    let prune = raw(
+        &server.addr,
+        &format!(
+            "DELETE /sessions HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            server.addr, server.token
+        ),
+    )
+    .await;
+    prune.assert_problem(503, "running-dir-unavailable");
+    std::fs::write(&dir, b"not a directory").expect("a file in its place");
+    for path in &paths {
+        server
+            .get(path)
+            .await
+            .assert_problem(503, "running-dir-unavailable");
+    }
+    std::fs::remove_file(&dir).expect("remove the file");
+    std::os::unix::fs::symlink(&aside, &dir).expect("a symlink in its place");
+    server
+        .get("/sessions")
+        .await
+        .assert_problem(503, "running-dir-unavailable");
+    std::fs::remove_file(&dir).expect("remove the symlink");
+    std::fs::rename(&aside, &dir).expect("put the running dir back");
+    let listing = server.get("/sessions?probe=false").await;
+    assert_eq!(listing.status, 200, "{}", listing.body);
+    assert_eq!(listing.json()["sessions"][0]["session_id"], id.as_str());
+    assert!(dir.join(record.file_name()).exists());
+    server.shut_down().await;
+}
+
+fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .expect("status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_200_mb_file_and_a_fifo_among_the_records_neither_stall_nor_bloat_the_server() {
+    let server = Server::default_registry().await;
+    let capsule = SleepingChild::spawn();
+    let record = capsule.record().no_door();
+    record.write_in(server.dir());
+    // Written for real (not sparse), so reading it would cost its size in memory and time.
+    let big = server
+        .dir()
+        .join("ses_00000000000000000000000000000b16.json");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&big).expect("create the big file");
+        let block = vec![b' '; 1 << 20];
+        for _ in 0..200 {
+            file.write_all(&block).expect("write 1 MiB");
+        }
+    }
+    make_fifo(&server.dir().join("x.json"));
+    let before = resident_kib();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let listing = server.get("/sessions?probe=false").await;
+        assert_eq!(listing.status, 200, "{}", listing.body);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "listing took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            listing.json()["sessions"][0]["session_id"],
+            record.session_id().as_str()
+        );
+        assert_eq!(listing.json()["unreadable"], 2, "{}", listing.body);
+    }
+    let one = server
+        .get("/sessions/ses_00000000000000000000000000000b16")
+        .await;
+    one.assert_problem(404, "not-a-record");
+    let grown = resident_kib().saturating_sub(before);
+    assert!(grown < 32 * 1024, "resident memory grew by {grown} KiB");
+    server.shut_down().await;
+}
