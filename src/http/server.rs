@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -71,6 +72,10 @@ impl Default for ServeLimits {
 
 /// The deadline a stop gets at least: its longest SIGTERM wait, SIGKILL's grace, and margin.
 const STOP_DEADLINE: Duration = MAX_STOP_TIMEOUT.saturating_add(Duration::from_secs(30));
+
+/// How long a connection between requests gets to close cleanly (flush what it wrote) when
+/// it is evicted or the server shuts down, before it is dropped.
+const CLOSE_GRACE: Duration = Duration::from_millis(200);
 
 /// A pause after an accept error (such as running out of descriptors), so a full table does
 /// not spin the loop.
@@ -182,6 +187,9 @@ async fn serve_connection(
     let connection = builder.serve_connection(TokioIo::new(stream), service);
     let mut connection = std::pin::pin!(connection);
     let mut closing = false;
+    // Set when the connection is told to close while it waits for a request head: a peer that
+    // stalls mid-head would otherwise hold it until the header timeout.
+    let mut cut_off: Option<Pin<Box<tokio::time::Sleep>>> = None;
     loop {
         tokio::select! {
             result = connection.as_mut() => {
@@ -193,12 +201,23 @@ async fn serve_connection(
             () = slot.evicted.notified(), if !closing => {
                 closing = true;
                 connection.as_mut().graceful_shutdown();
+                cut_off = Some(Box::pin(tokio::time::sleep(CLOSE_GRACE)));
             }
             changed = stop.changed(), if !closing => {
                 if changed.is_err() || *stop.borrow() {
                     closing = true;
                     connection.as_mut().graceful_shutdown();
+                    if slot.is_waiting() {
+                        cut_off = Some(Box::pin(tokio::time::sleep(CLOSE_GRACE)));
+                    }
                 }
+            }
+            () = async { if let Some(sleep) = cut_off.as_mut() { sleep.await } }, if cut_off.is_some() => {
+                // Only a connection between requests is cut off: nothing is lost.
+                if slot.is_waiting() {
+                    break;
+                }
+                cut_off = None;
             }
         }
     }
@@ -329,6 +348,7 @@ impl Gate {
             gate: self.clone(),
             evicted,
             ticket: Mutex::new(SlotState::Waiting(ticket)),
+            answering: AtomicBool::new(false),
         }))
     }
 }
@@ -338,6 +358,8 @@ struct Slot {
     gate: Arc<Gate>,
     evicted: Arc<Notify>,
     ticket: Mutex<SlotState>,
+    /// Between a request head and the end of its answer (even on an evicted connection).
+    answering: AtomicBool,
 }
 
 enum SlotState {
@@ -367,6 +389,7 @@ impl Slot {
     /// The connection has sent a request head: it may no longer be evicted. Answers `None`
     /// when too many requests are in flight.
     fn begin_request(&self) -> Option<Flight> {
+        self.answering.store(true, Ordering::Release);
         let mut mine = self.lock();
         let mut state = self.gate.lock();
         if let SlotState::Waiting(ticket) = *mine {
@@ -388,6 +411,7 @@ impl Slot {
 
     /// The answer has been handed over: the connection waits for its next head, newest in line.
     fn end_request(&self) {
+        self.answering.store(false, Ordering::Release);
         let mut mine = self.lock();
         if !matches!(*mine, SlotState::Busy) {
             return;
@@ -397,6 +421,11 @@ impl Slot {
         state.next_ticket += 1;
         state.waiting.insert(ticket, self.evicted.clone());
         *mine = SlotState::Waiting(ticket);
+    }
+
+    /// Whether the connection is between requests (or was evicted while it was).
+    fn is_waiting(&self) -> bool {
+        !self.answering.load(Ordering::Acquire)
     }
 
     fn close(&self) {
