@@ -216,3 +216,66 @@ mod tests {
         }
     }
 }
+
+/// Properties of the Authorization and Host parsers over arbitrary header values.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Never a panic; a token is only ever taken after a `Bearer` scheme, is never empty and
+        /// is never padded.
+        #[test]
+        fn any_authorization_value_is_parsed_safely(bytes in prop::collection::vec(any::<u8>(), 0..120)) {
+            let Ok(value) = HeaderValue::from_bytes(&bytes) else { return Ok(()); };
+            let mut headers = HeaderMap::new();
+            headers.insert(header::AUTHORIZATION, value);
+            if let Some(token) = bearer_token(&headers) {
+                let text = std::str::from_utf8(&bytes).unwrap_or_default().trim();
+                prop_assert!(text.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("bearer ")));
+                prop_assert!(!token.is_empty());
+                prop_assert_eq!(token, token.trim());
+            }
+        }
+
+        #[test]
+        fn a_bearer_header_yields_exactly_its_token(
+            scheme in "[Bb][Ee][Aa][Rr][Ee][Rr]",
+            token in "[0-9a-f]{1,64}",
+            pad in " {0,3}",
+        ) {
+            let mut headers = HeaderMap::new();
+            let value = format!("{pad}{scheme} {pad}{token}{pad}");
+            headers.insert(header::AUTHORIZATION, HeaderValue::from_str(&value).unwrap());
+            prop_assert_eq!(bearer_token(&headers), Some(token.as_str()));
+        }
+
+        /// No Host value passes unless it is a listed name, with at most a port after it.
+        #[test]
+        fn only_listed_names_pass_the_host_check(host in "\\PC{0,60}") {
+            let policy = HostPolicy::new("127.0.0.1:7420".parse().unwrap(), &["extra.test".to_owned()], &[]);
+            let _ = host_without_port(&host);
+            if policy.allows_host(&host) {
+                let name = host_without_port(&host).to_ascii_lowercase();
+                prop_assert!(["localhost", "127.0.0.1", "[::1]", "extra.test"].contains(&name.as_str()), "{:?}", host);
+                let rest = &host[host_without_port(&host).len()..];
+                prop_assert!(rest.is_empty() || (rest.starts_with(':') && rest[1..].bytes().all(|b| b.is_ascii_digit())), "{:?}", host);
+            }
+        }
+
+        /// A suffix or prefix on a listed name never passes (DNS rebinding names).
+        #[test]
+        fn rebinding_names_never_pass(
+            name in prop::sample::select(vec!["localhost", "127.0.0.1", "extra.test"]),
+            label in "[a-z0-9-]{1,20}",
+            before in any::<bool>(),
+        ) {
+            let policy = HostPolicy::new("127.0.0.1:7420".parse().unwrap(), &["extra.test".to_owned()], &[]);
+            let host = if before { format!("{label}.{name}") } else { format!("{name}.{label}") };
+            prop_assert!(!policy.allows_host(&host), "{:?}", host);
+        }
+    }
+}

@@ -317,3 +317,65 @@ mod tests {
         assert_eq!(state_of(std::process::id(), &token), ProcessState::Alive);
     }
 }
+
+/// Properties of the `/proc/<pid>/stat` parser over arbitrary lines.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn arbitrary_text_never_panics(line in "\\PC{0,300}") {
+            let _ = parse_stat(&line);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+            let _ = parse_stat(&String::from_utf8_lossy(&bytes));
+        }
+
+        /// Whatever the command name holds (spaces, parentheses, digits), fields are counted
+        /// after its last `)` and field 22 is found.
+        #[test]
+        fn any_command_name_yields_the_real_state_and_start(
+            pid in 1u32..4_194_304,
+            comm in "[ -~]{0,15}",
+            state in prop::sample::select(vec!['R', 'S', 'D', 'Z', 'T', 't', 'X', 'I']),
+            start in any::<u64>(),
+            middle in prop::collection::vec(any::<i64>(), 18),
+            tail in prop::collection::vec(any::<u64>(), 0..30),
+        ) {
+            let middle: Vec<String> = middle.iter().map(i64::to_string).collect();
+            let tail: Vec<String> = tail.iter().map(u64::to_string).collect();
+            let line = format!(
+                "{pid} ({comm}) {state} {} {start} {}\n",
+                middle.join(" "),
+                tail.join(" ")
+            );
+            let parsed = parse_stat(&line);
+            prop_assert_eq!(
+                parsed,
+                Some(StatFields { state, start_token: start.to_string() }),
+                "{:?}", line
+            );
+        }
+
+        /// A line cut anywhere before field 22 never yields a start token.
+        #[test]
+        fn a_truncated_line_yields_no_start(
+            comm in "[ -~]{0,15}",
+            start in any::<u64>(),
+            cut in 0usize..200,
+        ) {
+            let fields: Vec<String> = (0..18).map(|i| i.to_string()).collect();
+            let line = format!("7 ({comm}) S {} {start}", fields.join(" "));
+            let keep = line.len().saturating_sub(cut + start.to_string().len() + 1);
+            if let Some(truncated) = line.get(..keep) {
+                prop_assert_eq!(parse_stat(truncated), None, "{:?}", truncated);
+            }
+        }
+    }
+}

@@ -403,3 +403,119 @@ mod tests {
         assert!(is_valid_session_id("ses_0123456789abcdef0123456789abcdef"));
     }
 }
+
+/// Properties over arbitrary input: parsing never panics, and no id the check accepts can
+/// name a path outside the running directory.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+    use std::path::Component;
+
+    /// Any JSON value, a few levels deep.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| json!(f)),
+            ".{0,40}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                prop::collection::btree_map(".{0,12}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A record whose every field may be replaced by a value of any type or left out.
+    fn mangled_record() -> impl Strategy<Value = Vec<u8>> {
+        let keys = [
+            "session_id",
+            "url",
+            "pid",
+            "process_start",
+            "capsule_name",
+            "capsule_version",
+            "workdir",
+            "outlives_launcher",
+            "started_at",
+            "records_dir",
+            "door_token",
+            "credentials",
+            "formation_id",
+            "formation_member",
+            "formation_entry",
+            "formation_lifeline",
+            "launcher",
+        ];
+        let base = json!({
+            "session_id": "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d", "url": "127.0.0.1:1", "pid": 1,
+            "process_start": "5", "capsule_name": "c", "capsule_version": "1",
+            "workdir": "/w", "outlives_launcher": true, "started_at": "2026-01-01T00:00:00Z"
+        });
+        prop::collection::vec((0..keys.len(), prop::option::of(any_json())), 0..keys.len())
+            .prop_map(move |changes| {
+                let mut record = base.clone();
+                if let Some(object) = record.as_object_mut() {
+                    for (key, value) in changes {
+                        match value {
+                            Some(value) => object.insert(keys[key].to_owned(), value),
+                            None => object.remove(keys[key]),
+                        };
+                    }
+                }
+                serde_json::to_vec(&record).unwrap_or_default()
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn parsing_arbitrary_bytes_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
+            let _ = RunningRecord::parse(&bytes);
+        }
+
+        #[test]
+        fn parsing_a_mangled_record_never_panics_and_keeps_what_it_read(bytes in mangled_record()) {
+            if let Ok(record) = RunningRecord::parse(&bytes) {
+                // Whatever parsed carries the session id that was written, verbatim.
+                let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                prop_assert_eq!(Some(record.session_id.as_str()), value["session_id"].as_str());
+            }
+        }
+
+        #[test]
+        fn an_accepted_session_id_names_one_file_inside_the_directory(id in "\\PC{0,140}") {
+            if is_valid_session_id(&id) {
+                let dir = Path::new("/run/murmur/running");
+                let path = dir.join(RunningRecord::file_name_for(&id));
+                prop_assert_eq!(path.parent(), Some(dir));
+                let last = path.components().next_back();
+                prop_assert!(matches!(last, Some(Component::Normal(_))));
+                prop_assert!(!id.starts_with('.'));
+                prop_assert!(!id.contains('/') && !id.contains('\0'));
+            }
+        }
+
+        #[test]
+        fn ids_with_any_path_syntax_are_refused(
+            prefix in "[A-Za-z0-9_-]{0,20}",
+            bad in prop_oneof![Just("/"), Just(".."), Just("."), Just("\0"), Just("\\"), Just(" "), Just("%2e"), Just("\n")],
+            suffix in "[A-Za-z0-9_-]{0,20}",
+        ) {
+            let id = format!("{prefix}{bad}{suffix}");
+            prop_assert!(!is_valid_session_id(&id), "{:?}", id);
+        }
+
+        #[test]
+        fn ids_of_the_allowed_alphabet_and_length_are_accepted(id in "[A-Za-z0-9_-]{1,128}") {
+            prop_assert!(is_valid_session_id(&id));
+        }
+    }
+}
