@@ -1,0 +1,534 @@
+//! Soak: list, liveness, prune, signal and stop hammered concurrently against the real server
+//! while capsules start, exit, get SIGKILLed by the test and leave records naming pids that
+//! are reused; then the two promises are checked against the kernel.
+//!
+//! - **No record of a live process is removed.** A monitor checks, over and over, that every
+//!   capsule whose record is missing has exited (`waitpid` says so; a zombie is reaped and
+//!   counts as exited, as it does for the registry). Capsules never asked to stop must still
+//!   run, record in place, at the end.
+//! - **No process other than the one a record named is signalled.** Every capsule
+//!   ([`tests/fixtures/capsule.py`]) logs each catchable signal it receives. Bystanders — live
+//!   processes named by crafted records with the wrong start token, as after pid reuse — are
+//!   asked to be signalled and stopped all the time: they must end with an empty log, still
+//!   running (so no SIGKILL either). Protected capsules, never asked, likewise.
+//!
+//! Runs for `MURMUR_SOAK_SECS` seconds (default 15) and prints what it reached.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use murmur_registry::http::{AppState, serve};
+use murmur_registry::registry::Registry;
+use murmur_registry::running::{DoorProbe, process_start_token};
+use murmur_registry::token::TokenStore;
+
+const CAPSULE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/capsule.py");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// May be signalled or stopped through the registry, or SIGKILLed by the test.
+    Target,
+    /// Never asked about; must survive untouched with its record in place.
+    Protected,
+    /// Named by a crafted record with the wrong start token; asked about all the time.
+    Bystander,
+}
+
+struct Capsule {
+    kind: Kind,
+    child: Child,
+    pid: u32,
+    session_id: String,
+    record: PathBuf,
+    log: PathBuf,
+    exited: Option<std::process::ExitStatus>,
+}
+
+impl Capsule {
+    fn signals(&self) -> Vec<i32> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    }
+}
+
+/// Deterministic pseudo-randomness (xorshift), seeded from the clock and printed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+#[derive(Default)]
+struct World {
+    capsules: Vec<Capsule>,
+    /// Session ids the HTTP workers may ask about, by kind.
+    ids: BTreeMap<String, Kind>,
+    /// Pids of capsules that have exited while their record may remain.
+    dead_pids: HashSet<u32>,
+    violations: Vec<String>,
+}
+
+#[derive(Default)]
+struct Counts {
+    requests: AtomicU64,
+    lists: AtomicU64,
+    liveness: AtomicU64,
+    prunes: AtomicU64,
+    pruned_records: AtomicU64,
+    signals_asked: AtomicU64,
+    signals_sent: AtomicU64,
+    signals_refused_or_gone: AtomicU64,
+    stops_asked: AtomicU64,
+    stops_done: AtomicU64,
+    bystander_asks: AtomicU64,
+    capsules_started: AtomicU64,
+    sigkills_injected: AtomicU64,
+    bystander_records: AtomicU64,
+    pids_reused: AtomicU64,
+    server_errors: AtomicU64,
+    monitor_checks: AtomicU64,
+}
+
+fn spawn_capsule(running: &Path, logs: &Path, kind: Kind) -> Capsule {
+    let session_id = session_id();
+    let log = logs.join(format!("{session_id}.log"));
+    let mut command = Command::new("python3");
+    command
+        .arg(CAPSULE)
+        .args(["--session", &session_id, "--log"])
+        .arg(&log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    match kind {
+        Kind::Target => {
+            command
+                .arg("--exit-on-term")
+                .arg("--running-dir")
+                .arg(running);
+        }
+        Kind::Protected => {
+            command.arg("--running-dir").arg(running);
+        }
+        Kind::Bystander => {}
+    }
+    let mut child = command.spawn().expect("spawn a capsule");
+    let pid = child.id();
+    // The capsule says `ready` once its record (if any) is in place: evidence, not a pause.
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read ready");
+    assert!(
+        line.starts_with("ready "),
+        "capsule did not start: {line:?}"
+    );
+    let record = running.join(format!("{session_id}.json"));
+    if kind == Kind::Bystander {
+        // A record naming this live pid with a start token it never had: what a reused pid
+        // looks like to the registry.
+        RecordJson::new(&session_id)
+            .process(pid, &wrong_start_token(pid))
+            .no_door()
+            .write_in(running);
+    }
+    Capsule {
+        kind,
+        child,
+        pid,
+        session_id,
+        record,
+        log,
+        exited: None,
+    }
+}
+
+#[test]
+fn soak_list_liveness_prune_signal_and_stop_under_churn() {
+    let secs: u64 = std::env::var("MURMUR_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
+    let duration = Duration::from_secs(secs);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
+        | 1;
+    let home = temp_dir();
+    let running = home.path().join("running");
+    let logs = home.path().join("logs");
+    std::fs::create_dir(&running).expect("running");
+    std::fs::create_dir(&logs).expect("logs");
+    std::fs::set_permissions(
+        &running,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("0700");
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let token_path = home.path().join("registry/token");
+    let tokens = TokenStore::open(&token_path).expect("tokens");
+    let token = std::fs::read_to_string(&token_path)
+        .expect("token")
+        .trim()
+        .to_owned();
+    let (base, shutdown, server) = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let probe = DoorProbe::with_deadlines(Duration::from_secs(2), Duration::from_secs(3));
+        let state = AppState::new(Registry::new(&running, probe), tokens, addr, &[], &[]);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, state, async move {
+            let _ = rx.await;
+        }));
+        (format!("http://{addr}"), tx, server)
+    });
+
+    let world = Arc::new(Mutex::new(World::default()));
+    let counts = Arc::new(Counts::default());
+    let done = Arc::new(AtomicBool::new(false));
+    {
+        let mut w = world.lock().expect("world");
+        for kind in [Kind::Protected, Kind::Protected, Kind::Protected]
+            .into_iter()
+            .chain([Kind::Bystander; 4])
+            .chain([Kind::Target; 6])
+        {
+            let capsule = spawn_capsule(&running, &logs, kind);
+            w.ids.insert(capsule.session_id.clone(), kind);
+            counts.capsules_started.fetch_add(1, Ordering::Relaxed);
+            if kind == Kind::Bystander {
+                counts.bystander_records.fetch_add(1, Ordering::Relaxed);
+            }
+            w.capsules.push(capsule);
+        }
+    }
+
+    // --- HTTP workers ------------------------------------------------------------------------
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let mut workers = Vec::new();
+    for worker in 0..6u64 {
+        let (client, base, token) = (client.clone(), base.clone(), token.clone());
+        let (world, counts, done) = (world.clone(), counts.clone(), done.clone());
+        workers.push(runtime.spawn(async move {
+            let mut rng = Rng(seed.wrapping_mul(worker + 7) | 1);
+            while !done.load(Ordering::Relaxed) {
+                tokio::task::yield_now().await;
+                let (id, kind) = {
+                    let w = world.lock().expect("world");
+                    if w.ids.is_empty() {
+                        continue;
+                    }
+                    let pick = rng.below(w.ids.len());
+                    let (id, kind) = w.ids.iter().nth(pick).expect("picked");
+                    (id.clone(), *kind)
+                };
+                let action = rng.below(10);
+                let (method, path) = match action {
+                    0 | 1 => ("GET", "/sessions".to_owned()),
+                    2 => ("GET", "/sessions?probe=false".to_owned()),
+                    3 | 4 => ("GET", format!("/sessions/{id}/liveness")),
+                    5 => ("DELETE", "/sessions".to_owned()),
+                    6 => ("DELETE", format!("/sessions/{id}")),
+                    _ => {
+                        // Never ask about a protected capsule; ask about the others, the
+                        // bystanders above all.
+                        if kind == Kind::Protected {
+                            continue;
+                        }
+                        if rng.below(2) == 0 {
+                            ("POST", format!("/sessions/{id}/stop?timeout=0"))
+                        } else {
+                            ("POST", format!("/sessions/{id}/signal"))
+                        }
+                    }
+                };
+                let mut request = client
+                    .request(method.parse().expect("method"), format!("{base}{path}"))
+                    .bearer_auth(&token);
+                if path.ends_with("/signal") {
+                    let signal = if rng.below(2) == 0 {
+                        "SIGTERM"
+                    } else {
+                        "SIGKILL"
+                    };
+                    request = request
+                        .header("content-type", "application/json")
+                        .body(format!(r#"{{"signal":"{signal}"}}"#));
+                }
+                let Ok(response) = request.send().await else {
+                    continue;
+                };
+                let status = response.status().as_u16();
+                let body: serde_json::Value =
+                    serde_json::from_str(&response.text().await.unwrap_or_default())
+                        .unwrap_or_default();
+                counts.requests.fetch_add(1, Ordering::Relaxed);
+                if status >= 500 {
+                    counts.server_errors.fetch_add(1, Ordering::Relaxed);
+                    world
+                        .lock()
+                        .expect("world")
+                        .violations
+                        .push(format!("{method} {path} answered {status}: {body}"));
+                }
+                if kind == Kind::Bystander && method == "POST" {
+                    counts.bystander_asks.fetch_add(1, Ordering::Relaxed);
+                }
+                let c = &counts;
+                match (method, action) {
+                    ("GET", 0..=2) => c.lists.fetch_add(1, Ordering::Relaxed),
+                    ("GET", _) => c.liveness.fetch_add(1, Ordering::Relaxed),
+                    ("DELETE", 5) => {
+                        let n = body["pruned"].as_array().map_or(0, Vec::len) as u64;
+                        c.pruned_records.fetch_add(n, Ordering::Relaxed);
+                        c.prunes.fetch_add(1, Ordering::Relaxed)
+                    }
+                    ("DELETE", _) => {
+                        if status == 200 && body["outcome"] == "pruned" {
+                            c.pruned_records.fetch_add(1, Ordering::Relaxed);
+                        }
+                        c.prunes.fetch_add(1, Ordering::Relaxed)
+                    }
+                    _ if path.ends_with("/stop?timeout=0") => {
+                        if status == 200 && body["outcome"] == "stopped" {
+                            c.stops_done.fetch_add(1, Ordering::Relaxed);
+                        }
+                        c.stops_asked.fetch_add(1, Ordering::Relaxed)
+                    }
+                    _ => {
+                        if status == 200 {
+                            c.signals_sent.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            c.signals_refused_or_gone.fetch_add(1, Ordering::Relaxed);
+                        }
+                        c.signals_asked.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+            }
+        }));
+    }
+
+    // --- Monitor (its own thread) and churn (this thread) -------------------------------------
+    let monitor = {
+        let (world, counts, done) = (world.clone(), counts.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                check_records(&mut world.lock().expect("world"), &counts);
+                // Pacing, not synchronisation: the check itself is what matters.
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let mut rng = Rng(seed);
+    let started = Instant::now();
+    let pace = Duration::from_millis(20);
+    while started.elapsed() < duration {
+        let mut w = world.lock().expect("world");
+        check_records(&mut w, &counts);
+        let targets_running = w
+            .capsules
+            .iter()
+            .filter(|c| c.kind == Kind::Target && c.exited.is_none())
+            .count();
+        drop(w);
+        if targets_running < 6 {
+            let capsule = spawn_capsule(&running, &logs, Kind::Target);
+            counts.capsules_started.fetch_add(1, Ordering::Relaxed);
+            let mut w = world.lock().expect("world");
+            if w.dead_pids.contains(&capsule.pid) {
+                counts.pids_reused.fetch_add(1, Ordering::Relaxed);
+            }
+            w.ids.insert(capsule.session_id.clone(), Kind::Target);
+            w.capsules.push(capsule);
+        }
+        if rng.below(3) == 0 {
+            // A crash: SIGKILL from the test itself, record left behind.
+            let mut w = world.lock().expect("world");
+            let running_targets: Vec<usize> = w
+                .capsules
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.kind == Kind::Target && c.exited.is_none())
+                .map(|(i, _)| i)
+                .collect();
+            if !running_targets.is_empty() {
+                let i = running_targets[rng.below(running_targets.len())];
+                if w.capsules[i].child.kill().is_ok() {
+                    counts.sigkills_injected.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if rng.below(25) == 0 {
+            // A fresh bystander record naming a live protected pid, wrong start token.
+            let mut w = world.lock().expect("world");
+            let protected: Vec<u32> = w
+                .capsules
+                .iter()
+                .filter(|c| c.kind == Kind::Protected)
+                .map(|c| c.pid)
+                .collect();
+            let pid = protected[rng.below(protected.len())];
+            let record = RecordJson::fresh()
+                .process(pid, &wrong_start_token(pid))
+                .no_door();
+            record.write_in(&running);
+            w.ids.insert(record.session_id(), Kind::Bystander);
+            counts.bystander_records.fetch_add(1, Ordering::Relaxed);
+        }
+        std::thread::sleep(pace);
+    }
+    done.store(true, Ordering::Relaxed);
+    monitor.join().expect("monitor");
+    runtime.block_on(async {
+        for worker in workers {
+            let _ = tokio::time::timeout(Duration::from_secs(30), worker).await;
+        }
+    });
+
+    // --- Verdict -----------------------------------------------------------------------------
+    let mut w = world.lock().expect("world");
+    check_records(&mut w, &counts);
+    let mut violations = std::mem::take(&mut w.violations);
+    for capsule in &mut w.capsules {
+        let signals = capsule.signals();
+        match capsule.kind {
+            Kind::Protected | Kind::Bystander => {
+                if capsule.exited.is_some() || capsule.child.try_wait().ok().flatten().is_some() {
+                    violations.push(format!(
+                        "{:?} pid {} is no longer running",
+                        capsule.kind, capsule.pid
+                    ));
+                }
+                if !signals.is_empty() {
+                    violations.push(format!(
+                        "{:?} pid {} received signals {signals:?}",
+                        capsule.kind, capsule.pid
+                    ));
+                }
+                if capsule.kind == Kind::Protected && !capsule.record.exists() {
+                    violations.push(format!("protected record {} removed", capsule.session_id));
+                }
+            }
+            Kind::Target => {
+                if signals.iter().any(|&s| s != libc_sigterm()) {
+                    violations.push(format!("target pid {} got {signals:?}", capsule.pid));
+                }
+                if let Some(status) = capsule.exited
+                    && status.signal().is_some_and(|s| s != 9)
+                {
+                    violations.push(format!("target pid {} ended by {status:?}", capsule.pid));
+                }
+            }
+        }
+    }
+    let _ = shutdown.send(());
+    runtime.block_on(async {
+        let _ = tokio::time::timeout(Duration::from_secs(30), server).await;
+    });
+    let c = &counts;
+    let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    eprintln!(
+        "soak ({secs} s, seed {seed}): {} requests ({} lists, {} liveness, {} prunes removing {} records, \
+         {} signals asked / {} sent / {} refused or already gone, {} stops asked / {} stopped, \
+         {} asks naming bystanders); {} capsules started, {} SIGKILLs injected by the test, \
+         {} crafted wrong-start records, {} pids reused by a later capsule, {} monitor checks; \
+         {} 5xx; {} violations",
+        n(&c.requests),
+        n(&c.lists),
+        n(&c.liveness),
+        n(&c.prunes),
+        n(&c.pruned_records),
+        n(&c.signals_asked),
+        n(&c.signals_sent),
+        n(&c.signals_refused_or_gone),
+        n(&c.stops_asked),
+        n(&c.stops_done),
+        n(&c.bystander_asks),
+        n(&c.capsules_started),
+        n(&c.sigkills_injected),
+        n(&c.bystander_records),
+        n(&c.pids_reused),
+        n(&c.monitor_checks),
+        n(&c.server_errors),
+        violations.len(),
+    );
+    for capsule in &mut w.capsules {
+        let _ = capsule.child.kill();
+        let _ = capsule.child.wait();
+    }
+    assert!(violations.is_empty(), "violations: {violations:#?}");
+    assert!(n(&c.requests) > 50, "the soak barely ran");
+    assert!(
+        n(&c.bystander_asks) > 0,
+        "no bystander was ever asked about"
+    );
+}
+
+fn libc_sigterm() -> i32 {
+    15
+}
+
+/// The monitor: a capsule whose record is missing must have exited. Reaps what has exited.
+fn check_records(w: &mut World, counts: &Counts) {
+    let mut newly_dead = Vec::new();
+    let mut violations = Vec::new();
+    for capsule in &mut w.capsules {
+        if capsule.exited.is_some() || capsule.kind == Kind::Bystander {
+            continue;
+        }
+        // The record is looked at first: if it is gone and the process has not exited
+        // (`try_wait` reaps a zombie and reports it exited), a live record was removed.
+        let missing = !capsule.record.exists();
+        match capsule.child.try_wait() {
+            Ok(Some(status)) => {
+                capsule.exited = Some(status);
+                newly_dead.push(capsule.pid);
+            }
+            Ok(None) if missing => violations.push(format!(
+                "the record of live {:?} pid {} ({}) was removed",
+                capsule.kind, capsule.pid, capsule.session_id
+            )),
+            _ => {}
+        }
+        counts.monitor_checks.fetch_add(1, Ordering::Relaxed);
+    }
+    w.dead_pids.extend(newly_dead);
+    w.violations.extend(violations);
+    // Keep start tokens honest: a capsule still running must still have the token it wrote.
+    for capsule in &w.capsules {
+        if capsule.exited.is_none() && capsule.kind != Kind::Bystander {
+            debug_assert!(process_start_token(capsule.pid).is_some());
+        }
+    }
+}
