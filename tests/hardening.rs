@@ -819,3 +819,42 @@ async fn a_200_mb_file_and_a_fifo_among_the_records_neither_stall_nor_bloat_the_
     assert!(grown < 32 * 1024, "resident memory grew by {grown} KiB");
     server.shut_down().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_owned_by_another_user_is_never_believed_nor_acted_on() {
+    let server = Server::default_registry().await;
+    let mut capsule = SleepingChild::spawn();
+    // A well-formed record naming a live process with its true start token, but not ours.
+    let record = capsule.record().no_door();
+    let path = record.write_in(server.dir());
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown to nobody");
+    let listing = server.get("/sessions?probe=false").await;
+    assert_eq!(listing.status, 200, "{}", listing.body);
+    assert_eq!(
+        listing.json()["sessions"],
+        serde_json::json!([]),
+        "{}",
+        listing.body
+    );
+    assert_eq!(listing.json()["unreadable"], 1);
+    let id = record.session_id();
+    server
+        .get(&format!("/sessions/{id}"))
+        .await
+        .assert_problem(404, "not-a-record");
+    let body = r#"{"signal":"SIGKILL"}"#;
+    let signal = raw(
+        &server.addr,
+        &format!(
+            "POST /sessions/{id}/signal HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}",
+            addr = server.addr,
+            token = server.token,
+            len = body.len()
+        ),
+    )
+    .await;
+    signal.assert_problem(404, "not-a-record");
+    assert!(capsule.is_running(), "a foreign record's pid was signalled");
+    server.shut_down().await;
+}
