@@ -767,6 +767,16 @@ async fn a_running_dir_removed_or_replaced_by_a_file_is_a_503_until_it_is_back()
     server.shut_down().await;
 }
 
+/// Bytes this whole process has read through `read(2)`-like calls (`rchar`), sockets included.
+fn process_bytes_read() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .expect("io")
+        .lines()
+        .find_map(|l| l.strip_prefix("rchar:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("rchar")
+}
+
 fn resident_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .expect("status")
@@ -796,6 +806,7 @@ async fn a_200_mb_file_and_a_fifo_among_the_records_neither_stall_nor_bloat_the_
     }
     make_fifo(&server.dir().join("x.json"));
     let before = resident_kib();
+    let read_before = process_bytes_read();
     for _ in 0..5 {
         let started = Instant::now();
         let listing = server.get("/sessions?probe=false").await;
@@ -815,6 +826,9 @@ async fn a_200_mb_file_and_a_fifo_among_the_records_neither_stall_nor_bloat_the_
         .get("/sessions/ses_00000000000000000000000000000b16")
         .await;
     one.assert_problem(404, "not-a-record");
+    // Five listings of a 200 MB file would read a gigabyte; the cap reads 64 KiB each.
+    let read = process_bytes_read().saturating_sub(read_before);
+    assert!(read < 100 << 20, "the server read {read} bytes");
     let grown = resident_kib().saturating_sub(before);
     assert!(grown < 32 * 1024, "resident memory grew by {grown} KiB");
     server.shut_down().await;
