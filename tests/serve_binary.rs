@@ -1015,3 +1015,47 @@ fn a_rotated_token_is_accepted_by_the_running_server_and_the_old_one_rejected() 
     let (status, _) = server.stop_with(Signal::TERM);
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn the_serve_limit_flags_reach_the_server() {
+    let home = Home::new();
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args([
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--header-read-timeout",
+        "300ms",
+        "--max-in-flight",
+        "1",
+        "--max-connections",
+        "8",
+        "--request-timeout",
+        "5s",
+        "--shutdown-grace",
+        "2s",
+    ]);
+    let server = Server::spawn(cmd);
+    // A socket that never finishes its head is closed after 300 ms, not the default 10 s.
+    let mut stalled = std::net::TcpStream::connect(server.addr).expect("connect");
+    stalled
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .expect("half a head");
+    stalled
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("read timeout");
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let closed = stalled.read_to_end(&mut rest).is_ok();
+    assert!(closed, "the stalled socket was not closed within 5 s");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(server.get("/healthz", None).status, 200);
+    // A flag out of range is refused before anything starts.
+    let mut refused = registry(home.path(), User::Me);
+    refused.args(["serve", "--bind", "127.0.0.1:0", "--max-connections", "0"]);
+    let done = run(refused);
+    assert!(!done.status.success(), "{done:#?}");
+    assert!(done.stderr.contains("--max-connections"), "{done:#?}");
+    let (status, _) = server.stop_with(Signal::TERM);
+    assert!(status.success(), "{status}");
+}

@@ -47,7 +47,13 @@ impl HostPolicy {
                 SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
             });
         }
-        hosts.extend(extra_hosts.iter().map(|h| h.to_ascii_lowercase()));
+        // An empty name would let a request with an empty Host through: never listed.
+        hosts.extend(
+            extra_hosts
+                .iter()
+                .filter(|h| !h.trim().is_empty())
+                .map(|h| h.to_ascii_lowercase()),
+        );
         let port = bound.port();
         let mut origins: Vec<String> = ["127.0.0.1", "localhost", "[::1]"]
             .into_iter()
@@ -198,6 +204,9 @@ mod tests {
         assert!(policy.allows_origin("http://localhost:7420"));
         assert!(!policy.allows_origin("http://localhost:7421"));
         assert!(!policy.allows_origin("null"));
+        // An empty --allow-host never lets an empty Host through.
+        let policy = HostPolicy::new("127.0.0.1:7420".parse().unwrap(), &[String::new()], &[]);
+        assert!(!policy.allows_host(""));
     }
 
     #[test]
