@@ -6,11 +6,13 @@
 //! - Layer order, outermost first: credentials headers are marked sensitive before the trace
 //!   layer (which logs only method, path, status and latency, never a query or a header); the
 //!   Host/Origin gate answers 403 before any other work; error responses are reshaped into
-//!   problems; the bearer check guards every route but `/healthz` and `/openapi.json`.
+//!   problems; the bearer check guards every route but `/healthz`, `/openapi.json` and the
+//!   dashboard's static files (`/`, `/dashboard.js`, `/dashboard.css`), which carry no data.
 //! - Nothing here touches `/proc` or the running directory itself: all of that goes through
 //!   [`crate::registry::Registry`].
 
 pub mod auth;
+pub mod dashboard;
 pub mod error;
 pub mod sessions;
 
@@ -97,7 +99,8 @@ impl AppState {
     info(
         title = "murmur-registry",
         description = "The verified registry of running murmur capsules on this machine.\n\n\
-            Every route but `/healthz` and `/openapi.json` needs `Authorization: Bearer <token>`; \
+            Every route but `/healthz`, `/openapi.json` and the dashboard's static files needs \
+            `Authorization: Bearer <token>`; \
             the token is in `~/.murmur/registry/token` (see `murmur-registry token`). \
             Errors are RFC 9457 `application/problem+json`.",
         license(name = "MIT OR Apache-2.0"),
@@ -107,6 +110,7 @@ impl AppState {
     tags(
         (name = sessions::TAG, description = "Running capsule sessions, verified in three layers"),
         (name = "service", description = "The registry itself"),
+        (name = dashboard::TAG, description = "The browser dashboard: static files embedded in the binary, served without a token"),
     )
 )]
 struct ApiDoc;
@@ -138,6 +142,9 @@ fn public_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(healthz))
         .routes(routes!(openapi_json))
+        .routes(routes!(dashboard::dashboard_page))
+        .routes(routes!(dashboard::dashboard_script))
+        .routes(routes!(dashboard::dashboard_style))
 }
 
 /// The OpenAPI 3.1 document, generated from the handlers.
