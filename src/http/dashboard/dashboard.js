@@ -2,9 +2,10 @@
 //
 // Rules this file keeps:
 // - The token lives in sessionStorage (this tab only) and travels only in an Authorization
-//   header to this page's own origin: never in a URL, a cookie or localStorage.
+//   header to this page's own origin: never in a URL, a cookie or persistent local storage.
 // - Data from the registry (capsule names, reasons, paths) reaches the page through
-//   textContent and attributes only, never through innerHTML, so it cannot become markup.
+//   textContent and attributes only, never through an HTML-parsing sink, so it cannot become
+//   markup.
 // - EventSource cannot send an Authorization header, so the stream is read with fetch and
 //   parsed here. Every connection starts with a `snapshot` that replaces the whole table, so a
 //   reconnect (after the server dropped us, or went away) needs no bookkeeping of missed events.
