@@ -55,7 +55,10 @@ impl Served {
         Self {
             base: format!("http://{addr}"),
             token,
-            client: reqwest::Client::builder().no_proxy().build().expect("client"),
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("client"),
             _dirs: (home, running),
             shutdown: Some(shutdown),
         }
@@ -197,8 +200,19 @@ async fn nothing_inline_nothing_foreign_no_html_sinks() {
     assert!(lower.contains(r#"<link rel="stylesheet" href="/dashboard.css">"#));
 
     // Nothing from another host: no absolute URL at all, no protocol-relative one, no import.
-    for (name, text) in [("index.html", &html), ("dashboard.js", &js), ("dashboard.css", &css)] {
-        for needle in ["http://", "https://", "url(", "@import", "src=\"//", "href=\"//"] {
+    for (name, text) in [
+        ("index.html", &html),
+        ("dashboard.js", &js),
+        ("dashboard.css", &css),
+    ] {
+        for needle in [
+            "http://",
+            "https://",
+            "url(",
+            "@import",
+            "src=\"//",
+            "href=\"//",
+        ] {
             assert!(!text.contains(needle), "{name} contains {needle:?}");
         }
     }
@@ -217,7 +231,13 @@ async fn nothing_inline_nothing_foreign_no_html_sinks() {
         assert!(!js.contains(sink), "dashboard.js uses {sink}");
     }
     // The token: sessionStorage and an Authorization header only.
-    for place in ["localStorage", "document.cookie", "?token", "&token", "access_token"] {
+    for place in [
+        "localStorage",
+        "document.cookie",
+        "?token",
+        "&token",
+        "access_token",
+    ] {
         assert!(!js.contains(place), "dashboard.js mentions {place}");
     }
     assert!(js.contains("sessionStorage"));

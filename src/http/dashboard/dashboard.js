@@ -373,7 +373,8 @@ function buildRow(id) {
   cell('Session', 'col-session').append(cells.id);
   cells.door = el('code', 'door');
   cell('Door', 'col-door').append(cells.door);
-  cells.pid = cell('PID', 'col-pid num mono');
+  cells.pid = el('span', 'mono');
+  cell('PID', 'col-pid num').append(cells.pid);
   cells.uptime = el('time', 'uptime');
   cell('Uptime', 'col-uptime').append(cells.uptime);
 
@@ -610,8 +611,9 @@ function describeSuccess(kind, name, body) {
     return `${name} had already ended; its record was removed.`;
   }
   if (kind === 'stop') {
-    const waited = typeof body.waited_ms === 'number'
-      ? ` after ${(body.waited_ms / 1000).toFixed(1)} s` : '';
+    const ms = body.waited_ms;
+    const waited = typeof ms !== 'number' ? ''
+      : ms < 1000 ? ` after ${Math.round(ms)} ms` : ` after ${(ms / 1000).toFixed(1)} s`;
     const how = body.signal_sent === 'SIGKILL'
       ? 'with SIGKILL (it did not end on SIGTERM)' : `with ${body.signal_sent || 'SIGTERM'}`;
     return `Stopped ${name} ${how}${waited}.`;
