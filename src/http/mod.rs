@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod dashboard;
 pub mod error;
+pub mod events;
 pub mod sessions;
 
 use std::future::Future;
@@ -34,6 +35,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::monitor::Monitor;
 use crate::registry::Registry;
 use crate::token::TokenStore;
 use auth::HostPolicy;
@@ -42,7 +44,8 @@ use error::{ApiError, Problem};
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
-/// What every handler shares: the registry, the token, and the Host/Origin policy.
+/// What every handler shares: the registry, its live view, the token, and the Host/Origin
+/// policy.
 #[derive(Debug, Clone)]
 pub struct AppState {
     inner: Arc<Shared>,
@@ -50,7 +53,8 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Shared {
-    registry: Registry,
+    registry: Arc<Registry>,
+    events: Monitor,
     tokens: TokenStore,
     hosts: HostPolicy,
     cors_origins: Vec<String>,
@@ -68,8 +72,10 @@ impl AppState {
         allow_hosts: &[String],
         allow_origins: &[String],
     ) -> Self {
+        let registry = Arc::new(registry);
         Self {
             inner: Arc::new(Shared {
+                events: Monitor::new(Arc::clone(&registry)),
                 registry,
                 tokens,
                 hosts: HostPolicy::new(bound, allow_hosts, allow_origins),
@@ -81,6 +87,11 @@ impl AppState {
     /// The registry.
     pub fn registry(&self) -> &Registry {
         &self.inner.registry
+    }
+
+    /// The live view behind `/events` (idle until someone listens).
+    pub fn events(&self) -> &Monitor {
+        &self.inner.events
     }
 
     /// The token store.
@@ -107,8 +118,15 @@ impl AppState {
     ),
     servers((url = "http://127.0.0.1:7420", description = "the default loopback bind")),
     modifiers(&BearerScheme),
+    components(schemas(
+        events::SessionAdded,
+        events::SessionChanged,
+        events::SessionRemoved,
+        events::RemovalReason,
+    )),
     tags(
         (name = sessions::TAG, description = "Running capsule sessions, verified in three layers"),
+        (name = events::TAG, description = "The live view: every change to the verified picture, pushed"),
         (name = "service", description = "The registry itself"),
         (name = dashboard::TAG, description = "The browser dashboard: static files embedded in the binary, served without a token"),
     )
@@ -136,6 +154,8 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::get_liveness))
         .routes(routes!(sessions::signal_session))
         .routes(routes!(sessions::stop_session))
+        .routes(routes!(sessions::get_card))
+        .routes(routes!(events::events))
 }
 
 fn public_routes() -> OpenApiRouter<AppState> {
@@ -221,11 +241,18 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// Serve `app(state)` on `listener` until `shutdown` resolves, then finish in-flight requests.
+///
+/// Event streams end when `shutdown` resolves: they would otherwise never finish.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let events = state.events().clone();
+    let shutdown = async move {
+        shutdown.await;
+        events.close();
+    };
     axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown)
         .await
