@@ -5,9 +5,10 @@
 //! One test walks what a person does, and checks what they would see:
 //! - the page asks for the token; a wrong one is refused with a clear message and not kept;
 //! - the right one (typed, then Enter) shows the sessions live from `/events`: a real capsule
-//!   whose door answers (`live`), a process whose door does not (`unreachable`), a record whose
-//!   process has exited (`gone`), each with its state in words, the capsule, the door and a
-//!   ticking uptime; the token is in `sessionStorage` and nowhere else, and survives a reload;
+//!   whose door answers (`live`), a script capsule without a door (`live`), a process whose
+//!   door does not answer (`unreachable`), each with its state in words, the capsule, the door
+//!   and a ticking uptime; the token is in `sessionStorage` and nowhere else, and survives a
+//!   reload;
 //! - the state filter; a narrow (360 px) window without sideways scrolling;
 //! - a capsule name that is markup shows as text;
 //! - Kill, then Escape: nothing happens; Stop, confirmed with the keyboard: the capsule process
@@ -34,7 +35,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::binary::{Home, User, drain, registry};
-use common::{CapsuleProcess, ExitedChild, SleepingChild};
+use common::{CapsuleProcess, SleepingChild};
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -516,20 +517,21 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         );
     let mute_id = mute_record.session_id();
     home.write(&mute_record);
-    // A record whose process has exited: gone.
-    let exited = ExitedChild::spawn();
-    let gone_record = exited
+    // A script capsule: its process is alive and it has no door, so it is live without one.
+    let script = SleepingChild::spawn();
+    let script_record = script
         .record()
         .no_door()
-        .set("capsule_name", "summarizer")
+        .set("capsule_name", "nightly-report")
         .set("capsule_version", "0.9.4")
         .set("workdir", "/home/ada/work/notes")
+        .set("outlives_launcher", true)
         .set(
             "started_at",
             started(Duration::from_secs(5 * 3600 + 41 * 60)),
         );
-    let gone_id = gone_record.session_id();
-    home.write(&gone_record);
+    let script_id = script_record.session_id();
+    home.write(&script_record);
 
     let server = Server::start(&home, "127.0.0.1:0");
     let token = home.token();
@@ -589,7 +591,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     for (id, state) in [
         (&live_id, "live"),
         (&mute_id, "unreachable"),
-        (&gone_id, "gone"),
+        (&script_id, "live"),
     ] {
         browser
             .wait_for(
@@ -604,8 +606,8 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     assert_eq!(row["capsule"], "researcher", "{row}");
     assert_eq!(row["door"], capsule.url(), "{row}");
     assert_eq!(row["visible"], true, "{row}");
-    let gone_row = browser.js(ROW, json!([gone_id])).await;
-    assert_eq!(gone_row["door"], "no door", "{gone_row}");
+    let script_row = browser.js(ROW, json!([script_id])).await;
+    assert_eq!(script_row["door"], "no door", "{script_row}");
     // Newest first, and the connection says it is live.
     let order = browser
         .js(
@@ -613,7 +615,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             json!([]),
         )
         .await;
-    assert_eq!(order, json!([live_id, gone_id, mute_id]));
+    assert_eq!(order, json!([live_id, script_id, mute_id]));
     let connection = browser.js(SHOWN_TEXT, json!(["#connection-text"])).await;
     assert_eq!(connection, "Connected, live");
     // Hours and minutes at that age (the seconds tick is checked on a younger session below).
@@ -654,7 +656,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     browser
         .wait_for(
             "only live rows are shown",
-            "return [...document.querySelectorAll('#rows tr')].filter(tr => !tr.hidden).length === 1;",
+            "return [...document.querySelectorAll('#rows tr')].filter(tr => !tr.hidden).length === 2;",
             json!([]),
         )
         .await;
