@@ -190,8 +190,9 @@ function lost(why) {
   const delay = Math.round(stream.backoff * (1 + Math.random() * 0.3));
   stream.backoff = Math.min(stream.backoff * 2, BACKOFF_MAX_MS);
   setConnection('down', 'Registry unreachable, reconnecting…');
-  showBanner(`${why} Reconnecting automatically (next try in ${Math.ceil(delay / 1000)} s); the table shows the last state seen.`);
-  renderSummary();
+  showBanner(`${why} Reconnecting automatically (next try in ${Math.ceil(delay / 1000)} s); ` +
+    'the table shows the last state seen.');
+  applyFilter();
   clearTimeout(stream.retryTimer);
   stream.retryTimer = setTimeout(connect, delay);
 }
@@ -312,7 +313,7 @@ function clearTable() {
   for (const { tr } of rows.values()) tr.remove();
   rows.clear();
   announce('', 'info');
-  renderSummary();
+  applyFilter();
 }
 
 function stateOf(session) {
