@@ -3,6 +3,7 @@
 //! `murmur-registry serve` binary and real capsule processes.
 //!
 //! One test walks what a person does, and checks what they would see:
+//! - (first, the page's stream parser fed chunks cut at awkward places);
 //! - the page asks for the token; a wrong one is refused with a clear message and not kept;
 //! - the right one (typed, then Enter) shows the sessions live from `/events`: a real capsule
 //!   whose door answers (`live`), a script capsule without a door (`live`), a process whose
@@ -325,6 +326,12 @@ impl Browser {
             .await
     }
 
+    /// Run `script` asynchronously: it calls its last argument with the result.
+    async fn js_async(&self, script: &str, args: Value) -> Value {
+        self.post("/execute/async", json!({ "script": script, "args": args }))
+            .await
+    }
+
     /// Poll `script` until it returns something other than `null`/`false`; answers it. On the
     /// deadline, saves `failure.png` and fails with what the page shows.
     async fn wait_for(&self, what: &str, script: &str, args: Value) -> Value {
@@ -474,6 +481,20 @@ const SHOWN_TEXT: &str = "
     const el = document.querySelector(arguments[0]);
     return el && !el.hidden && el.getClientRects().length > 0 ? el.textContent.trim() : null;";
 
+/// Feeds the page's own `readEvents` a stream cut at awkward places; answers what it parsed.
+const SSE_CHUNKS: &str = r#"
+    const done = arguments[arguments.length - 1];
+    const enc = new TextEncoder();
+    const e = enc.encode('é');
+    const chunks = [': keep-alive\r', '\n', 'id: 7\r\nevent: snapshot\r', '\ndata: {"a":',
+        '\r\ndata: 1}\r\n\r', '\nevent:session.removed\nid: 8\ndata: caf']
+        .map((t) => enc.encode(t));
+    chunks.push(e.slice(0, 1), e.slice(1), enc.encode('\n\n'), enc.encode('data: z\r\r'));
+    const body = new ReadableStream({ start(c) { chunks.forEach((x) => c.enqueue(x)); c.close(); } });
+    const seen = [];
+    readEvents(body, new AbortController(), (name, data, id) => seen.push([name, data, id]))
+        .then(() => done(seen), (err) => done(String(err)));"#;
+
 /// An RFC 3339 time `ago` before now, as murmur writes `started_at`.
 fn started(ago: Duration) -> String {
     humantime::format_rfc3339_seconds(SystemTime::now() - ago).to_string()
@@ -537,6 +558,20 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     let token = home.token();
     let browser = Browser::launch().await;
     browser.goto(&server.url()).await;
+
+    // --- The page's stream parser, fed awkward chunks ------------------------------------------
+    // Line endings split across chunks (a CR now, its LF later), a comment, a field without a
+    // space, data on two lines, a UTF-8 character split in two, a bare CR ending an event.
+    let parsed = browser.js_async(SSE_CHUNKS, json!([])).await;
+    assert_eq!(
+        parsed,
+        json!([
+            ["snapshot", "{\"a\":\n1}", "7"],
+            ["session.removed", "café", "8"],
+            ["message", "z", "8"],
+        ]),
+        "the page parses server-sent events as the standard says"
+    );
 
     // --- The page asks for the token, and refuses a wrong one --------------------------------
     browser

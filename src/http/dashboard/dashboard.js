@@ -215,6 +215,7 @@ async function readEvents(body, controller, onEvent) {
   let name = '';
   let data = [];
   let id = null;
+  let skipLF = false;
   let watchdog = null;
   const feedWatchdog = () => {
     clearTimeout(watchdog);
@@ -227,11 +228,15 @@ async function readEvents(body, controller, onEvent) {
       const { value, done } = await reader.read();
       if (done) return;
       feedWatchdog();
-      buffer += decoder.decode(value, { stream: true });
-      // A CR at the very end may be the first half of a CRLF: wait for the next chunk.
-      const held = buffer.endsWith('\r') ? '\r' : '';
-      const lines = (held ? buffer.slice(0, -1) : buffer).split(/\r\n|\r|\n/);
-      buffer = lines.pop() + held;
+      let text = decoder.decode(value, { stream: true });
+      // A chunk that ended in CR has ended its line already; if this one starts with the LF
+      // of that CRLF, it is not another (empty) line.
+      if (skipLF && text.startsWith('\n')) text = text.slice(1);
+      if (text === '') continue;
+      skipLF = text.endsWith('\r');
+      buffer += text;
+      const lines = buffer.split(/\r\n|\r|\n/);
+      buffer = lines.pop();
       for (const line of lines) {
         if (line === '') {
           if (data.length > 0) onEvent(name || 'message', data.join('\n'), id);
