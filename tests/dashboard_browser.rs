@@ -13,7 +13,8 @@
 //! - the state filter; a narrow (360 px) window without sideways scrolling;
 //! - a capsule name that is markup shows as text;
 //! - Kill, then Escape: nothing happens; Stop, confirmed with the keyboard: the capsule process
-//!   really ends, the outcome is shown and the row goes;
+//!   really ends, the outcome is shown and the row goes; Kill, confirmed with the mouse: the
+//!   process dies of SIGKILL and its row goes when the registry finds it gone;
 //! - the registry killed: the page says it is unreachable and reconnecting; the registry back
 //!   on the same port: the page reconnects by itself.
 //!
@@ -539,7 +540,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     let mute_id = mute_record.session_id();
     home.write(&mute_record);
     // A script capsule: its process is alive and it has no door, so it is live without one.
-    let script = SleepingChild::spawn();
+    let mut script = SleepingChild::spawn();
     let script_record = script
         .record()
         .no_door()
@@ -830,6 +831,47 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         browser.js(ROW, json!([mute_id])).await.is_object(),
         "the other sessions stay"
     );
+
+    // --- Kill, confirmed with the mouse: SIGKILL goes out, and the live view drops the row ----
+    browser
+        .click(&format!("tr[data-session-id='{script_id}'] button.kill"))
+        .await;
+    browser
+        .wait_for(
+            "the kill confirmation is open",
+            "return document.getElementById('confirm').open &&
+                    document.getElementById('confirm-title').textContent === 'Kill nightly-report?';",
+            json!([]),
+        )
+        .await;
+    browser.click("#confirm-ok").await;
+    let killed = browser
+        .wait_for(
+            "the kill's outcome is shown",
+            "const t = document.getElementById('outcome').textContent;
+             return t.startsWith('Sent SIGKILL') ? t : null;",
+            json!([]),
+        )
+        .await;
+    assert!(
+        killed
+            .as_str()
+            .is_some_and(|t| t.contains("nightly-report")),
+        "{killed}"
+    );
+    let status = script.wait_exit(BROWSER_DEADLINE);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "the script capsule died of SIGKILL"
+    );
+    browser
+        .wait_for(
+            "the killed session's row goes once the registry finds it gone",
+            "return document.querySelector(`tr[data-session-id='${arguments[0]}']`) === null;",
+            json!([script_id]),
+        )
+        .await;
 
     // --- The registry goes away, and comes back on the same port ------------------------------
     let addr = server.addr;
