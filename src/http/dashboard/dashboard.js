@@ -168,7 +168,8 @@ async function connect() {
   }
   if (!response.ok || !response.body) {
     const detail = await problemDetail(response);
-    lost(`The registry answered ${response.status}${detail ? ': ' + detail : '.'}`);
+    lost(`The registry answered ${response.status}${detail ? ': ' + detail : '.'}`,
+      'Registry error, retrying…');
     return;
   }
   try {
@@ -182,14 +183,14 @@ async function connect() {
 
 // The stream ended or never started: keep the table (marked stale) and try again later, each
 // failure waiting longer (with some jitter, so many tabs do not retry in step).
-function lost(why) {
+function lost(why, status = 'Registry unreachable, reconnecting…') {
   if (stream.controller) stream.controller.abort();
   stream.controller = null;
   model.live = false;
   document.body.classList.add('stale');
   const delay = Math.round(stream.backoff * (1 + Math.random() * 0.3));
   stream.backoff = Math.min(stream.backoff * 2, BACKOFF_MAX_MS);
-  setConnection('down', 'Registry unreachable, reconnecting…');
+  setConnection('down', status);
   showBanner(`${why} Reconnecting automatically (next try in ${Math.ceil(delay / 1000)} s); ` +
     'the table shows the last state seen.');
   applyFilter();
