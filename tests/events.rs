@@ -464,7 +464,11 @@ async fn a_killed_capsule_is_changed_to_gone_then_pruned_within_the_interval() {
     let killed = Instant::now();
     // A probe already in flight may see the door refuse before layers 1-2 see the process gone.
     let gone = stream
-        .until("changed to gone", minor_change_of(id.clone()), is_change_to("gone"))
+        .until(
+            "changed to gone",
+            minor_change_of(id.clone()),
+            is_change_to("gone"),
+        )
         .await;
     assert_eq!(gone.session_id(), id);
     assert_eq!(gone.data["session"]["liveness"]["process"], "gone");
@@ -829,7 +833,10 @@ async fn a_door_token_appears_in_no_event_and_no_snapshot() {
     stream.until("removed", |_| false, is_removal).await;
 
     for (which, raw) in [("stream", &stream.raw), ("snapshot", &newcomer.raw)] {
-        assert!(!raw.contains(token), "the {which} carries the token:\n{raw}");
+        assert!(
+            !raw.contains(token),
+            "the {which} carries the token:\n{raw}"
+        );
         assert!(!raw.contains("door_token"), "the {which} names door_token");
     }
 }
