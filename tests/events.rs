@@ -659,6 +659,21 @@ async fn the_first_event_is_a_snapshot_of_the_verified_picture() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_record_found_by_the_first_listener_is_pruned_and_left_out_of_the_snapshot() {
+    let server = Server::start().await;
+    let gone = ExitedChild::spawn().record().url(refused_url());
+    let path = gone.write_in(server.dir());
+    let live = RecordJson::fresh().no_door();
+    live.write_in(server.dir());
+
+    let (_stream, snapshot) = server.listen().await;
+    assert_eq!(snapshot_ids(&snapshot), vec![live.session_id()]);
+    // The prune is an event before the snapshot: the snapshot's id counts it.
+    assert!(snapshot.id >= 1, "{snapshot:?}");
+    assert_absent(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_with_last_event_id_starts_with_a_snapshot_of_the_current_list() {
     let server = Server::start().await;
     let (mut first, _) = server.listen().await;
