@@ -10,14 +10,16 @@
 //!   (`session.changed` to unreachable), SIGCONT (back to live), SIGKILL (`changed` to gone,
 //!   then `removed` as `pruned` within one interval plus the probe's deadlines, the file gone);
 //! - every other way a session leaves: its record removed by someone else (`record_removed`),
-//!   rewritten as garbage (`unreadable`), stopped through the API (`stopped`);
+//!   rewritten as garbage (`unreadable`), stopped through the API (`stopped`), found gone by
+//!   the first listener's picture (pruned before the snapshot);
 //! - the stream's own contract: a `snapshot` first (also on reconnecting with `Last-Event-ID`),
 //!   ids strictly increasing within a stream (checked on every event every test reads), the
 //!   content type, the token gate, the end of every stream on shutdown;
 //! - its cost: a hundred listeners get the same events with the same ids, and the number of
 //!   probes a door receives does not depend on how many listen; the loop runs only while
-//!   someone listens and starts again for a newcomer; a listener that never reads does not hold
-//!   up the others;
+//!   someone listens and starts again for a newcomer; a listener that never reads (a socket
+//!   with a tiny receive buffer) does not hold up the others, and once it is more than 1,024
+//!   events behind it is dropped, with no gap in what it did get;
 //! - secrets: a record's `door_token` appears in no event and no snapshot;
 //! - the card: the live door's card (with an echoed token redacted), 409 with the layers'
 //!   verdict for a stopped, gone, doorless or unverified session, 404, 400 and 401.
