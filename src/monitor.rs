@@ -21,7 +21,7 @@
 //! - **Stale answers are dropped.** A probe's verdict is applied only if the record it probed is
 //!   still the one on disk and its process was not found gone in the meantime.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
@@ -31,7 +31,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::registry::{PruneOutcome, Reading, Registry, RegistryError, RemovalCause};
-use crate::running::{Liveness, ProcessState, RunningRecord};
+use crate::running::{Liveness, ProcessState, RunningRecord, Unreadable, UnreadableEntry};
 
 /// How often every session is re-verified when nothing else asks for it (the default).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
@@ -495,10 +495,14 @@ impl Looper {
                 return;
             }
         };
+        // An entry removed between the listing and its reading fails to read for want of a
+        // file: that is a removal, not an unreadable record.
+        let vanished = vanished(self.registry().dir(), &scan.unreadable).await;
         let unreadable_names: Vec<String> = scan
             .unreadable
             .iter()
             .map(|u| u.file_name.clone())
+            .filter(|name| !vanished.contains(name))
             .collect();
         let readings = self
             .registry()
@@ -509,8 +513,8 @@ impl Looper {
         let mut to_probe = Vec::new();
         {
             let mut picture = self.shared.lock();
-            if picture.unreadable != scan.unreadable.len() {
-                picture.unreadable = scan.unreadable.len();
+            if picture.unreadable != unreadable_names.len() {
+                picture.unreadable = unreadable_names.len();
                 picture.snapshot = None;
             }
             for mut reading in readings {
@@ -634,8 +638,12 @@ impl Looper {
         for id in session_ids {
             match self.registry().prune_session(&id).await {
                 Ok(PruneOutcome::Pruned { reason }) => {
-                    // Ours: the note the registry left is for this very event.
-                    let _ = self.registry().take_removal(&id);
+                    // Ours: the note the registry left is for this very event, and names a
+                    // stop in progress whose process this prune found gone before it did.
+                    let because = match self.registry().take_removal(&id).map(|r| r.cause) {
+                        Some(RemovalCause::Stopped) => RemovedBecause::Stopped,
+                        Some(RemovalCause::Pruned) | None => RemovedBecause::Pruned,
+                    };
                     self.on_disk.remove(&id);
                     let mut picture = self.shared.lock();
                     picture.sessions.remove(&id);
@@ -643,7 +651,7 @@ impl Looper {
                         &mut picture,
                         EventKind::Removed {
                             session_id: id,
-                            because: RemovedBecause::Pruned,
+                            because,
                             detail: Some(reason),
                         },
                     );
@@ -691,6 +699,31 @@ impl Shared {
             }
         }
     }
+}
+
+/// The names of the unreadable entries of a scan that failed to read because they no longer
+/// exist (checked off the async workers, and only for entries that failed to read at all).
+async fn vanished(dir: &Path, unreadable: &[UnreadableEntry]) -> HashSet<String> {
+    let failed: Vec<String> = unreadable
+        .iter()
+        .filter(|u| matches!(u.why, Unreadable::Io(_)))
+        .map(|u| u.file_name.clone())
+        .collect();
+    if failed.is_empty() {
+        return HashSet::new();
+    }
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        failed
+            .into_iter()
+            .filter(|name| {
+                matches!(std::fs::symlink_metadata(dir.join(name)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
 }
 
 /// Whether `file_name` is the record file of `session_id`.

@@ -166,8 +166,22 @@ pub struct StopReport {
 pub struct Registry {
     dir: PathBuf,
     door: DoorProbe,
-    stopping: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    stopping: StopsInProgress,
     removals: RemovalNotes,
+}
+
+/// The stops in progress, by session id: each stop holds its session's lock for its whole run.
+/// Shared with blocking tasks, so a prune can tell at the moment it unlinks whether a stop of
+/// that session is under way.
+type StopsInProgress = Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
+
+/// Whether a stop of `session_id` is under way (its lock is held beyond the map's own copy).
+fn is_stopping(stops: &StopsInProgress, session_id: &str) -> bool {
+    stops
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(session_id)
+        .is_some_and(|lock| Arc::strong_count(lock) > 1)
 }
 
 /// Why the registry itself removed a record, kept for the event stream to name.
@@ -243,7 +257,7 @@ impl Registry {
         Self {
             dir: dir.into(),
             door,
-            stopping: Mutex::new(HashMap::new()),
+            stopping: StopsInProgress::default(),
             removals: RemovalNotes::default(),
         }
     }
@@ -374,13 +388,23 @@ impl Registry {
     }
 
     /// Prune one session on fresh evidence: re-read layers 1–2 and unlink only if gone.
+    ///
+    /// A prune that finds the process gone while a stop of the session is under way is the
+    /// stop's doing (the stop's SIGTERM or SIGKILL ended it; the stop merely had not polled
+    /// yet), so its removal note says [`RemovalCause::Stopped`].
     pub async fn prune_session(&self, session_id: &str) -> Result<PruneOutcome, RegistryError> {
         let record = self.record(session_id).await?;
         let id = session_id.to_owned();
         let notes = self.removals.clone();
+        let stops = Arc::clone(&self.stopping);
         blocking(move || match running::process_state(&record) {
             ProcessState::Gone { reason } => {
-                match unlink_gone(&record, &reason, &notes, RemovalCause::Pruned)? {
+                let cause = if is_stopping(&stops, &id) {
+                    RemovalCause::Stopped
+                } else {
+                    RemovalCause::Pruned
+                };
+                match unlink_gone(&record, &reason, &notes, cause)? {
                     Pruned::Removed => Ok(PruneOutcome::Pruned { reason }),
                     // Someone else removed or replaced it since it was read: nothing of ours went.
                     Pruned::AlreadyGone => Err(RegistryError::NotFound(id)),
