@@ -97,6 +97,9 @@ struct ServeArgs {
     /// Another browser Origin to accept, with CORS (repeatable, exact match).
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
+    /// How often /events re-verifies every session (e.g. 2s, 500ms; at least 50ms).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+    events_interval: Duration,
     /// How long a client may take to send a request head (and a keep-alive connection may
     /// sit idle) before it is closed.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -259,6 +262,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     for origin in &args.allow_origin {
         check_origin(origin)?;
     }
+    if args.events_interval < crate::monitor::MIN_INTERVAL {
+        bail!(
+            "--events-interval {} is too short: at least {} (every session is re-verified each interval)",
+            humantime::format_duration(args.events_interval),
+            humantime::format_duration(crate::monitor::MIN_INTERVAL)
+        );
+    }
     let limits = http::ServeLimits {
         header_read_timeout: args.header_read_timeout,
         request_timeout: args.request_timeout,
@@ -287,6 +297,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             &args.allow_host,
             &args.allow_origin,
         );
+        state.events().set_interval(args.events_interval);
         // Listen for SIGINT/SIGTERM before announcing the address: a script that signals the
         // server as soon as it reads the line must get a graceful shutdown.
         let shutdown = shutdown_signal().context("cannot listen for SIGINT/SIGTERM")?;

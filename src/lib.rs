@@ -12,6 +12,7 @@
 
 pub mod cli;
 pub mod http;
+pub mod monitor;
 pub mod private_fs;
 pub mod registry;
 pub mod running;

@@ -166,7 +166,89 @@ pub struct StopReport {
 pub struct Registry {
     dir: PathBuf,
     door: DoorProbe,
-    stopping: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    stopping: StopsInProgress,
+    removals: RemovalNotes,
+}
+
+/// The stops in progress, by session id: each stop holds its session's lock for its whole run.
+/// Shared with blocking tasks, so a prune can tell at the moment it unlinks whether a stop of
+/// that session is under way.
+type StopsInProgress = Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
+
+/// Whether a stop of `session_id` is under way (its lock is held beyond the map's own copy).
+fn is_stopping(stops: &StopsInProgress, session_id: &str) -> bool {
+    stops
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(session_id)
+        .is_some_and(|lock| Arc::strong_count(lock) > 1)
+}
+
+/// Why the registry itself removed a record, kept for the event stream to name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemovalCause {
+    /// Pruned on the evidence that its process is gone.
+    Pruned,
+    /// A stop ended the process and the record went with it.
+    Stopped,
+}
+
+/// One removal the registry made: what, why, on what evidence, and when.
+#[derive(Debug, Clone)]
+pub struct Removal {
+    /// Why.
+    pub cause: RemovalCause,
+    /// The evidence (layers 1–2's reason).
+    pub evidence: String,
+    at: Instant,
+}
+
+/// How long a removal note waits to be taken before it is forgotten: the event stream takes
+/// its notes within one pass, and nobody else reads them.
+const REMOVAL_NOTE_LIFETIME: Duration = Duration::from_secs(60);
+
+/// The removals the registry made lately, by session id. Shared with blocking tasks.
+#[derive(Debug, Clone, Default)]
+struct RemovalNotes(Arc<Mutex<HashMap<String, Removal>>>);
+
+impl RemovalNotes {
+    fn note(&self, session_id: &str, cause: RemovalCause, evidence: &str) {
+        let mut notes = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Forget notes nobody took, so the map cannot grow while no event stream runs.
+        notes.retain(|_, note| note.at.elapsed() < REMOVAL_NOTE_LIFETIME);
+        notes.insert(
+            session_id.to_owned(),
+            Removal {
+                cause,
+                evidence: evidence.to_owned(),
+                at: Instant::now(),
+            },
+        );
+    }
+
+    fn take(&self, session_id: &str) -> Option<Removal> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(session_id)
+    }
+}
+
+/// Why a session has no card to show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CardRefusal {
+    /// The process is confirmed but the record names no door (a script capsule).
+    NoDoor,
+    /// The session is not live: what the layers said.
+    NotLive {
+        /// All three layers.
+        liveness: Liveness,
+        /// Layers 1–2.
+        process: ProcessState,
+    },
 }
 
 impl Registry {
@@ -175,7 +257,8 @@ impl Registry {
         Self {
             dir: dir.into(),
             door,
-            stopping: Mutex::new(HashMap::new()),
+            stopping: StopsInProgress::default(),
+            removals: RemovalNotes::default(),
         }
     }
 
@@ -204,6 +287,63 @@ impl Registry {
         readings
             .pop()
             .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))
+    }
+
+    /// Every entry of the directory, read but not verified. Changes nothing on disk.
+    pub async fn scan(&self) -> Result<running::Scan, RegistryError> {
+        let dir = self.dir.clone();
+        blocking(move || running::scan(&dir))
+            .await?
+            .map_err(Into::into)
+    }
+
+    /// Verify records already read: three layers when `probe`, else layers 1–2. Readings come
+    /// back in the records' order.
+    pub async fn verify_records(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
+        self.read_all(records, probe).await
+    }
+
+    /// Fetch the agent card a session's live door serves, verified to name the session.
+    ///
+    /// The card is the one the probe read (the extended card for an authenticated door), with
+    /// every string that holds one of the record's secrets redacted. `Err` with the reason
+    /// when the session is not live: its process is not confirmed, it has no door, or the door
+    /// did not confirm the session.
+    pub async fn card(
+        &self,
+        session_id: &str,
+    ) -> Result<Result<serde_json::Value, CardRefusal>, RegistryError> {
+        let record = self.record(session_id).await?;
+        let reading = self.read_all(vec![record.clone()], false).await;
+        let process = reading
+            .into_iter()
+            .next()
+            .map(|r| r.process)
+            .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))?;
+        let state = |liveness: Liveness| CardRefusal::NotLive {
+            liveness,
+            process: process.clone(),
+        };
+        match (&process, &record.url) {
+            (ProcessState::Gone { reason }, _) => Ok(Err(state(Liveness::Gone {
+                reason: reason.clone(),
+            }))),
+            (ProcessState::Unverified { reason }, _) => Ok(Err(state(Liveness::Unreachable {
+                reason: reason.clone(),
+            }))),
+            (ProcessState::Alive, None) => Ok(Err(CardRefusal::NoDoor)),
+            (ProcessState::Alive, Some(_)) => Ok(self
+                .door
+                .card(&record)
+                .await
+                .map_err(|reason| state(Liveness::Unreachable { reason }))),
+        }
+    }
+
+    /// The note of why the registry removed `session_id`'s record, if it did so lately; taken,
+    /// so each removal is named once.
+    pub fn take_removal(&self, session_id: &str) -> Option<Removal> {
+        self.removals.take(session_id)
     }
 
     async fn read_all(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
@@ -248,15 +388,28 @@ impl Registry {
     }
 
     /// Prune one session on fresh evidence: re-read layers 1–2 and unlink only if gone.
+    ///
+    /// A prune that finds the process gone while a stop of the session is under way is the
+    /// stop's doing (the stop's SIGTERM or SIGKILL ended it; the stop merely had not polled
+    /// yet), so its removal note says [`RemovalCause::Stopped`].
     pub async fn prune_session(&self, session_id: &str) -> Result<PruneOutcome, RegistryError> {
         let record = self.record(session_id).await?;
         let id = session_id.to_owned();
+        let notes = self.removals.clone();
+        let stops = Arc::clone(&self.stopping);
         blocking(move || match running::process_state(&record) {
-            ProcessState::Gone { reason } => match unlink_gone(&record, &reason)? {
-                Pruned::Removed => Ok(PruneOutcome::Pruned { reason }),
-                // Someone else removed or replaced it since it was read: nothing of ours went.
-                Pruned::AlreadyGone => Err(RegistryError::NotFound(id)),
-            },
+            ProcessState::Gone { reason } => {
+                let cause = if is_stopping(&stops, &id) {
+                    RemovalCause::Stopped
+                } else {
+                    RemovalCause::Pruned
+                };
+                match unlink_gone(&record, &reason, &notes, cause)? {
+                    Pruned::Removed => Ok(PruneOutcome::Pruned { reason }),
+                    // Someone else removed or replaced it since it was read: nothing of ours went.
+                    Pruned::AlreadyGone => Err(RegistryError::NotFound(id)),
+                }
+            }
             process => Ok(PruneOutcome::Kept { process }),
         })
         .await?
@@ -265,13 +418,15 @@ impl Registry {
     /// Prune every record whose process is gone, and every removable unreadable entry.
     pub async fn prune_all(&self) -> Result<PruneReport, RegistryError> {
         let dir = self.dir.clone();
+        let notes = self.removals.clone();
         blocking(move || {
             running::recover_quarantined(&dir)?;
             let scan = running::scan(&dir)?;
             let mut report = PruneReport::default();
             for record in &scan.records {
                 if let ProcessState::Gone { reason } = running::process_state(record)
-                    && unlink_gone(record, &reason)? == Pruned::Removed
+                    && unlink_gone(record, &reason, &notes, RemovalCause::Pruned)?
+                        == Pruned::Removed
                 {
                     report.pruned.push((record.session_id.clone(), reason));
                 }
@@ -291,7 +446,9 @@ impl Registry {
         kind: SignalKind,
     ) -> Result<SignalReport, RegistryError> {
         let record = self.record(session_id).await?;
-        let outcome = self.signal_record(&record, kind).await?;
+        let outcome = self
+            .signal_record(&record, kind, RemovalCause::Pruned)
+            .await?;
         Ok(SignalReport { outcome, record })
     }
 
@@ -321,7 +478,10 @@ impl Registry {
             record: record.clone(),
             waited: started.elapsed(),
         };
-        match self.signal_record(&record, first).await? {
+        match self
+            .signal_record(&record, first, RemovalCause::Pruned)
+            .await?
+        {
             SignalOutcome::Sent => {}
             SignalOutcome::AlreadyGone { .. } => return Ok(report(StopOutcome::AlreadyGone)),
             SignalOutcome::Refused { reason } => {
@@ -338,7 +498,10 @@ impl Registry {
             }));
         }
         if first == SignalKind::Term {
-            match self.signal_record(&record, SignalKind::Kill).await? {
+            match self
+                .signal_record(&record, SignalKind::Kill, RemovalCause::Stopped)
+                .await?
+            {
                 // Gone between the last poll and the SIGKILL: SIGTERM did it.
                 SignalOutcome::AlreadyGone { .. } => {
                     return Ok(report(StopOutcome::Stopped {
@@ -399,17 +562,19 @@ impl Registry {
         Arc::clone(locks.entry(session_id.to_owned()).or_default())
     }
 
-    /// Signal and, on `AlreadyGone`, prune: the kernel's ESRCH is evidence.
+    /// Signal and, on `AlreadyGone`, prune (noting `cause`): the kernel's ESRCH is evidence.
     async fn signal_record(
         &self,
         record: &RunningRecord,
         kind: SignalKind,
+        cause: RemovalCause,
     ) -> Result<SignalOutcome, RegistryError> {
         let record = record.clone();
+        let notes = self.removals.clone();
         blocking(move || {
             let outcome = send_signal(&record, kind);
             if let SignalOutcome::AlreadyGone { reason } = &outcome {
-                prune_after_the_fact(&record, reason);
+                prune_after_the_fact(&record, reason, &notes, cause);
             }
             Ok(outcome)
         })
@@ -425,9 +590,10 @@ impl Registry {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let probe = record.clone();
+            let notes = self.removals.clone();
             let gone = blocking(move || match running::process_state(&probe) {
                 ProcessState::Gone { reason } => {
-                    prune_after_the_fact(&probe, &reason);
+                    prune_after_the_fact(&probe, &reason, &notes, RemovalCause::Stopped);
                     true
                 }
                 _ => false,
@@ -457,8 +623,13 @@ fn send_signal(record: &RunningRecord, kind: SignalKind) -> SignalOutcome {
 /// Prune a record whose process a signal or stop has just found gone. What the signal or stop
 /// did stands whether or not the file could be removed, so a failure is logged, not returned;
 /// the record stays and the next prune will find the same evidence.
-fn prune_after_the_fact(record: &RunningRecord, reason: &str) {
-    if let Err(error) = unlink_gone(record, reason) {
+fn prune_after_the_fact(
+    record: &RunningRecord,
+    reason: &str,
+    notes: &RemovalNotes,
+    cause: RemovalCause,
+) {
+    if let Err(error) = unlink_gone(record, reason, notes, cause) {
         tracing::warn!(
             session_id = %record.session_id,
             %error,
@@ -467,13 +638,23 @@ fn prune_after_the_fact(record: &RunningRecord, reason: &str) {
     }
 }
 
-fn unlink_gone(record: &RunningRecord, reason: &str) -> Result<Pruned, RunningError> {
-    running::prune(
+/// Unlink a record whose process is gone and, if this call removed it, note why.
+fn unlink_gone(
+    record: &RunningRecord,
+    reason: &str,
+    notes: &RemovalNotes,
+    cause: RemovalCause,
+) -> Result<Pruned, RunningError> {
+    let pruned = running::prune(
         record,
         &Liveness::Gone {
             reason: reason.to_owned(),
         },
-    )
+    )?;
+    if pruned == Pruned::Removed {
+        notes.note(&record.session_id, cause, reason);
+    }
+    Ok(pruned)
 }
 
 /// Run blocking work on tokio's blocking pool.

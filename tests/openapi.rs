@@ -60,6 +60,9 @@ fn spec_is_openapi_3_1_with_bearer_security_and_every_route() {
         ),
         ("/healthz", "get", vec!["200"]),
         ("/openapi.json", "get", vec!["200"]),
+        ("/", "get", vec!["200"]),
+        ("/dashboard.js", "get", vec!["200"]),
+        ("/dashboard.css", "get", vec!["200"]),
     ];
     for (path, method, statuses) in expected {
         let operation = &spec["paths"][path][method];
@@ -72,7 +75,10 @@ fn spec_is_openapi_3_1_with_bearer_security_and_every_route() {
             );
         }
         let secured = operation["security"].is_array();
-        let public = path == "/healthz" || path == "/openapi.json";
+        let public = matches!(
+            path,
+            "/healthz" | "/openapi.json" | "/" | "/dashboard.js" | "/dashboard.css"
+        );
         assert_eq!(secured, !public, "{method} {path}: security requirement");
     }
 }

@@ -11,8 +11,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    CARD_PATH, DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection, SleepingChild,
-    Zombie, refused_url, session_id, wrong_start_token,
+    CARD_PATH, CapsuleProcess, DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection,
+    SleepingChild, Zombie, refused_url, session_id, wrong_start_token,
 };
 use murmur_registry::running::{
     DoorProbe, Liveness, ProcessState, RunningRecord, reason_no_process, reason_pid_reused, verify,
@@ -56,6 +56,30 @@ async fn a_spec_card_naming_this_session_is_live() {
     assert_eq!(requests[0].path, CARD_PATH);
     assert_eq!(requests[0].header("a2a-version"), Some("1.0"));
     assert_eq!(requests[0].header("authorization"), None);
+}
+
+/// The capsule stand-in the end-to-end tests rely on: a separate process whose own doors
+/// answer for their own sessions, and which a SIGSTOP silences.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_capsule_process_is_live_on_every_door_and_silent_when_stopped() {
+    let capsule = CapsuleProcess::spawn(&[session_id(), session_id()]);
+    let records: Vec<RunningRecord> = capsule.records().iter().map(RecordJson::parse).collect();
+    for verdict in verify_many(&records, &quick_probe()).await {
+        assert_eq!(verdict.liveness, Liveness::Live);
+    }
+    // Another door of the same process answers for the other session, not this one.
+    let crossed = RecordJson::new(&records[0].session_id)
+        .process(capsule.pid(), &records[0].process_start)
+        .url(records[1].url.clone().expect("a door"))
+        .parse();
+    assert!(unreachable_reason(&verify(&crossed, &quick_probe()).await).contains("not this one"));
+
+    capsule.send_signal(19); // SIGSTOP
+    let frozen = verify_verdict(&records[0], &quick_probe()).await;
+    assert_eq!(frozen.process, ProcessState::Alive);
+    assert!(unreachable_reason(&frozen.liveness).contains("did not answer"));
+    capsule.send_signal(18); // SIGCONT
+    assert_eq!(verify(&records[0], &quick_probe()).await, Liveness::Live);
 }
 
 #[tokio::test(flavor = "multi_thread")]

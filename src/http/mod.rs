@@ -6,12 +6,15 @@
 //! - Layer order, outermost first: credentials headers are marked sensitive before the trace
 //!   layer (which logs only method, path, status and latency, never a query or a header); the
 //!   Host/Origin gate answers 403 before any other work; error responses are reshaped into
-//!   problems; the bearer check guards every route but `/healthz` and `/openapi.json`.
+//!   problems; the bearer check guards every route but `/healthz`, `/openapi.json` and the
+//!   dashboard's static files (`/`, `/dashboard.js`, `/dashboard.css`), which carry no data.
 //! - Nothing here touches `/proc` or the running directory itself: all of that goes through
 //!   [`crate::registry::Registry`].
 
 pub mod auth;
+pub mod dashboard;
 pub mod error;
+pub mod events;
 pub mod server;
 pub mod sessions;
 
@@ -33,6 +36,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::monitor::Monitor;
 use crate::registry::Registry;
 use crate::token::TokenStore;
 use auth::HostPolicy;
@@ -42,7 +46,8 @@ pub use server::{ServeLimits, serve_router};
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
-/// What every handler shares: the registry, the token, and the Host/Origin policy.
+/// What every handler shares: the registry, its live view, the token, and the Host/Origin
+/// policy.
 #[derive(Debug, Clone)]
 pub struct AppState {
     inner: Arc<Shared>,
@@ -50,7 +55,8 @@ pub struct AppState {
 
 #[derive(Debug)]
 struct Shared {
-    registry: Registry,
+    registry: Arc<Registry>,
+    events: Monitor,
     tokens: TokenStore,
     hosts: HostPolicy,
     cors_origins: Vec<String>,
@@ -68,8 +74,10 @@ impl AppState {
         allow_hosts: &[String],
         allow_origins: &[String],
     ) -> Self {
+        let registry = Arc::new(registry);
         Self {
             inner: Arc::new(Shared {
+                events: Monitor::new(Arc::clone(&registry)),
                 registry,
                 tokens,
                 hosts: HostPolicy::new(bound, allow_hosts, allow_origins),
@@ -81,6 +89,11 @@ impl AppState {
     /// The registry.
     pub fn registry(&self) -> &Registry {
         &self.inner.registry
+    }
+
+    /// The live view behind `/events` (idle until someone listens).
+    pub fn events(&self) -> &Monitor {
+        &self.inner.events
     }
 
     /// The token store.
@@ -99,16 +112,25 @@ impl AppState {
     info(
         title = "murmur-registry",
         description = "The verified registry of running murmur capsules on this machine.\n\n\
-            Every route but `/healthz` and `/openapi.json` needs `Authorization: Bearer <token>`; \
+            Every route but `/healthz`, `/openapi.json` and the dashboard's static files needs \
+            `Authorization: Bearer <token>`; \
             the token is in `~/.murmur/registry/token` (see `murmur-registry token`). \
             Errors are RFC 9457 `application/problem+json`.",
         license(name = "MIT OR Apache-2.0"),
     ),
     servers((url = "http://127.0.0.1:7420", description = "the default loopback bind")),
     modifiers(&BearerScheme),
+    components(schemas(
+        events::SessionAdded,
+        events::SessionChanged,
+        events::SessionRemoved,
+        events::RemovalReason,
+    )),
     tags(
         (name = sessions::TAG, description = "Running capsule sessions, verified in three layers"),
+        (name = events::TAG, description = "The live view: every change to the verified picture, pushed"),
         (name = "service", description = "The registry itself"),
+        (name = dashboard::TAG, description = "The browser dashboard: static files embedded in the binary, served without a token"),
     )
 )]
 struct ApiDoc;
@@ -134,12 +156,17 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::get_liveness))
         .routes(routes!(sessions::signal_session))
         .routes(routes!(sessions::stop_session))
+        .routes(routes!(sessions::get_card))
+        .routes(routes!(events::events))
 }
 
 fn public_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(healthz))
         .routes(routes!(openapi_json))
+        .routes(routes!(dashboard::dashboard_page))
+        .routes(routes!(dashboard::dashboard_script))
+        .routes(routes!(dashboard::dashboard_style))
 }
 
 /// The OpenAPI 3.1 document, generated from the handlers.
@@ -217,6 +244,8 @@ pub fn app(state: AppState) -> Router {
 
 /// Serve `app(state)` on `listener` with the default [`ServeLimits`] until `shutdown`
 /// resolves, then finish in-flight requests.
+///
+/// Event streams end when `shutdown` resolves: they would otherwise never finish.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -226,13 +255,19 @@ pub async fn serve(
 }
 
 /// [`serve`] under the given limits (header and request timeouts, connection and in-flight
-/// caps, shutdown grace); see [`server`] for what each one guarantees.
+/// caps, shutdown grace); see [`server`] for what each one guarantees. Event streams end
+/// when `shutdown` resolves.
 pub async fn serve_with(
     listener: TcpListener,
     state: AppState,
     limits: ServeLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let events = state.events().clone();
+    let shutdown = async move {
+        shutdown.await;
+        events.close();
+    };
     server::serve_router(listener, app(state), limits, shutdown).await
 }
 

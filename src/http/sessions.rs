@@ -23,8 +23,8 @@ use axum::extract::rejection::JsonRejection;
 use axum::response::{IntoResponse, Response};
 
 use crate::registry::{
-    DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, PruneOutcome, Reading, RegistryError, SignalKind,
-    StopOutcome,
+    CardRefusal, DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, PruneOutcome, Reading, RegistryError,
+    SignalKind, StopOutcome,
 };
 use crate::running::{Liveness, ProcessState, SignalOutcome, is_valid_session_id};
 
@@ -832,4 +832,91 @@ pub async fn stop_session(
                 .into())
         }
     }
+}
+
+/// The agent card a live session's door serves, exactly as the door answered it (secrets of
+/// the record redacted, should the door echo one).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(value_type = Object, example = json!({
+    "protocolVersion": "1.0",
+    "name": "researcher",
+    "version": "0.3.1",
+    "capabilities": {"extensions": [{
+        "uri": "https://docs.murmur.nexus/reference/agent-card/#murmur-capsule-v1",
+        "params": {"sessionId": EXAMPLE_ID}
+    }]}
+}))]
+pub struct AgentCard(serde_json::Value);
+
+/// Why a session has no card: what the layers said.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CardRefusalMembers {
+    /// The session.
+    pub session_id: String,
+    /// All three layers' verdict (`live` for a session without a door).
+    pub state: SessionState,
+    /// Layers 1–2 alone.
+    pub process: ProcessStatus,
+    /// Why there is no card.
+    pub reason: String,
+}
+
+/// A card refusal as the client sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CardProblem {
+    #[serde(flatten)]
+    problem: Problem,
+    #[serde(flatten)]
+    members: CardRefusalMembers,
+}
+
+/// The agent card of a live session, for peers that want to talk to it.
+///
+/// Fetched from the session's door through the same probe that verifies it (the extended card
+/// for an authenticated door), so the card is proven to name this session. The registry adds
+/// no credential: to talk to an authenticated door, a peer needs its own.
+#[utoipa::path(
+    get, path = "/sessions/{id}/card", tag = TAG,
+    params(SessionPath),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The card the live door serves", body = AgentCard),
+        (status = 409, description = "The session is not live, or has no door", body = CardProblem, content_type = "application/problem+json"),
+        SessionProblems,
+        GateProblems,
+    )
+)]
+pub async fn get_card(
+    State(state): State<AppState>,
+    Path(SessionPath { id }): Path<SessionPath>,
+) -> Result<Json<AgentCard>, ApiError> {
+    valid_id(&id)?;
+    let refusal = match state.registry().card(&id).await? {
+        Ok(card) => return Ok(Json(AgentCard(card))),
+        Err(refusal) => refusal,
+    };
+    let members = match refusal {
+        CardRefusal::NoDoor => CardRefusalMembers {
+            session_id: id,
+            state: SessionState::Live,
+            process: ProcessStatus::Alive,
+            reason: "the session has no door (its record names no url), so it has no card"
+                .to_owned(),
+        },
+        CardRefusal::NotLive { liveness, process } => CardRefusalMembers {
+            session_id: id,
+            state: SessionState::from(&liveness),
+            process: ProcessStatus::from(&process),
+            reason: liveness
+                .reason()
+                .unwrap_or("the session is not live")
+                .to_owned(),
+        },
+    };
+    let detail = format!("no card: {}", members.reason);
+    Err(
+        Problem::new(StatusCode::CONFLICT, "session-not-live", detail)
+            .with_members(&members)
+            .into(),
+    )
 }

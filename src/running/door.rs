@@ -178,10 +178,26 @@ impl DoorProbe {
     pub async fn probe(&self, record: &RunningRecord) -> Result<(), String> {
         self.probe_unredacted(record)
             .await
+            .map(drop)
             .map_err(|reason| redact_secrets(reason, record))
     }
 
-    async fn probe_unredacted(&self, record: &RunningRecord) -> Result<(), String> {
+    /// Probe like [`DoorProbe::probe`] and answer the card that named the session.
+    ///
+    /// For an authenticated door that is the extended card. Every string in it that contains
+    /// one of the record's secrets has the secret replaced by `[redacted]` (a door may echo
+    /// its token), so the card can be shown to anyone allowed to list sessions.
+    pub async fn card(&self, record: &RunningRecord) -> Result<Value, String> {
+        match self.probe_unredacted(record).await {
+            Ok(mut card) => {
+                redact_secrets_in(&mut card, record);
+                Ok(card)
+            }
+            Err(reason) => Err(redact_secrets(reason, record)),
+        }
+    }
+
+    async fn probe_unredacted(&self, record: &RunningRecord) -> Result<Value, String> {
         let Some(url) = record.url.as_deref() else {
             return Err("the record names no door".to_owned());
         };
@@ -218,15 +234,15 @@ impl DoorProbe {
             )
         })?
         .map_err(|e| format!("door at {url} {e}"))?;
-        let card: Value = serde_json::from_slice(&body)
+        let answer: Value = serde_json::from_slice(&body)
             .map_err(|_| format!("door at {url} answered something that is not JSON"))?;
         let card = if record.door_token.is_some() {
-            extended_card(&card).map_err(|e| format!("door at {url} {e}"))?
+            extended_card(answer).map_err(|e| format!("door at {url} {e}"))?
         } else {
-            &card
+            answer
         };
-        match session_id_of(card) {
-            Some(id) if id == record.session_id => Ok(()),
+        match session_id_of(&card) {
+            Some(id) if id == record.session_id => Ok(card),
             Some(id) => Err(format!(
                 "door at {url} answers for session {}, not this one",
                 quote_briefly(&redact_secrets(id.to_owned(), record))
@@ -351,8 +367,37 @@ fn redact_secrets(mut reason: String, record: &RunningRecord) -> String {
     reason
 }
 
+/// Replace every secret of `record` inside every string (keys included) of `value`.
+fn redact_secrets_in(value: &mut Value, record: &RunningRecord) {
+    let has_secret = |text: &str| {
+        record
+            .door_token
+            .iter()
+            .chain(record.credentials.values())
+            .any(|secret| !secret.expose().is_empty() && text.contains(secret.expose()))
+    };
+    match value {
+        Value::String(text) if has_secret(text) => {
+            *text = redact_secrets(std::mem::take(text), record);
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_secrets_in(v, record)),
+        Value::Object(members) => {
+            if members.keys().any(|k| has_secret(k)) {
+                *members = std::mem::take(members)
+                    .into_iter()
+                    .map(|(k, v)| (redact_secrets(k, record), v))
+                    .collect();
+            }
+            members
+                .values_mut()
+                .for_each(|v| redact_secrets_in(v, record));
+        }
+        _ => {}
+    }
+}
+
 /// The card inside a JSON-RPC answer to `GetExtendedAgentCard`.
-fn extended_card(answer: &Value) -> Result<&Value, String> {
+fn extended_card(mut answer: Value) -> Result<Value, String> {
     if let Some(error) = answer.get("error") {
         // The door's own message is not quoted: it may echo what it was sent.
         return Err(match error.get("code").and_then(Value::as_i64) {
@@ -361,8 +406,9 @@ fn extended_card(answer: &Value) -> Result<&Value, String> {
         });
     }
     answer
-        .get("result")
+        .get_mut("result")
         .filter(|r| r.is_object())
+        .map(Value::take)
         .ok_or_else(|| "answered JSON-RPC without a card in `result`".to_owned())
 }
 

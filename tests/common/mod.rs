@@ -15,7 +15,8 @@
 //!   [`ZombieLeader`] (a live process whose main thread has exited: its leader shows `Z` while
 //!   another thread runs), [`UidFlippingChild`] (uid 65534 may SIGTERM it, and nothing after),
 //!   [`ExitedChild`] (a child that exited and was reaped: its pid is free),
-//!   [`Zombie`] (a child that exited and is not reaped yet). Every pid a record names in the
+//!   [`Zombie`] (a child that exited and is not reaped yet), [`CapsuleProcess`] (a real
+//!   `python3` process serving a door for each of its sessions, as `mur` does). Every pid a record names in the
 //!   tests is one of these or the test process itself, so nothing else on the machine can ever
 //!   be signalled.
 //! - **Doors**: [`DoorServer`] serves a hand-written HTTP/1.1 door on `127.0.0.1:0` in one of the
@@ -491,6 +492,106 @@ impl TermIgnoringChild {
 pub fn python_child(script: &str) -> SleepingChild {
     SleepingChild {
         child: spawn_quiet("python3", &["-c", script]),
+    }
+}
+
+/// A real capsule stand-in: one `python3` process (`tests/common/capsule.py`) serving an A2A
+/// v1.0 card for each of its sessions, each on its own `127.0.0.1` port, like `mur`'s doors.
+/// Ready once every door listens (the script says so on stdout). Killed and reaped on drop.
+///
+/// SIGSTOP freezes every door (the kernel still accepts connections, nothing answers) and
+/// SIGCONT thaws them, which is how a stopped capsule looks from outside.
+pub struct CapsuleProcess {
+    child: SleepingChild,
+    doors: Vec<(String, String)>,
+}
+
+impl CapsuleProcess {
+    /// A capsule process holding one door for each of `session_ids`.
+    pub fn spawn(session_ids: &[String]) -> Self {
+        use std::io::BufRead;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/capsule.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(session_ids)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn python3 {script}: {e}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        // Owned before the wait, so a capsule that never gets ready is still killed and reaped.
+        let child = SleepingChild { child };
+        let count = session_ids.len();
+        let doors = within("the capsule's doors listen", DEADLINE, move || {
+            let mut doors = Vec::new();
+            for line in std::io::BufReader::new(stdout).lines().take(count) {
+                let line = line.expect("read the capsule's stdout");
+                let (session_id, port) = line.split_once(' ').expect("\"<session_id> <port>\"");
+                doors.push((session_id.to_owned(), format!("127.0.0.1:{port}")));
+            }
+            doors
+        });
+        assert_eq!(doors.len(), session_ids.len(), "one door per session");
+        Self { child, doors }
+    }
+
+    /// A capsule process with one door, for a fresh session id.
+    pub fn single() -> Self {
+        Self::spawn(&[session_id()])
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// The session id of the first door.
+    pub fn session_id(&self) -> String {
+        self.doors[0].0.clone()
+    }
+
+    /// The `host:port` of the first door.
+    pub fn url(&self) -> String {
+        self.doors[0].1.clone()
+    }
+
+    /// The record `mur` would write for the first door: this process, its real start token,
+    /// the door's address.
+    pub fn record(&self) -> RecordJson {
+        self.records().remove(0)
+    }
+
+    /// One record per door, in the order the session ids were given.
+    pub fn records(&self) -> Vec<RecordJson> {
+        let token = self.child.start_token();
+        self.doors
+            .iter()
+            .map(|(session_id, url)| {
+                RecordJson::new(session_id)
+                    .process(self.pid(), &token)
+                    .url(url.clone())
+            })
+            .collect()
+    }
+
+    /// Send `signo` to the capsule process (the test's own doing, not the registry's).
+    pub fn send_signal(&self, signo: i32) {
+        let status = Command::new("kill")
+            .arg(format!("-{signo}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signo} {}", self.pid());
+    }
+
+    /// Whether the process has not exited (see [`SleepingChild::is_running`]).
+    pub fn is_running(&mut self) -> bool {
+        self.child.is_running()
+    }
+
+    /// Reap the process once it exits, failing the test if it has not within `deadline`.
+    pub fn wait_exit(&mut self, deadline: Duration) -> ExitStatus {
+        self.child.wait_exit(deadline)
     }
 }
 

@@ -1,0 +1,788 @@
+//! The live view of the running directory: one filesystem watch and one verification loop that
+//! keep a verified picture current and publish every change as an [`Event`], for any number of
+//! listeners (the `/events` stream is its only client today).
+//!
+//! Invariants kept here:
+//! - **One loop, however many listeners.** A listener costs a broadcast receiver, never a scan
+//!   or a probe. The loop runs while at least one listener is subscribed and stops after the
+//!   last one leaves, so an idle registry probes nothing.
+//! - **No gap, no repeat.** A listener's snapshot and its receiver are taken under the lock the
+//!   loop publishes under, so it gets every event after the snapshot and none before it.
+//! - **Ids only grow.** Event ids increase by one per event for the life of the process; a
+//!   snapshot carries the id of the last event it includes.
+//! - **Verdicts are complete.** A session is announced (`added`) only with a three-layer verdict;
+//!   a record still waiting for its first probe is not in the picture yet.
+//! - **Removal on evidence only.** A record whose process layers 1–2 find gone is reported
+//!   `changed` to gone, then pruned through [`Registry::prune_session`] (which re-reads the
+//!   evidence and the file itself) and reported `removed`. A directory that cannot be read is
+//!   never evidence that its sessions ended: the picture is kept as it was.
+//! - **Bounded memory.** Events go through a fixed-size ring; a listener that falls more than
+//!   [`EVENT_BUFFER`] events behind is dropped (it reconnects and gets a fresh snapshot).
+//! - **Stale answers are dropped.** A probe's verdict is applied only if the record it probed is
+//!   still the one on disk and its process was not found gone in the meantime.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Duration;
+
+use notify::Watcher;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::registry::{PruneOutcome, Reading, Registry, RegistryError, RemovalCause};
+use crate::running::{Liveness, ProcessState, RunningRecord, Unreadable, UnreadableEntry};
+
+/// How often every session is re-verified when nothing else asks for it (the default).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
+/// The shortest interval accepted: a shorter one would turn the loop into a busy wait.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
+/// How many events a listener may fall behind before it is dropped.
+pub const EVENT_BUFFER: usize = 1024;
+
+/// One change in the picture.
+#[derive(Debug)]
+pub struct Event {
+    /// Increases by one per event, for the life of the process.
+    pub id: u64,
+    /// What changed.
+    pub kind: EventKind,
+    encoded: OnceLock<String>,
+}
+
+impl Event {
+    /// The event's wire form, made by `encode` on first use and shared by every listener after,
+    /// so a hundred listeners cost one encoding.
+    pub fn encoded(&self, encode: impl FnOnce(&EventKind) -> String) -> &str {
+        self.encoded.get_or_init(|| encode(&self.kind))
+    }
+}
+
+/// What an [`Event`] says.
+#[derive(Debug, Clone)]
+pub enum EventKind {
+    /// A session entered the picture, with its first complete verdict.
+    Added(Reading),
+    /// A session's verdict moved (its state, or what layers 1–2 say).
+    Changed {
+        /// The verdict before.
+        old: Liveness,
+        /// The session as it is now.
+        now: Reading,
+    },
+    /// A session left the picture.
+    Removed {
+        /// The session.
+        session_id: String,
+        /// Why.
+        because: RemovedBecause,
+        /// The evidence, when there is some (e.g. "no process holds pid 4242").
+        detail: Option<String>,
+    },
+}
+
+impl EventKind {
+    /// The session the event is about.
+    pub fn session_id(&self) -> &str {
+        match self {
+            Self::Added(reading) | Self::Changed { now: reading, .. } => &reading.record.session_id,
+            Self::Removed { session_id, .. } => session_id,
+        }
+    }
+}
+
+/// Why a session left the picture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemovedBecause {
+    /// The registry pruned its record: the process is gone.
+    Pruned,
+    /// The registry stopped it, and its record went with it.
+    Stopped,
+    /// Its record file disappeared, removed by someone else (murmur itself on a clean exit).
+    RecordRemoved,
+    /// Its record file is still there but no longer a valid record.
+    Unreadable,
+}
+
+impl RemovedBecause {
+    /// The word on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pruned => "pruned",
+            Self::Stopped => "stopped",
+            Self::RecordRemoved => "record_removed",
+            Self::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// The whole picture at one moment, for a listener that just arrived.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The id of the last event the snapshot includes (0 before any event).
+    pub id: u64,
+    /// Every verified session, newest first.
+    pub readings: Arc<[Reading]>,
+    /// How many entries of the directory are not valid records.
+    pub unreadable: usize,
+    encoded: Arc<OnceLock<String>>,
+}
+
+impl Snapshot {
+    /// The snapshot's wire form, made once per picture however many listeners receive it.
+    pub fn encoded(&self, encode: impl FnOnce(&Snapshot) -> String) -> &str {
+        self.encoded.get_or_init(|| encode(self))
+    }
+}
+
+/// Why a listener could not be given a picture.
+#[derive(Debug, thiserror::Error)]
+pub enum SubscribeError {
+    /// The running directory could not be read for the first picture.
+    #[error("the running directory cannot be read: {0}")]
+    Unavailable(String),
+    /// The monitor is shutting down.
+    #[error("the registry is shutting down")]
+    Closing,
+}
+
+/// A listener's view: the picture now, then every change after it.
+#[derive(Debug)]
+pub struct Subscription {
+    /// The picture at the moment of subscribing.
+    pub snapshot: Snapshot,
+    /// Every event after the snapshot. `Lagged` means the listener fell behind and must be
+    /// dropped; `Closed` means the monitor stopped.
+    pub events: broadcast::Receiver<Arc<Event>>,
+    /// Becomes `true` when the registry shuts down: the listener must end.
+    pub closing: watch::Receiver<bool>,
+    _listener: ListenerGuard,
+}
+
+/// The live view over one registry. Cheap to clone; clones share the loop.
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    registry: Arc<Registry>,
+    events: broadcast::Sender<Arc<Event>>,
+    state: Mutex<Picture>,
+    /// Bumped whenever the loop starts, finishes its first pass, or stops, so subscribers
+    /// waiting for a first picture wake up.
+    progress: watch::Sender<u64>,
+    closing: watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+struct Picture {
+    interval: Option<Duration>,
+    next_id: u64,
+    sessions: BTreeMap<String, Reading>,
+    unreadable: usize,
+    listeners: usize,
+    running: bool,
+    ready: bool,
+    failure: Option<String>,
+    snapshot: Option<Snapshot>,
+}
+
+impl Monitor {
+    /// A monitor over `registry`, not running until someone subscribes.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        Self {
+            shared: Arc::new(Shared {
+                registry,
+                events,
+                state: Mutex::new(Picture {
+                    next_id: 1,
+                    ..Picture::default()
+                }),
+                progress: watch::Sender::new(0),
+                closing: watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// Set how often every session is re-verified (at least [`MIN_INTERVAL`]); applies from
+    /// the next time the loop starts.
+    pub fn set_interval(&self, interval: Duration) {
+        self.shared.lock().interval = Some(interval.max(MIN_INTERVAL));
+    }
+
+    /// The re-verification interval.
+    pub fn interval(&self) -> Duration {
+        self.shared.lock().interval.unwrap_or(DEFAULT_INTERVAL)
+    }
+
+    /// Start listening: the picture now and every change after it.
+    ///
+    /// Starts the loop if it is not running, and waits for its first complete picture (at most
+    /// as long as the slowest door's deadlines).
+    pub async fn subscribe(&self) -> Result<Subscription, SubscribeError> {
+        let guard = ListenerGuard::new(&self.shared);
+        let mut progress = self.shared.progress.subscribe();
+        loop {
+            if *self.shared.closing.borrow() {
+                return Err(SubscribeError::Closing);
+            }
+            {
+                let mut picture = self.shared.lock();
+                if picture.running && picture.ready {
+                    let events = self.shared.events.subscribe();
+                    let snapshot = picture.snapshot();
+                    return Ok(Subscription {
+                        snapshot,
+                        events,
+                        closing: self.shared.closing.subscribe(),
+                        _listener: guard,
+                    });
+                }
+                if !picture.running {
+                    if let Some(failure) = picture.failure.take() {
+                        return Err(SubscribeError::Unavailable(failure));
+                    }
+                    picture.running = true;
+                    picture.ready = false;
+                    let shared = Arc::clone(&self.shared);
+                    tokio::spawn(run(shared));
+                }
+            }
+            if progress.changed().await.is_err() {
+                return Err(SubscribeError::Closing);
+            }
+        }
+    }
+
+    /// Stop the loop and end every listener's stream (for a graceful shutdown: an open event
+    /// stream would otherwise keep its connection, and the server, alive).
+    pub fn close(&self) {
+        self.shared.closing.send_replace(true);
+    }
+
+    /// How many listeners are subscribed (or waiting for their first picture).
+    pub fn listeners(&self) -> usize {
+        self.shared.lock().listeners
+    }
+
+    /// Whether the verification loop is running.
+    pub fn is_running(&self) -> bool {
+        self.shared.lock().running
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Picture> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Record `kind` under the lock and send it to every listener.
+    fn publish(&self, picture: &mut Picture, kind: EventKind) {
+        let id = picture.next_id;
+        picture.next_id += 1;
+        picture.snapshot = None;
+        tracing::debug!(id, session_id = kind.session_id(), "event");
+        // No receiver is not an error: the loop runs for listeners that may all just have left.
+        let _ = self.events.send(Arc::new(Event {
+            id,
+            kind,
+            encoded: OnceLock::new(),
+        }));
+    }
+
+    fn bump_progress(&self) {
+        self.progress.send_modify(|n| *n += 1);
+    }
+
+    /// Mark the loop stopped and forget its picture; the next loop builds a fresh one.
+    fn stop(&self, picture: &mut Picture) {
+        picture.running = false;
+        picture.ready = false;
+        picture.sessions.clear();
+        picture.snapshot = None;
+        self.bump_progress();
+    }
+}
+
+impl Picture {
+    fn snapshot(&mut self) -> Snapshot {
+        if let Some(snapshot) = &self.snapshot {
+            return snapshot.clone();
+        }
+        let snapshot = Snapshot {
+            id: self.next_id - 1,
+            readings: self.sessions.values().rev().cloned().collect(),
+            unreadable: self.unreadable,
+            encoded: Arc::default(),
+        };
+        self.snapshot = Some(snapshot.clone());
+        snapshot
+    }
+}
+
+/// Counts a listener from the moment it asks until its subscription is dropped.
+#[derive(Debug)]
+struct ListenerGuard {
+    shared: Arc<Shared>,
+}
+
+impl ListenerGuard {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.lock().listeners += 1;
+        Self {
+            shared: Arc::clone(shared),
+        }
+    }
+}
+
+impl Drop for ListenerGuard {
+    fn drop(&mut self) {
+        self.shared.lock().listeners -= 1;
+    }
+}
+
+/// A probe's answer: the record that was probed and what the three layers said of it.
+type ProbeAnswer = (RunningRecord, Reading);
+
+/// The loop's own bookkeeping, beside the shared picture.
+struct Looper {
+    shared: Arc<Shared>,
+    /// The record on disk for every session seen by the last scan (probed or not).
+    on_disk: HashMap<String, RunningRecord>,
+    /// The record each in-flight probe is probing, by session.
+    probing: HashMap<String, RunningRecord>,
+    probes: JoinSet<ProbeAnswer>,
+    watch: Option<DirectoryWatch>,
+    changes: mpsc::Receiver<()>,
+    changes_sender: mpsc::Sender<()>,
+}
+
+/// The verification loop: a first picture, then a pass on every tick and every change the
+/// watch reports, until the last listener leaves or the registry shuts down.
+async fn run(shared: Arc<Shared>) {
+    let (changes_sender, changes) = mpsc::channel(1);
+    let mut looper = Looper {
+        shared: Arc::clone(&shared),
+        on_disk: HashMap::new(),
+        probing: HashMap::new(),
+        probes: JoinSet::new(),
+        watch: None,
+        changes,
+        changes_sender,
+    };
+    let interval = shared.lock().interval.unwrap_or(DEFAULT_INTERVAL);
+    let mut closing = shared.closing.subscribe();
+    looper.rewatch();
+    let first = tokio::select! {
+        first = looper.first_picture() => first,
+        () = closed(&mut closing) => Err("the registry is shutting down".to_owned()),
+    };
+    {
+        let mut picture = shared.lock();
+        match first {
+            Ok(()) => picture.ready = true,
+            Err(failure) => {
+                picture.running = false;
+                picture.failure = Some(failure);
+                drop(picture);
+                shared.bump_progress();
+                return;
+            }
+        }
+    }
+    shared.bump_progress();
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = closed(&mut closing) => {
+                shared.stop(&mut shared.lock());
+                break;
+            }
+            _ = ticks.tick() => {
+                if looper.stop_if_nobody_listens() {
+                    break;
+                }
+                looper.pass(true).await;
+            }
+            Some(()) = looper.changes.recv() => looper.pass(false).await,
+            Some(joined) = looper.probes.join_next(), if !looper.probes.is_empty() => {
+                if let Ok(answer) = joined {
+                    looper.apply_probe(answer).await;
+                }
+            }
+        }
+    }
+    looper.probes.abort_all();
+}
+
+/// Resolves once the registry shuts down (or the monitor is gone).
+pub async fn closed(closing: &mut watch::Receiver<bool>) {
+    let _ = closing.wait_for(|closing| *closing).await;
+}
+
+impl Looper {
+    fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    /// Stop when the last listener has left. Decided and done under the lock a new listener
+    /// takes, so a newcomer either counts here or finds the loop stopped and starts another
+    /// (which this one, returning at once, cannot disturb).
+    fn stop_if_nobody_listens(&self) -> bool {
+        let mut picture = self.shared.lock();
+        if picture.listeners == 0 {
+            self.shared.stop(&mut picture);
+            return true;
+        }
+        false
+    }
+
+    /// (Re)start the directory watch when there is none or the directory was replaced.
+    fn rewatch(&mut self) {
+        let dir = self.registry().dir().to_path_buf();
+        let identity = directory_identity(&dir);
+        if let Some(watch) = &self.watch
+            && identity.is_some()
+            && watch.identity == identity
+        {
+            return;
+        }
+        self.watch = DirectoryWatch::start(&dir, identity, self.changes_sender.clone());
+    }
+
+    /// The first picture: every record, fully verified, published as the baseline without
+    /// events (listeners get it as their snapshot).
+    async fn first_picture(&mut self) -> Result<(), String> {
+        let scan = self.registry().scan().await.map_err(|e| e.to_string())?;
+        let records = scan.records.clone();
+        let readings = self.registry().verify_records(records, true).await;
+        let mut gone = Vec::new();
+        {
+            let mut picture = self.shared.lock();
+            picture.sessions.clear();
+            picture.snapshot = None;
+            picture.unreadable = scan.unreadable.len();
+            self.on_disk.clear();
+            for reading in readings {
+                let id = reading.record.session_id.clone();
+                self.on_disk.insert(id.clone(), reading.record.clone());
+                if matches!(reading.liveness, Some(Liveness::Gone { .. })) {
+                    gone.push(id.clone());
+                }
+                picture.sessions.insert(id, reading);
+            }
+        }
+        self.prune(gone).await;
+        Ok(())
+    }
+
+    /// One pass: scan, layers 1–2 for every record, verdicts for what they decide, probes for
+    /// the rest. `full` re-probes every door; otherwise only records not yet probed as they are.
+    async fn pass(&mut self, full: bool) {
+        if full {
+            self.rewatch();
+        }
+        let scan = match self.registry().scan().await {
+            Ok(scan) => scan,
+            Err(error) => {
+                // Not evidence that any session ended: keep the picture and try again.
+                tracing::warn!(%error, "cannot scan the running directory; keeping the last picture");
+                self.watch = None;
+                return;
+            }
+        };
+        // An entry removed between the listing and its reading fails to read for want of a
+        // file: that is a removal, not an unreadable record.
+        let vanished = vanished(self.registry().dir(), &scan.unreadable).await;
+        let unreadable_names: Vec<String> = scan
+            .unreadable
+            .iter()
+            .map(|u| u.file_name.clone())
+            .filter(|name| !vanished.contains(name))
+            .collect();
+        let readings = self
+            .registry()
+            .verify_records(scan.records.clone(), false)
+            .await;
+        let mut on_disk = HashMap::with_capacity(readings.len());
+        let mut gone = Vec::new();
+        let mut to_probe = Vec::new();
+        {
+            let mut picture = self.shared.lock();
+            if picture.unreadable != unreadable_names.len() {
+                picture.unreadable = unreadable_names.len();
+                picture.snapshot = None;
+            }
+            for mut reading in readings {
+                let id = reading.record.session_id.clone();
+                on_disk.insert(id.clone(), reading.record.clone());
+                if let (None, ProcessState::Unverified { reason }) =
+                    (&reading.liveness, &reading.process)
+                {
+                    // Layers 1–2 could not confirm the writer: no door can make it live.
+                    reading.liveness = Some(Liveness::Unreachable {
+                        reason: reason.clone(),
+                    });
+                }
+                match reading.liveness.as_ref().map(Liveness::as_str) {
+                    Some(state) => {
+                        if state == "gone" {
+                            gone.push(id.clone());
+                        }
+                        self.shared.apply(&mut picture, reading);
+                    }
+                    None => {
+                        let known = picture
+                            .sessions
+                            .get(&id)
+                            .is_some_and(|known| known.record == reading.record);
+                        let in_flight = self.probing.get(&id) == Some(&reading.record);
+                        if !in_flight && (full || !known) {
+                            to_probe.push(reading.record);
+                        }
+                    }
+                }
+            }
+            let left: Vec<String> = picture
+                .sessions
+                .keys()
+                .filter(|id| !on_disk.contains_key(*id))
+                .cloned()
+                .collect();
+            for id in left {
+                let because = match self.shared.registry.take_removal(&id) {
+                    Some(removal) => (
+                        match removal.cause {
+                            RemovalCause::Pruned => RemovedBecause::Pruned,
+                            RemovalCause::Stopped => RemovedBecause::Stopped,
+                        },
+                        Some(removal.evidence),
+                    ),
+                    None if unreadable_names.iter().any(|n| is_file_of(n, &id)) => {
+                        (RemovedBecause::Unreadable, None)
+                    }
+                    None => (RemovedBecause::RecordRemoved, None),
+                };
+                picture.sessions.remove(&id);
+                self.shared.publish(
+                    &mut picture,
+                    EventKind::Removed {
+                        session_id: id,
+                        because: because.0,
+                        detail: because.1,
+                    },
+                );
+            }
+        }
+        self.on_disk = on_disk;
+        for record in to_probe {
+            self.start_probe(record);
+        }
+        self.prune(gone).await;
+    }
+
+    fn start_probe(&mut self, record: RunningRecord) {
+        self.probing
+            .insert(record.session_id.clone(), record.clone());
+        let shared = Arc::clone(&self.shared);
+        self.probes.spawn(async move {
+            let reading = shared
+                .registry
+                .verify_records(vec![record.clone()], true)
+                .await
+                .pop()
+                .unwrap_or_else(|| Reading {
+                    record: record.clone(),
+                    process: ProcessState::Unverified {
+                        reason: "the verification did not run".to_owned(),
+                    },
+                    liveness: None,
+                });
+            (record, reading)
+        });
+    }
+
+    /// Apply a probe's verdict, unless the record changed or its process went since.
+    async fn apply_probe(&mut self, (record, reading): ProbeAnswer) {
+        if self.probing.get(&record.session_id) == Some(&record) {
+            self.probing.remove(&record.session_id);
+        }
+        if self.on_disk.get(&record.session_id) != Some(&record) || reading.liveness.is_none() {
+            return;
+        }
+        let gone = matches!(reading.liveness, Some(Liveness::Gone { .. }));
+        {
+            let mut picture = self.shared.lock();
+            let known_gone = picture
+                .sessions
+                .get(&record.session_id)
+                .is_some_and(|known| {
+                    known.record == record && matches!(known.liveness, Some(Liveness::Gone { .. }))
+                });
+            if known_gone {
+                return;
+            }
+            self.shared.apply(&mut picture, reading);
+        }
+        if gone {
+            self.prune(vec![record.session_id]).await;
+        }
+    }
+
+    /// Prune the records of `session_ids` on fresh evidence, and report each one removed.
+    async fn prune(&mut self, session_ids: Vec<String>) {
+        for id in session_ids {
+            match self.registry().prune_session(&id).await {
+                Ok(PruneOutcome::Pruned { reason }) => {
+                    // Ours: the note the registry left is for this very event, and names a
+                    // stop in progress whose process this prune found gone before it did.
+                    let because = match self.registry().take_removal(&id).map(|r| r.cause) {
+                        Some(RemovalCause::Stopped) => RemovedBecause::Stopped,
+                        Some(RemovalCause::Pruned) | None => RemovedBecause::Pruned,
+                    };
+                    self.on_disk.remove(&id);
+                    let mut picture = self.shared.lock();
+                    picture.sessions.remove(&id);
+                    self.shared.publish(
+                        &mut picture,
+                        EventKind::Removed {
+                            session_id: id,
+                            because,
+                            detail: Some(reason),
+                        },
+                    );
+                }
+                // Rewritten for a live process since, or removed by someone else: the next
+                // pass reports what is there.
+                Ok(PruneOutcome::Kept { .. }) | Err(RegistryError::NotFound(_)) => {}
+                Err(error) => {
+                    tracing::warn!(session_id = %id, %error, "cannot prune a gone session's record");
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Put `reading` in the picture: `added` when new, `changed` when its state or process
+    /// moved, silently otherwise (a reason reworded is not a change).
+    fn apply(&self, picture: &mut Picture, reading: Reading) {
+        let id = reading.record.session_id.clone();
+        let Some(liveness) = reading.liveness.clone() else {
+            return;
+        };
+        match picture.sessions.get(&id) {
+            None => {
+                picture.sessions.insert(id, reading.clone());
+                self.publish(picture, EventKind::Added(reading));
+            }
+            Some(known) => {
+                let old = known.liveness.clone().unwrap_or(Liveness::Unreachable {
+                    reason: "not verified".to_owned(),
+                });
+                let moved = std::mem::discriminant(&old) != std::mem::discriminant(&liveness)
+                    || std::mem::discriminant(&known.process)
+                        != std::mem::discriminant(&reading.process);
+                let same = known.record == reading.record && !moved;
+                picture.sessions.insert(id, reading.clone());
+                picture.snapshot = None;
+                if moved {
+                    self.publish(picture, EventKind::Changed { old, now: reading });
+                } else if !same {
+                    // The record was rewritten in place (same session, new fields): say so.
+                    self.publish(picture, EventKind::Changed { old, now: reading });
+                }
+            }
+        }
+    }
+}
+
+/// The names of the unreadable entries of a scan that failed to read because they no longer
+/// exist (checked off the async workers, and only for entries that failed to read at all).
+async fn vanished(dir: &Path, unreadable: &[UnreadableEntry]) -> HashSet<String> {
+    let failed: Vec<String> = unreadable
+        .iter()
+        .filter(|u| matches!(u.why, Unreadable::Io(_)))
+        .map(|u| u.file_name.clone())
+        .collect();
+    if failed.is_empty() {
+        return HashSet::new();
+    }
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        failed
+            .into_iter()
+            .filter(|name| {
+                matches!(std::fs::symlink_metadata(dir.join(name)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default()
+}
+
+/// Whether `file_name` is the record file of `session_id`.
+fn is_file_of(file_name: &str, session_id: &str) -> bool {
+    file_name
+        .strip_suffix(".json")
+        .is_some_and(|stem| stem == session_id)
+}
+
+/// The directory's device and inode, to notice it being replaced.
+fn directory_identity(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// An inotify watch on the running directory that nudges the loop when a record may have
+/// changed.
+struct DirectoryWatch {
+    identity: Option<(u64, u64)>,
+    _watcher: notify::RecommendedWatcher,
+}
+
+impl DirectoryWatch {
+    fn start(
+        dir: &Path,
+        identity: Option<(u64, u64)>,
+        nudge: mpsc::Sender<()>,
+    ) -> Option<DirectoryWatch> {
+        let handler = move |event: notify::Result<notify::Event>| {
+            let relevant = match &event {
+                Ok(event) => event.paths.iter().any(|p| names_a_record(p)) || event.need_rescan(),
+                Err(_) => true,
+            };
+            if relevant {
+                // Full means a pass is already due: one nudge covers any number of changes.
+                let _ = nudge.try_send(());
+            }
+        };
+        let started = notify::recommended_watcher(handler).and_then(|mut watcher| {
+            watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
+            Ok(watcher)
+        });
+        match started {
+            Ok(watcher) => Some(DirectoryWatch {
+                identity,
+                _watcher: watcher,
+            }),
+            Err(error) => {
+                // The periodic pass still sees every change, one interval later.
+                tracing::warn!(dir = %dir.display(), %error, "cannot watch the running directory");
+                None
+            }
+        }
+    }
+}
+
+fn names_a_record(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext == "json")
+}

@@ -1,0 +1,926 @@
+//! The dashboard in a real browser: headless Chromium, driven through chromedriver with the
+//! W3C WebDriver protocol (JSON over HTTP, spoken here with `reqwest`), against the real
+//! `murmur-registry serve` binary and real capsule processes.
+//!
+//! One test walks what a person does, and checks what they would see:
+//! - (first, the page's stream parser fed chunks cut at awkward places);
+//! - the page asks for the token; a wrong one is refused with a clear message and not kept;
+//! - the right one (typed, then Enter) shows the sessions live from `/events`: a real capsule
+//!   whose door answers (`live`), a script capsule without a door (`live`), a process whose
+//!   door does not answer (`unreachable`), each with its state in words, the capsule, the door
+//!   and a ticking uptime; the token is in `sessionStorage` and nowhere else, and survives a
+//!   reload;
+//! - the state filter; a narrow (360 px) window without sideways scrolling;
+//! - a capsule name that is markup shows as text;
+//! - Kill, then Escape: nothing happens; Stop, confirmed with the keyboard: the capsule process
+//!   really ends, the outcome is shown and the row goes; Kill, confirmed with the mouse: the
+//!   process dies of SIGKILL and its row goes when the registry finds it gone;
+//! - the registry killed: the page says it is unreachable and reconnecting; the registry back
+//!   on the same port: the page reconnects by itself.
+//!
+//! Screenshots go to `target/browser/` (`dashboard.png`, `dashboard-narrow.png`; `failure.png`
+//! when a wait gives up). Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's
+//! `chromium` and `chromium-driver`; `.ci/run` installs them).
+//!
+//! Synchronisation is by polling the DOM (or the process) under a deadline, never by sleeping.
+//! chromedriver runs in its own process group; on drop (also when the test fails) the group
+//! and every process still using this test's browser profile are killed.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::binary::{Home, User, drain, registry};
+use common::{CapsuleProcess, SleepingChild};
+use rustix::process::{Pid, Signal};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+const INSTALL_HINT: &str = "install them with `apt-get install -y chromium chromium-driver` \
+    (Debian packages; .ci/run does this)";
+
+/// The upper bound for anything the browser is waited on for. Generous: Chromium on a loaded
+/// two-core machine can take seconds to start or to lay out a page. Never how long a passing
+/// test takes.
+const BROWSER_DEADLINE: Duration = Duration::from_secs(45);
+
+// ---------------------------------------------------------------------------------------------
+// The registry binary
+// ---------------------------------------------------------------------------------------------
+
+/// `murmur-registry serve` on its own HOME. Killed and reaped on drop.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Server {
+    /// Serve `home` on `bind` (`127.0.0.1:0` for a fresh port); answers once it listens.
+    fn start(home: &Home, bind: &str) -> Self {
+        Self::try_start(home, bind).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`Server::start`], answering why it did not start instead of failing the test.
+    fn try_start(home: &Home, bind: &str) -> Result<Self, String> {
+        let mut child = registry(home.path(), User::Me)
+            .args(["serve", "--bind", bind])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn murmur-registry serve");
+        let stderr = drain(child.stderr.take().expect("stderr"));
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            // Keep draining so the server never blocks on a full pipe.
+            for _ in lines {}
+        });
+        // The channel closes without a line when the server exits first (a port in use).
+        let Ok(line) = rx.recv_timeout(BROWSER_DEADLINE) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stderr = stderr.join().unwrap_or_default();
+            return Err(format!(
+                "murmur-registry serve --bind {bind} did not start: {stderr}"
+            ));
+        };
+        let addr = line
+            .strip_prefix("listening on http://")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        Ok(Self {
+            child,
+            addr,
+            stderr: Some(stderr),
+        })
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    /// Kill the server outright (no graceful shutdown: as if it crashed) and reap it.
+    fn kill(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The browser, through WebDriver
+// ---------------------------------------------------------------------------------------------
+
+/// The key that names a web element in WebDriver answers.
+const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// WebDriver's codes for special keys.
+const TAB: &str = "\u{E004}";
+const ENTER: &str = "\u{E007}";
+const ESCAPE: &str = "\u{E00C}";
+
+/// chromedriver with one headless Chromium session on a fresh profile. On drop the driver's
+/// process group, and any process still using the profile, are killed.
+struct Browser {
+    http: reqwest::Client,
+    /// `http://127.0.0.1:<driver port>/session/<id>`
+    session: String,
+    driver: Child,
+    profile: TempDir,
+}
+
+impl Browser {
+    async fn launch() -> Self {
+        for path in [CHROMEDRIVER, CHROMIUM] {
+            assert!(
+                Path::new(path).exists(),
+                "{path} is missing: the dashboard's browser test needs Chromium and chromedriver; {INSTALL_HINT}"
+            );
+        }
+        let profile = tempfile::Builder::new()
+            .prefix("murmur-registry-chromium-")
+            .tempdir()
+            .expect("a browser profile directory");
+        let log = profile.path().join("chromedriver.log");
+        let mut driver = std::os::unix::process::CommandExt::process_group(
+            Command::new(CHROMEDRIVER)
+                .arg("--port=0")
+                .arg(format!("--log-path={}", log.display()))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null()),
+            0,
+        )
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {CHROMEDRIVER}: {e}; {INSTALL_HINT}"));
+        // chromedriver picks a free port itself and says which on stdout.
+        let stdout = driver.stdout.take().expect("chromedriver stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(port) = line
+                    .split("started successfully on port ")
+                    .nth(1)
+                    .and_then(|rest| rest.trim_end_matches('.').parse::<u16>().ok())
+                {
+                    let _ = tx.send(port);
+                }
+            }
+        });
+        let port = match rx.recv_timeout(BROWSER_DEADLINE) {
+            Ok(port) => port,
+            Err(e) => {
+                kill_group(&mut driver);
+                panic!("chromedriver did not say its port ({e})");
+            }
+        };
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(BROWSER_DEADLINE)
+            .build()
+            .expect("an HTTP client");
+        let mut browser = Self {
+            http,
+            session: String::new(),
+            driver,
+            profile,
+        };
+        let capabilities = json!({
+            "capabilities": { "alwaysMatch": {
+                "browserName": "chrome",
+                "pageLoadStrategy": "normal",
+                "goog:chromeOptions": {
+                    "binary": CHROMIUM,
+                    "args": [
+                        "--headless",
+                        "--no-sandbox",
+                        "--disable-gpu",
+                        "--disable-quic",
+                        "--no-first-run",
+                        "--disable-background-networking",
+                        "--disable-component-update",
+                        "--disable-sync",
+                        "--disable-dev-shm-usage",
+                        "--window-size=1280,800",
+                        "--force-device-scale-factor=1",
+                        format!("--user-data-dir={}", browser.profile.path().join("profile").display()),
+                    ],
+                },
+            }},
+        });
+        let base = format!("http://127.0.0.1:{port}");
+        let created = browser
+            .call(
+                reqwest::Method::POST,
+                &format!("{base}/session"),
+                Some(capabilities),
+            )
+            .await;
+        let id = created["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session id in {created}"));
+        browser.session = format!("{base}/session/{id}");
+        browser
+    }
+
+    /// One WebDriver command; answers its `value`, panicking with the driver's error.
+    async fn call(&self, method: reqwest::Method, url: &str, body: Option<Value>) -> Value {
+        let mut request = self.http.request(method.clone(), url);
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("WebDriver {method} {url}: {e}"));
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        let answer: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("WebDriver {method} {url}: not JSON ({e}): {text}"));
+        assert!(
+            status.is_success(),
+            "WebDriver {method} {url} failed ({status}): {}",
+            answer["value"]
+        );
+        answer["value"].clone()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let url = format!("{}{path}", self.session);
+        self.call(reqwest::Method::POST, &url, Some(body)).await
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let url = format!("{}{path}", self.session);
+        self.call(reqwest::Method::GET, &url, None).await
+    }
+
+    async fn goto(&self, url: &str) {
+        self.post("/url", json!({ "url": url })).await;
+    }
+
+    /// The element `css` selects (it must exist now).
+    async fn find(&self, css: &str) -> String {
+        let found = self
+            .post("/element", json!({ "using": "css selector", "value": css }))
+            .await;
+        found[ELEMENT_KEY]
+            .as_str()
+            .unwrap_or_else(|| panic!("no element for {css}: {found}"))
+            .to_owned()
+    }
+
+    /// Click `css` as a person would (WebDriver checks it is visible and not covered).
+    async fn click(&self, css: &str) {
+        let element = self.find(css).await;
+        self.post(&format!("/element/{element}/click"), json!({}))
+            .await;
+    }
+
+    /// Type `text` into `css` (which takes the focus first).
+    async fn type_into(&self, css: &str, text: &str) {
+        let element = self.find(css).await;
+        self.post(
+            &format!("/element/{element}/value"),
+            json!({ "text": text }),
+        )
+        .await;
+    }
+
+    /// Press and release `key` wherever the focus is.
+    async fn press(&self, key: &str) {
+        let actions = json!({ "actions": [{
+            "type": "key", "id": "keyboard",
+            "actions": [{ "type": "keyDown", "value": key }, { "type": "keyUp", "value": key }],
+        }]});
+        self.post("/actions", actions).await;
+    }
+
+    /// Run `script` (a function body; `arguments` are `args`) in the page; answers its result.
+    async fn js(&self, script: &str, args: Value) -> Value {
+        self.post("/execute/sync", json!({ "script": script, "args": args }))
+            .await
+    }
+
+    /// Run `script` asynchronously: it calls its last argument with the result.
+    async fn js_async(&self, script: &str, args: Value) -> Value {
+        self.post("/execute/async", json!({ "script": script, "args": args }))
+            .await
+    }
+
+    /// Poll `script` until it returns something other than `null`/`false`; answers it. On the
+    /// deadline, saves `failure.png` and fails with what the page shows.
+    async fn wait_for(&self, what: &str, script: &str, args: Value) -> Value {
+        let start = Instant::now();
+        loop {
+            let value = self.js(script, args.clone()).await;
+            if !value.is_null() && value != Value::Bool(false) {
+                return value;
+            }
+            if start.elapsed() > BROWSER_DEADLINE {
+                let shot = self.screenshot("failure.png").await;
+                let text = self.js("return document.body.innerText", json!([])).await;
+                panic!(
+                    "gave up after {BROWSER_DEADLINE:?} waiting until {what}; screenshot {}; \
+                     the page shows:\n{}",
+                    shot.display(),
+                    text.as_str().unwrap_or_default()
+                );
+            }
+            // Paces the polling only; the condition above is what the test waits on.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Save a screenshot of the viewport as `target/browser/<name>`; answers the path.
+    async fn screenshot(&self, name: &str) -> PathBuf {
+        let encoded = self.get("/screenshot").await;
+        let png = base64_decode(encoded.as_str().expect("a base64 screenshot"));
+        assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
+        let dir = artifact_dir();
+        std::fs::create_dir_all(&dir).expect("create target/browser");
+        let path = dir.join(name);
+        std::fs::write(&path, png).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
+    }
+
+    async fn resize(&self, width: u32, height: u32) {
+        self.post("/window/rect", json!({ "width": width, "height": height }))
+            .await;
+    }
+
+    /// End the WebDriver session (Chromium exits); the driver is killed on drop.
+    async fn quit(mut self) {
+        let url = std::mem::take(&mut self.session);
+        self.call(reqwest::Method::DELETE, &url, None).await;
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        kill_group(&mut self.driver);
+        // Chromium's helpers are in the driver's group; anything that left it still names the
+        // profile on its command line.
+        let profile = self.profile.path().to_string_lossy().into_owned();
+        let leftovers = || processes_mentioning(&profile);
+        for pid in leftovers() {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+        let start = Instant::now();
+        while !leftovers().is_empty() && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// SIGKILL `child`'s whole process group (it leads one) and reap it.
+fn kill_group(child: &mut Child) {
+    if let Some(pid) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) {
+        let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Every process whose command line contains `needle` (zombies have none, and are skipped).
+fn processes_mentioning(needle: &str) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .filter_map(Pid::from_raw)
+        .collect()
+}
+
+/// `target/browser` (under `CARGO_TARGET_DIR` when it is set).
+fn artifact_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("browser")
+}
+
+/// Standard base64 (with padding), as WebDriver sends screenshots.
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {c:?}"),
+        }
+    };
+    let bytes: Vec<u8> = text.bytes().filter(|&c| c != b'=').collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= value(c) << (18 - 6 * i);
+        }
+        let [_, a, b, c] = n.to_be_bytes();
+        out.extend_from_slice(&[a, b, c][..chunk.len() - 1]);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the page shows, read through small scripts
+// ---------------------------------------------------------------------------------------------
+
+/// The row of session `arguments[0]` as `{state, capsule, door, uptime, visible}`, or null.
+const ROW: &str = "
+    const tr = document.querySelector(`tr[data-session-id='${arguments[0]}']`);
+    if (!tr) return null;
+    return {
+        state: tr.querySelector('.badge-text').textContent,
+        capsule: tr.querySelector('.capsule-name').textContent,
+        door: tr.querySelector('.door').textContent,
+        uptime: tr.querySelector('.uptime').textContent,
+        visible: !tr.hidden && tr.getClientRects().length > 0,
+    };";
+
+/// Whether the row of session `arguments[0]` is `arguments[1]` (a state word).
+const ROW_IN_STATE: &str = "
+    const tr = document.querySelector(`tr[data-session-id='${arguments[0]}']`);
+    return !!tr && tr.querySelector('.badge-text').textContent === arguments[1];";
+
+/// The text of the element `arguments[0]` when it is shown, else null.
+const SHOWN_TEXT: &str = "
+    const el = document.querySelector(arguments[0]);
+    return el && !el.hidden && el.getClientRects().length > 0 ? el.textContent.trim() : null;";
+
+/// Feeds the page's own `readEvents` a stream cut at awkward places; answers what it parsed.
+const SSE_CHUNKS: &str = r#"
+    const done = arguments[arguments.length - 1];
+    const enc = new TextEncoder();
+    const e = enc.encode('é');
+    const chunks = [': keep-alive\r', '\n', 'id: 7\r\nevent: snapshot\r', '\ndata: {"a":',
+        '\r\ndata: 1}\r\n\r', '\nevent:session.removed\nid: 8\ndata: caf']
+        .map((t) => enc.encode(t));
+    chunks.push(e.slice(0, 1), e.slice(1), enc.encode('\n\n'), enc.encode('data: z\r\r'));
+    const body = new ReadableStream({ start(c) { chunks.forEach((x) => c.enqueue(x)); c.close(); } });
+    const seen = [];
+    readEvents(body, new AbortController(), (name, data, id) => seen.push([name, data, id]))
+        .then(() => done(seen), (err) => done(String(err)));"#;
+
+/// An RFC 3339 time `ago` before now, as murmur writes `started_at`.
+fn started(ago: Duration) -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now() - ago).to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The test
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_connects_watches_and_stops_a_capsule() {
+    let began = Instant::now();
+    let home = Home::new();
+
+    // A real capsule whose door answers: live.
+    let mut capsule = CapsuleProcess::single();
+    let live_id = capsule.session_id();
+    home.write(
+        &capsule
+            .record()
+            .set("capsule_name", "researcher")
+            .set("capsule_version", "0.3.1")
+            .set("workdir", "/home/ada/work/papers")
+            .set("outlives_launcher", true)
+            .set(
+                "started_at",
+                started(Duration::from_secs(2 * 3600 + 14 * 60)),
+            ),
+    );
+    // A process that is the writer but whose door does not answer: unreachable.
+    let mute = SleepingChild::spawn();
+    let mute_record = mute
+        .record()
+        .url("127.0.0.1:1")
+        .set("capsule_name", "indexer")
+        .set("capsule_version", "1.2.0")
+        .set("workdir", "/home/ada/work/corpus")
+        .set(
+            "started_at",
+            started(Duration::from_secs(26 * 3600 + 5 * 60)),
+        );
+    let mute_id = mute_record.session_id();
+    home.write(&mute_record);
+    // A script capsule: its process is alive and it has no door, so it is live without one.
+    let mut script = SleepingChild::spawn();
+    let script_record = script
+        .record()
+        .no_door()
+        .set("capsule_name", "nightly-report")
+        .set("capsule_version", "0.9.4")
+        .set("workdir", "/home/ada/work/notes")
+        .set("outlives_launcher", true)
+        .set(
+            "started_at",
+            started(Duration::from_secs(5 * 3600 + 41 * 60)),
+        );
+    let script_id = script_record.session_id();
+    home.write(&script_record);
+
+    let server = Server::start(&home, "127.0.0.1:0");
+    let token = home.token();
+    let browser = Browser::launch().await;
+    browser.goto(&server.url()).await;
+
+    // --- The page's stream parser, fed awkward chunks ------------------------------------------
+    // Line endings split across chunks (a CR now, its LF later), a comment, a field without a
+    // space, data on two lines, a UTF-8 character split in two, a bare CR ending an event.
+    let parsed = browser.js_async(SSE_CHUNKS, json!([])).await;
+    assert_eq!(
+        parsed,
+        json!([
+            ["snapshot", "{\"a\":\n1}", "7"],
+            ["session.removed", "café", "8"],
+            ["message", "z", "8"],
+        ]),
+        "the page parses server-sent events as the standard says"
+    );
+
+    // --- The page asks for the token, and refuses a wrong one --------------------------------
+    browser
+        .wait_for("the token field is shown", SHOWN_TEXT, json!(["#login"]))
+        .await;
+    let field = browser
+        .js(
+            "const t = document.getElementById('token');
+             return { type: t.type, label: t.labels[0].textContent, focused: document.activeElement === t };",
+            json!([]),
+        )
+        .await;
+    assert_eq!(field["type"], "password", "{field}");
+    assert_eq!(field["label"], "Token", "{field}");
+    assert_eq!(
+        field["focused"], true,
+        "the token field has the focus: {field}"
+    );
+
+    browser
+        .type_into("#token", &format!("{}{ENTER}", "0".repeat(64)))
+        .await;
+    let refused = browser
+        .wait_for(
+            "the wrong token is refused",
+            SHOWN_TEXT,
+            json!(["#login-error"]),
+        )
+        .await;
+    let refused_shot = browser.screenshot("dashboard-token-refused.png").await;
+    assert!(
+        refused.as_str().is_some_and(|t| t.contains("refused")),
+        "{refused}"
+    );
+    let after_refusal = browser
+        .js(
+            "return { stored: sessionStorage.length, connection: document.getElementById('connection-text').textContent,
+                      table: !document.getElementById('sessions').hidden };",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        after_refusal,
+        json!({ "stored": 0, "connection": "Token refused", "table": false }),
+        "a refused token is not kept and shows no table"
+    );
+
+    // --- The right token: the sessions, live ---------------------------------------------------
+    browser
+        .type_into("#token", &format!("{token}{ENTER}"))
+        .await;
+    for (id, state) in [
+        (&live_id, "live"),
+        (&mute_id, "unreachable"),
+        (&script_id, "live"),
+    ] {
+        browser
+            .wait_for(
+                &format!("{id} shows as {state}"),
+                ROW_IN_STATE,
+                json!([id, state]),
+            )
+            .await;
+    }
+    let wide = browser.screenshot("dashboard.png").await;
+    let row = browser.js(ROW, json!([live_id])).await;
+    assert_eq!(row["capsule"], "researcher", "{row}");
+    assert_eq!(row["door"], capsule.url(), "{row}");
+    assert_eq!(row["visible"], true, "{row}");
+    let script_row = browser.js(ROW, json!([script_id])).await;
+    assert_eq!(script_row["door"], "no door", "{script_row}");
+    // Newest first, and the connection says it is live.
+    let order = browser
+        .js(
+            "return [...document.querySelectorAll('#rows tr')].map(tr => tr.dataset.sessionId);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(order, json!([live_id, script_id, mute_id]));
+    let connection = browser.js(SHOWN_TEXT, json!(["#connection-text"])).await;
+    assert_eq!(connection, "Connected, live");
+    // Hours and minutes at that age (the seconds tick is checked on a younger session below).
+    assert!(
+        row["uptime"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("2h 1")),
+        "{row}"
+    );
+
+    // The token is in this tab's sessionStorage, and nowhere else the page could leak it.
+    let storage = browser
+        .js(
+            "return { session: Object.values(sessionStorage), local: localStorage.length,
+                      cookie: document.cookie, url: location.href };",
+            json!([]),
+        )
+        .await;
+    assert_eq!(storage["session"], json!([token]), "{storage}");
+    assert_eq!(storage["local"], 0, "{storage}");
+    assert_eq!(storage["cookie"], "", "{storage}");
+    assert!(!storage["url"].as_str().unwrap_or("").contains(&token));
+
+    // A reload keeps the tab's token: no second prompt.
+    browser.goto(&server.url()).await;
+    browser
+        .wait_for(
+            "the table is back after a reload",
+            ROW_IN_STATE,
+            json!([live_id, "live"]),
+        )
+        .await;
+    let login_shown = browser.js(SHOWN_TEXT, json!(["#login"])).await;
+    assert!(login_shown.is_null(), "no token prompt after a reload");
+
+    // --- The filter --------------------------------------------------------------------------
+    browser.click("#filter option[value='live']").await;
+    browser
+        .wait_for(
+            "only live rows are shown",
+            "return [...document.querySelectorAll('#rows tr')].filter(tr => !tr.hidden).length === 2;",
+            json!([]),
+        )
+        .await;
+    let shown = browser.js(ROW, json!([live_id])).await;
+    assert_eq!(shown["visible"], true);
+    let hidden = browser.js(ROW, json!([mute_id])).await;
+    assert_eq!(hidden["visible"], false);
+    browser.click("#filter option[value='all']").await;
+    browser
+        .wait_for(
+            "every row is shown again",
+            "return [...document.querySelectorAll('#rows tr')].every(tr => !tr.hidden);",
+            json!([]),
+        )
+        .await;
+
+    // --- A narrow window: rows become cards, nothing scrolls sideways -------------------------
+    browser.resize(360, 800).await;
+    browser
+        .wait_for(
+            "the page fits 360 px without sideways scrolling",
+            "const w = document.documentElement;
+             return window.innerWidth <= 360 && w.scrollWidth <= w.clientWidth;",
+            json!([]),
+        )
+        .await;
+    let narrow = browser.screenshot("dashboard-narrow.png").await;
+    browser.resize(1280, 800).await;
+
+    // --- Data is text, never markup ----------------------------------------------------------
+    let hostile = SleepingChild::spawn();
+    let hostile_name = "<img src=x onerror=\"document.title='owned'\"><b>bold</b>";
+    let hostile_record = hostile
+        .record()
+        .url("127.0.0.1:1")
+        .set("capsule_name", hostile_name)
+        .set("started_at", started(Duration::from_secs(3)));
+    let hostile_id = hostile_record.session_id();
+    home.write(&hostile_record);
+    browser
+        .wait_for("a new record appears on its own", ROW, json!([hostile_id]))
+        .await;
+    let markup = browser
+        .js(
+            "return { name: document.querySelector(`tr[data-session-id='${arguments[0]}'] .capsule-name`).textContent,
+                      elements: document.querySelectorAll('#rows img, #rows b').length, title: document.title };",
+            json!([hostile_id]),
+        )
+        .await;
+    assert_eq!(
+        markup,
+        json!({ "name": hostile_name, "elements": 0, "title": "murmur registry" })
+    );
+    // Its uptime (seconds, at that age) ticks on its own.
+    let first = browser.js(ROW, json!([hostile_id])).await["uptime"].clone();
+    browser
+        .wait_for(
+            "the uptime ticks",
+            "return document.querySelector(`tr[data-session-id='${arguments[0]}'] .uptime`).textContent !== arguments[1];",
+            json!([hostile_id, first]),
+        )
+        .await;
+
+    // --- Kill, then Escape: nothing happens ----------------------------------------------------
+    let kill_button = format!("tr[data-session-id='{live_id}'] button.kill");
+    browser.click(&kill_button).await;
+    let dialog = browser
+        .wait_for(
+            "the kill confirmation is open",
+            "const d = document.getElementById('confirm');
+             return d.open ? { title: document.getElementById('confirm-title').textContent,
+                               focus: document.activeElement.id } : null;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        dialog,
+        json!({ "title": "Kill researcher?", "focus": "confirm-cancel" }),
+        "the safe choice has the focus"
+    );
+    browser.press(ESCAPE).await;
+    browser
+        .wait_for(
+            "Escape closes the dialog, focus back on Kill",
+            "return !document.getElementById('confirm').open &&
+                    document.activeElement.matches(arguments[0]);",
+            json!([kill_button]),
+        )
+        .await;
+    assert!(capsule.is_running(), "a cancelled kill sends nothing");
+    assert_eq!(browser.js(ROW, json!([live_id])).await["state"], "live");
+
+    // --- Stop, confirmed with the keyboard: the capsule ends and its row goes ----------------
+    browser
+        .click(&format!("tr[data-session-id='{live_id}'] button.stop"))
+        .await;
+    browser
+        .wait_for(
+            "the stop confirmation is open",
+            "return document.getElementById('confirm').open &&
+                    document.getElementById('confirm-title').textContent === 'Stop researcher?';",
+            json!([]),
+        )
+        .await;
+    browser.press(TAB).await;
+    let focused = browser
+        .js("return document.activeElement.id;", json!([]))
+        .await;
+    assert_eq!(focused, "confirm-ok", "Tab reaches the confirm button");
+    browser.press(ENTER).await;
+    let outcome = browser
+        .wait_for(
+            "the stop's outcome is shown",
+            "const t = document.getElementById('outcome').textContent;
+             return t.startsWith('Stopped') ? t : null;",
+            json!([]),
+        )
+        .await;
+    assert!(
+        outcome.as_str().is_some_and(|t| t.contains("researcher")),
+        "{outcome}"
+    );
+    browser
+        .wait_for(
+            "the stopped session's row goes",
+            "return document.querySelector(`tr[data-session-id='${arguments[0]}']`) === null;",
+            json!([live_id]),
+        )
+        .await;
+    capsule.wait_exit(BROWSER_DEADLINE);
+    assert!(
+        !home.running_dir().join(format!("{live_id}.json")).exists(),
+        "the stopped session's record is removed"
+    );
+    assert!(
+        browser.js(ROW, json!([mute_id])).await.is_object(),
+        "the other sessions stay"
+    );
+
+    // --- Kill, confirmed with the mouse: SIGKILL goes out, and the live view drops the row ----
+    browser
+        .click(&format!("tr[data-session-id='{script_id}'] button.kill"))
+        .await;
+    browser
+        .wait_for(
+            "the kill confirmation is open",
+            "return document.getElementById('confirm').open &&
+                    document.getElementById('confirm-title').textContent === 'Kill nightly-report?';",
+            json!([]),
+        )
+        .await;
+    browser.click("#confirm-ok").await;
+    let killed = browser
+        .wait_for(
+            "the kill's outcome is shown",
+            "const t = document.getElementById('outcome').textContent;
+             return t.startsWith('Sent SIGKILL') ? t : null;",
+            json!([]),
+        )
+        .await;
+    assert!(
+        killed
+            .as_str()
+            .is_some_and(|t| t.contains("nightly-report")),
+        "{killed}"
+    );
+    let status = script.wait_exit(BROWSER_DEADLINE);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "the script capsule died of SIGKILL"
+    );
+    browser
+        .wait_for(
+            "the killed session's row goes once the registry finds it gone",
+            "return document.querySelector(`tr[data-session-id='${arguments[0]}']`) === null;",
+            json!([script_id]),
+        )
+        .await;
+
+    // --- The registry goes away, and comes back on the same port ------------------------------
+    let addr = server.addr;
+    server.kill();
+    let down = browser
+        .wait_for(
+            "the page says the registry is unreachable",
+            "const t = document.getElementById('connection-text').textContent;
+             return t.includes('unreachable') && document.body.classList.contains('stale')
+                 && !document.getElementById('banner').hidden ? t : null;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(down, "Registry unreachable, reconnecting…");
+    let down_shot = browser.screenshot("dashboard-unreachable.png").await;
+    let server = restart_on(&home, addr);
+    browser
+        .wait_for(
+            "the page reconnects by itself",
+            "return document.getElementById('connection-text').textContent === 'Connected, live'
+                 && !document.body.classList.contains('stale')
+                 && document.querySelector(`tr[data-session-id='${arguments[0]}']`) !== null;",
+            json!([mute_id]),
+        )
+        .await;
+
+    browser.quit().await;
+    drop(server);
+    eprintln!(
+        "dashboard browser test: {:.1} s; screenshots: {}",
+        began.elapsed().as_secs_f64(),
+        [wide, narrow, refused_shot, down_shot]
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+/// Start the registry again on `addr` (the port the page knows). The port was just freed, so
+/// another process taking it meanwhile is unlikely but possible: retry until the deadline.
+fn restart_on(home: &Home, addr: SocketAddr) -> Server {
+    let start = Instant::now();
+    loop {
+        match Server::try_start(home, &addr.to_string()) {
+            Ok(server) => return server,
+            Err(why) if start.elapsed() > BROWSER_DEADLINE => panic!("{why}"),
+            // Paces the retries only.
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}

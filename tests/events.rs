@@ -1,0 +1,1191 @@
+//! The live view end to end: `GET /events` (Server-Sent Events) and `GET /sessions/{id}/card`,
+//! against the real server on `127.0.0.1:0`, a temporary running directory, real capsule
+//! processes (`python3` serving real doors) and real doors that count what they are asked.
+//!
+//! Why these tests exist: the event stream is the only part of the registry that acts on its
+//! own, over time, for many clients at once. What a dashboard relies on is checked from the
+//! outside, as a client reads it:
+//!
+//! - a capsule's life as events: its record appears (`session.added`, live), SIGSTOP
+//!   (`session.changed` to unreachable), SIGCONT (back to live), SIGKILL (`changed` to gone,
+//!   then `removed` as `pruned` within one interval plus the probe's deadlines, the file gone);
+//! - every other way a session leaves: its record removed by someone else (`record_removed`),
+//!   rewritten as garbage (`unreadable`), stopped through the API (`stopped`), found gone by
+//!   the first listener's picture (pruned before the snapshot);
+//! - the stream's own contract: a `snapshot` first (also on reconnecting with `Last-Event-ID`),
+//!   ids strictly increasing within a stream (checked on every event every test reads), the
+//!   content type, the token gate, the end of every stream on shutdown;
+//! - its cost: a hundred listeners get the same events with the same ids, and the number of
+//!   probes a door receives does not depend on how many listen; the loop runs only while
+//!   someone listens and starts again for a newcomer; a listener that never reads (a socket
+//!   with a tiny receive buffer) does not hold up the others, and once it is more than 1,024
+//!   events behind it is dropped, with no gap in what it did get;
+//! - secrets: a record's `door_token` appears in no event and no snapshot;
+//! - the card: the live door's card (with an echoed token redacted), 409 with the layers'
+//!   verdict for a stopped, gone, doorless or unverified session, 404, 400 and 401.
+//!
+//! The server re-verifies every 200 ms and probes with 300 ms / 700 ms deadlines, so a frozen
+//! door turns unreachable within about a second. Nothing here sleeps to synchronise: the stream
+//! is read with a per-event deadline ([`EVENT_DEADLINE`]) that only bounds how long a broken
+//! test takes to fail, and other states are polled under [`DEADLINE`].
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use murmur_registry::http::{AppState, serve};
+use murmur_registry::registry::Registry;
+use murmur_registry::running::{DoorProbe, MURMUR_CAPSULE_EXTENSION};
+use murmur_registry::token::TokenStore;
+use reqwest::header;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+/// How often the server under test re-verifies every session.
+const INTERVAL: Duration = Duration::from_millis(200);
+/// The probe's connection deadline.
+const CONNECT: Duration = Duration::from_millis(300);
+/// The probe's answer deadline: a SIGSTOPped door is unreachable after this.
+const ANSWER: Duration = Duration::from_millis(700);
+/// The longest wait for the next event of a stream. Never how long a test takes.
+const EVENT_DEADLINE: Duration = Duration::from_secs(15);
+/// What a loaded 2-core machine may add to the time the loop itself needs to see a change.
+const SCHEDULING_SLACK: Duration = Duration::from_secs(3);
+
+// ---------------------------------------------------------------------------------------------
+// The server
+// ---------------------------------------------------------------------------------------------
+
+/// A registry server over its own running directory and token file, re-verifying fast.
+struct Server {
+    base: String,
+    token: String,
+    client: reqwest::Client,
+    state: AppState,
+    running: TempDir,
+    _home: TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Server {
+    async fn start() -> Self {
+        let home = temp_dir();
+        let running = temp_dir();
+        let token_path = home.path().join(".murmur/registry/token");
+        let tokens = TokenStore::open(&token_path).expect("token store");
+        let token = std::fs::read_to_string(&token_path)
+            .expect("read the token")
+            .trim()
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let probe = DoorProbe::with_deadlines(CONNECT, ANSWER);
+        let state = AppState::new(Registry::new(running.path(), probe), tokens, addr, &[], &[]);
+        state.events().set_interval(INTERVAL);
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, state.clone(), async move {
+            let _ = stop.await;
+        }));
+        Self {
+            base: format!("http://{addr}"),
+            token,
+            client: reqwest::Client::builder().no_proxy().build().unwrap(),
+            state,
+            running,
+            _home: home,
+            shutdown: Some(shutdown),
+            server: Some(server),
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self.running.path()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Open `/events` with the token; fails unless it is a 200 event stream.
+    async fn events(&self) -> EventStream {
+        self.events_with(self.client.get(self.url("/events"))).await
+    }
+
+    async fn events_with(&self, request: reqwest::RequestBuilder) -> EventStream {
+        let response = request
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("the registry answers /events");
+        assert_eq!(response.status().as_u16(), 200, "GET /events");
+        EventStream::new(response)
+    }
+
+    /// Open `/events` and read its snapshot.
+    async fn listen(&self) -> (EventStream, SseEvent) {
+        let mut stream = self.events().await;
+        let snapshot = stream.snapshot().await;
+        (stream, snapshot)
+    }
+
+    /// `GET path` with the token: status and body as JSON.
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .client
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("the registry answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// The shutdown future resolves; answers `serve`'s task.
+    fn shut_down(&mut self) -> tokio::task::JoinHandle<std::io::Result<()>> {
+        let _ = self.shutdown.take().expect("not shut down yet").send(());
+        self.server.take().expect("serving")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A Server-Sent Events reader
+// ---------------------------------------------------------------------------------------------
+
+/// One event as a client sees it.
+#[derive(Debug, Clone)]
+struct SseEvent {
+    id: u64,
+    name: String,
+    data: Value,
+}
+
+impl SseEvent {
+    fn session_id(&self) -> &str {
+        self.data["session_id"].as_str().unwrap_or_default()
+    }
+
+    /// `session.changed`'s new state, or the added session's state.
+    fn state(&self) -> &str {
+        match self.name.as_str() {
+            "session.changed" => self.data["new_state"].as_str().unwrap_or_default(),
+            _ => self.data["session"]["liveness"]["state"]
+                .as_str()
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// An incremental `text/event-stream` parser: `id:`, `event:` and `data:` lines, a blank line
+/// ending each event, `:` comments ignored. Checks on every event that it has an id, a name,
+/// one line of JSON data, and an id greater than the stream's previous one.
+#[derive(Default)]
+struct SseParser {
+    pending: Vec<u8>,
+    id: Option<u64>,
+    name: Option<String>,
+    data: Vec<String>,
+    last_id: Option<u64>,
+}
+
+impl SseParser {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.pending.extend_from_slice(bytes);
+    }
+
+    /// The next complete event fed so far, if any.
+    fn next_event(&mut self) -> Option<SseEvent> {
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let line = String::from_utf8(line).expect("the stream is UTF-8");
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if let Some(event) = self.dispatch() {
+                    return Some(event);
+                }
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "id" => self.id = Some(value.parse().expect("an event id is a decimal")),
+                "event" => self.name = Some(value.to_owned()),
+                "data" => self.data.push(value.to_owned()),
+                other => panic!("unexpected field {other:?} in the stream"),
+            }
+        }
+        None
+    }
+
+    /// The event the blank line just ended, if it carried anything.
+    fn dispatch(&mut self) -> Option<SseEvent> {
+        let (id, name, data) = (
+            self.id.take(),
+            self.name.take(),
+            std::mem::take(&mut self.data),
+        );
+        if id.is_none() && name.is_none() && data.is_empty() {
+            return None;
+        }
+        let id = id.unwrap_or_else(|| panic!("an event without an id: {name:?} {data:?}"));
+        let name = name.unwrap_or_else(|| panic!("an event without a name: {id} {data:?}"));
+        assert_eq!(data.len(), 1, "one line of data per event: {name} {data:?}");
+        let data: Value = serde_json::from_str(&data[0]).expect("event data is JSON");
+        if let Some(last) = self.last_id {
+            assert!(
+                id > last,
+                "ids strictly increase within a stream: {id} after {last} ({name})"
+            );
+        }
+        self.last_id = Some(id);
+        Some(SseEvent { id, name, data })
+    }
+}
+
+/// Reads `/events` incrementally off a reqwest response (`chunk()` by `chunk()`), through an
+/// [`SseParser`], with a deadline on every event.
+struct EventStream {
+    response: reqwest::Response,
+    parser: SseParser,
+    /// Everything the stream carried so far, comments included.
+    raw: String,
+    ended: bool,
+}
+
+impl EventStream {
+    fn new(response: reqwest::Response) -> Self {
+        Self {
+            response,
+            parser: SseParser::default(),
+            raw: String::new(),
+            ended: false,
+        }
+    }
+
+    fn content_type(&self) -> String {
+        self.response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// The next event, or `None` once the server ended the stream. Fails the test if neither
+    /// comes within [`EVENT_DEADLINE`].
+    async fn next(&mut self) -> Option<SseEvent> {
+        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+        loop {
+            if let Some(event) = self.parser.next_event() {
+                return Some(event);
+            }
+            if self.ended {
+                return None;
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "no event within {EVENT_DEADLINE:?}; the stream so far:\n{}",
+                        self.raw
+                    )
+                });
+            match chunk {
+                Ok(Some(bytes)) => {
+                    self.raw.push_str(&String::from_utf8_lossy(&bytes));
+                    self.parser.feed(&bytes);
+                }
+                // A connection the server closes ends the stream as much as a clean end does.
+                Ok(None) | Err(_) => self.ended = true,
+            }
+        }
+    }
+
+    /// The next event, which must exist.
+    async fn expect_event(&mut self) -> SseEvent {
+        match self.next().await {
+            Some(event) => event,
+            None => panic!("the stream ended; it carried:\n{}", self.raw),
+        }
+    }
+
+    /// The next event, which must be a `snapshot`.
+    async fn snapshot(&mut self) -> SseEvent {
+        let event = self.expect_event().await;
+        assert_eq!(event.name, "snapshot", "the first event: {event:?}");
+        event
+    }
+
+    /// Skip events until one satisfies `wanted`; fail on an event `allowed` refuses.
+    async fn until(
+        &mut self,
+        what: &str,
+        allowed: impl Fn(&SseEvent) -> bool,
+        wanted: impl Fn(&SseEvent) -> bool,
+    ) -> SseEvent {
+        loop {
+            let event = self
+                .next()
+                .await
+                .unwrap_or_else(|| panic!("the stream ended before {what}:\n{}", self.raw));
+            if wanted(&event) {
+                return event;
+            }
+            assert!(allowed(&event), "unexpected event before {what}: {event:?}");
+        }
+    }
+}
+
+/// A listener that asks for `/events` over a socket with a tiny receive buffer and then reads
+/// nothing, so the server's writes to it stall after a few kilobytes.
+struct IdleListener {
+    stream: tokio::net::TcpStream,
+}
+
+impl IdleListener {
+    async fn connect(server: &Server) -> Self {
+        let addr: std::net::SocketAddr = server.base.trim_start_matches("http://").parse().unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        let request = format!(
+            "GET /events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+             Connection: close\r\n\r\n",
+            server.token
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        Self { stream }
+    }
+
+    /// Read at last, until the server closes the connection; answers the events it carried.
+    async fn read_to_end(mut self) -> Vec<SseEvent> {
+        let mut bytes = Vec::new();
+        tokio::time::timeout(DEADLINE, self.stream.read_to_end(&mut bytes))
+            .await
+            .expect("the server ends the connection")
+            .expect("read the connection");
+        let head_end = bytes
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a response head")
+            + 4;
+        let head = String::from_utf8_lossy(&bytes[..head_end]).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(head.contains("transfer-encoding: chunked"), "{head}");
+        // De-chunk: `<hex size>\r\n<bytes>\r\n`, until the body (or the bytes) end.
+        let mut parser = SseParser::default();
+        let mut events = Vec::new();
+        let mut rest = &bytes[head_end..];
+        while let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") {
+            let size = std::str::from_utf8(&rest[..line_end]).unwrap();
+            let size = usize::from_str_radix(size.trim(), 16).expect("a chunk size");
+            let start = line_end + 2;
+            if size == 0 || rest.len() < start + size {
+                break;
+            }
+            parser.feed(&rest[start..start + size]);
+            events.extend(std::iter::from_fn(|| parser.next_event()));
+            rest = &rest[(start + size + 2).min(rest.len())..];
+        }
+        events
+    }
+}
+
+/// The session ids a snapshot lists, in its order.
+fn snapshot_ids(snapshot: &SseEvent) -> Vec<String> {
+    snapshot.data["sessions"]
+        .as_array()
+        .expect("a snapshot lists sessions")
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Poll `done` until it holds, failing the test with `what` after [`DEADLINE`].
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "gave up after {DEADLINE:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn is_change_to(state: &'static str) -> impl Fn(&SseEvent) -> bool {
+    move |e| e.name == "session.changed" && e.state() == state
+}
+
+fn is_removal(e: &SseEvent) -> bool {
+    e.name == "session.removed"
+}
+
+/// Skip a changed event for `id` that is not what the test waits for (a probe answering late),
+/// never an event for another session, an addition or a removal.
+fn minor_change_of(id: String) -> impl Fn(&SseEvent) -> bool {
+    move |e| e.name == "session.changed" && e.session_id() == id
+}
+
+/// A capsule process whose record is written after `stream` opened, announced live.
+///
+/// Setup, not the behaviour under test: a door slowed past the answer deadline by the machine's
+/// load may make the first verdict unreachable, so a later change to live is accepted too.
+async fn announced_capsule(server: &Server, stream: &mut EventStream) -> (CapsuleProcess, String) {
+    let capsule = CapsuleProcess::single();
+    let id = capsule.session_id();
+    capsule.record().write_in(server.dir());
+    let added = stream.expect_event().await;
+    assert_eq!(added.name, "session.added", "{added:?}");
+    assert_eq!(added.session_id(), id);
+    if added.state() != "live" {
+        stream
+            .until("live", minor_change_of(id.clone()), is_change_to("live"))
+            .await;
+    }
+    (capsule, id)
+}
+
+// ---------------------------------------------------------------------------------------------
+// A capsule's life, as events
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capsule_whose_record_appears_is_announced_added_and_live() {
+    let server = Server::start().await;
+    let (mut stream, snapshot) = server.listen().await;
+    assert_eq!(snapshot.data, json!({"sessions": [], "unreadable": 0}));
+    let capsule = CapsuleProcess::single();
+    capsule.record().write_in(server.dir());
+
+    let added = stream.expect_event().await;
+    assert_eq!(added.name, "session.added");
+    assert_eq!(added.session_id(), capsule.session_id());
+    let session = &added.data["session"];
+    assert_eq!(session["session_id"], capsule.session_id());
+    assert_eq!(session["pid"], capsule.pid());
+    assert_eq!(session["url"], capsule.url());
+    assert_eq!(
+        session["liveness"],
+        json!({"state": "live", "process": "alive", "reason": null})
+    );
+    assert!(added.id > snapshot.id, "{added:?} after {snapshot:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigstopped_capsule_is_changed_to_unreachable() {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let (capsule, id) = announced_capsule(&server, &mut stream).await;
+
+    capsule.send_signal(19);
+    let changed = stream.expect_event().await;
+    assert_eq!(changed.name, "session.changed", "{changed:?}");
+    assert_eq!(changed.session_id(), id);
+    assert_eq!(changed.data["old_state"], "live");
+    assert_eq!(changed.data["new_state"], "unreachable");
+    assert_eq!(changed.data["session"]["liveness"]["process"], "alive");
+    let reason = changed.data["reason"].as_str().expect("a reason");
+    assert!(reason.contains(&capsule.url()), "{reason}");
+    capsule.send_signal(18);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigcontinued_capsule_is_changed_back_to_live() {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let (capsule, id) = announced_capsule(&server, &mut stream).await;
+    capsule.send_signal(19);
+    stream
+        .until("unreachable", |_| false, is_change_to("unreachable"))
+        .await;
+
+    capsule.send_signal(18);
+    let changed = stream.expect_event().await;
+    assert_eq!(changed.name, "session.changed", "{changed:?}");
+    assert_eq!(changed.session_id(), id);
+    assert_eq!(changed.data["old_state"], "unreachable");
+    assert_eq!(changed.data["new_state"], "live");
+    assert_eq!(changed.data["reason"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_capsule_is_changed_to_gone_then_pruned_within_the_interval() {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let (capsule, id) = announced_capsule(&server, &mut stream).await;
+    let path = server.dir().join(format!("{id}.json"));
+
+    capsule.send_signal(9);
+    let killed = Instant::now();
+    // A probe already in flight may see the door refuse before layers 1-2 see the process gone.
+    let gone = stream
+        .until(
+            "changed to gone",
+            minor_change_of(id.clone()),
+            is_change_to("gone"),
+        )
+        .await;
+    assert_eq!(gone.session_id(), id);
+    assert_eq!(gone.data["session"]["liveness"]["process"], "gone");
+    let removed = stream.expect_event().await;
+    let elapsed = killed.elapsed();
+    assert_eq!(removed.name, "session.removed", "{removed:?}");
+    assert_eq!(removed.session_id(), id);
+    assert_eq!(removed.data["reason"], "pruned");
+    let detail = removed.data["detail"].as_str().expect("the evidence");
+    assert!(detail.contains(&capsule.pid().to_string()), "{detail}");
+    assert!(
+        elapsed < INTERVAL + CONNECT + ANSWER + SCHEDULING_SLACK,
+        "removed {elapsed:?} after the kill"
+    );
+    assert_absent(&path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Other ways out
+// ---------------------------------------------------------------------------------------------
+
+/// A record naming the test process with no door: live on layers 1-2 alone, never probed.
+async fn announced_doorless(server: &Server, stream: &mut EventStream) -> (RecordJson, String) {
+    let record = RecordJson::fresh().no_door();
+    record.write_in(server.dir());
+    let added = stream.expect_event().await;
+    assert_eq!(added.name, "session.added", "{added:?}");
+    assert_eq!(added.state(), "live");
+    let id = record.session_id();
+    assert_eq!(added.session_id(), id);
+    (record, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_removed_by_someone_else_is_removed_as_record_removed() {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let (record, id) = announced_doorless(&server, &mut stream).await;
+
+    std::fs::remove_file(server.dir().join(record.file_name())).unwrap();
+    let removed = stream.expect_event().await;
+    assert_eq!(removed.name, "session.removed", "{removed:?}");
+    assert_eq!(
+        removed.data,
+        json!({"session_id": id, "reason": "record_removed", "detail": null})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_rewritten_as_garbage_is_removed_as_unreadable() {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let (record, id) = announced_doorless(&server, &mut stream).await;
+
+    replace_by_rename(server.dir(), &record.file_name(), b"{ not a record");
+    let removed = stream.expect_event().await;
+    assert_eq!(removed.name, "session.removed", "{removed:?}");
+    assert_eq!(removed.session_id(), id);
+    assert_eq!(removed.data["reason"], "unreadable");
+    // The file is left alone and counted.
+    assert!(server.dir().join(record.file_name()).exists());
+    let (_, snapshot) = server.listen().await;
+    assert_eq!(snapshot.data, json!({"sessions": [], "unreadable": 1}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capsule_stopped_through_the_api_is_removed_as_stopped() {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let (mut capsule, id) = announced_capsule(&server, &mut stream).await;
+
+    let response = server
+        .client
+        .post(server.url(&format!("/sessions/{id}/stop?timeout=5")))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    capsule.wait_exit(DEADLINE);
+    // The loop may see the process gone before the record goes: a change to gone comes first.
+    let removed = stream
+        .until("removed", minor_change_of(id.clone()), is_removal)
+        .await;
+    assert_eq!(removed.session_id(), id);
+    assert_eq!(removed.data["reason"], "stopped", "{removed:?}");
+    assert_absent(&server.dir().join(format!("{id}.json")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stream's contract
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_event_is_a_snapshot_of_the_verified_picture() {
+    let server = Server::start().await;
+    let live = CapsuleProcess::single();
+    live.record().write_in(server.dir());
+    let doorless = RecordJson::fresh().no_door();
+    doorless.write_in(server.dir());
+    write_raw(server.dir(), &format!("{}.json", session_id()), b"garbage");
+
+    let (_stream, snapshot) = server.listen().await;
+    assert_eq!(snapshot.data["unreadable"], 1);
+    // Newest first: the doorless record's id was handed out last.
+    assert_eq!(
+        snapshot_ids(&snapshot),
+        [doorless.session_id(), live.session_id()]
+    );
+    let states: Vec<&Value> = snapshot.data["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["liveness"]["state"])
+        .collect();
+    assert_eq!(states, [&json!("live"), &json!("live")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_record_found_by_the_first_listener_is_pruned_and_left_out_of_the_snapshot() {
+    let server = Server::start().await;
+    let gone = ExitedChild::spawn().record().url(refused_url());
+    let path = gone.write_in(server.dir());
+    let live = RecordJson::fresh().no_door();
+    live.write_in(server.dir());
+
+    let (_stream, snapshot) = server.listen().await;
+    assert_eq!(snapshot_ids(&snapshot), vec![live.session_id()]);
+    // The prune is an event before the snapshot: the snapshot's id counts it.
+    assert!(snapshot.id >= 1, "{snapshot:?}");
+    assert_absent(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_with_last_event_id_starts_with_a_snapshot_of_the_current_list() {
+    let server = Server::start().await;
+    let (mut first, _) = server.listen().await;
+    let (_capsule, id) = announced_capsule(&server, &mut first).await;
+    let (kept, kept_id) = announced_doorless(&server, &mut first).await;
+    std::fs::remove_file(server.dir().join(kept.file_name())).unwrap();
+    let removed = first.until("removed", |_| false, is_removal).await;
+    assert_eq!(removed.session_id(), kept_id);
+    let last_seen = removed.id;
+    drop(first);
+
+    let mut again = server
+        .events_with(
+            server
+                .client
+                .get(server.url("/events"))
+                .header("Last-Event-ID", last_seen.to_string()),
+        )
+        .await;
+    let snapshot = again.snapshot().await;
+    assert!(snapshot.id >= last_seen, "{snapshot:?} after {last_seen}");
+    assert_eq!(snapshot_ids(&snapshot), vec![id.clone()]);
+    assert_eq!(snapshot.data["sessions"][0]["liveness"]["state"], "live");
+
+    // And the stream goes on after it, ids still growing (the reader checks every one).
+    let (_other, other_id) = announced_doorless(&server, &mut again).await;
+    assert_ne!(other_id, id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_without_a_token_are_refused_with_401() {
+    let server = Server::start().await;
+    let response = server
+        .client
+        .get(server.url("/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+    assert_eq!(
+        response.headers()[header::WWW_AUTHENTICATE],
+        "Bearer realm=\"murmur-registry\""
+    );
+    assert!(!server.state.events().is_running(), "nobody listens");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_are_served_as_text_event_stream() {
+    let server = Server::start().await;
+    let stream = server.events().await;
+    let content_type = stream.content_type();
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "{content_type}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_streams_and_serve_returns() {
+    let mut server = Server::start().await;
+    let (mut one, _) = server.listen().await;
+    let (mut two, _) = server.listen().await;
+
+    let serving = server.shut_down();
+    assert!(one.next().await.is_none(), "the first stream ends");
+    assert!(two.next().await.is_none(), "the second stream ends");
+    tokio::time::timeout(DEADLINE, serving)
+        .await
+        .expect("serve returns after the shutdown")
+        .expect("the server task")
+        .expect("serve ends cleanly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_stops_when_the_last_listener_leaves_and_starts_again_for_a_new_one() {
+    let server = Server::start().await;
+    let monitor = server.state.events().clone();
+    assert!(!monitor.is_running(), "idle before anyone listens");
+    let (one, _) = server.listen().await;
+    let (two, _) = server.listen().await;
+    assert!(monitor.is_running());
+
+    drop(one);
+    eventually("one listener is left", || monitor.listeners() == 1).await;
+    assert!(monitor.is_running(), "a listener is still there");
+    drop(two);
+    eventually("the loop stops", || !monitor.is_running()).await;
+
+    let (mut back, snapshot) = server.listen().await;
+    assert!(monitor.is_running(), "a new listener starts the loop");
+    assert_eq!(snapshot.data["sessions"], json!([]));
+    announced_doorless(&server, &mut back).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many listeners, one loop
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_listeners_receive_the_same_events_with_the_same_ids() {
+    let server = Server::start().await;
+    let mut streams = Vec::new();
+    for _ in 0..100 {
+        streams.push(server.listen().await.0);
+    }
+    let record = RecordJson::fresh().no_door();
+    record.write_in(server.dir());
+    let mut readers = tokio::task::JoinSet::new();
+    for mut stream in streams {
+        readers.spawn(async move {
+            let added = stream.expect_event().await;
+            (added.id, added.name, added.data)
+        });
+    }
+    let received: Vec<_> = readers.join_all().await;
+    assert_eq!(received.len(), 100);
+    let first = &received[0];
+    assert_eq!(first.1, "session.added");
+    assert_eq!(first.2["session_id"], record.session_id());
+    for other in &received {
+        assert_eq!(other, first, "every listener gets the same event");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_per_interval_do_not_grow_with_listeners() {
+    let server = Server::start().await;
+    let id = session_id();
+    let door = DoorServer::start(DoorMode::A2aCard(id.clone()));
+    RecordJson::new(&id).url(door.url()).write_in(server.dir());
+    let mut streams = Vec::new();
+    for _ in 0..100 {
+        let (stream, snapshot) = server.listen().await;
+        assert_eq!(snapshot_ids(&snapshot), vec![id.clone()]);
+        streams.push(stream);
+    }
+    assert_eq!(server.state.events().listeners(), 100);
+
+    // Over any window, one loop probes the door at most once per tick, plus one probe that
+    // was already in flight and one tick at the window's edge.
+    let before = door.requests().len();
+    let start = Instant::now();
+    let wanted = 6;
+    eventually("the door is probed a few more times", || {
+        door.requests().len() >= before + wanted
+    })
+    .await;
+    let probes = door.requests().len() - before;
+    let ticks = (start.elapsed().as_millis() / INTERVAL.as_millis()) as usize;
+    assert!(
+        probes <= ticks + 2,
+        "{probes} probes in {:?} ({ticks} intervals) with 100 listeners",
+        start.elapsed()
+    );
+    drop(streams);
+}
+
+/// Add `count` doorless records with bulky fields (each event about 8 KiB) and wait until
+/// `reader` has seen every one added; then remove them all and wait until it has seen every one
+/// removed. Answers the id of the last event read.
+async fn flood(server: &Server, reader: &mut EventStream, count: usize) -> u64 {
+    let bulky = format!("/tmp/murmur-test/{}", "w".repeat(8 * 1024));
+    let records: Vec<RecordJson> = (0..count)
+        .map(|_| RecordJson::fresh().no_door().set("workdir", bulky.clone()))
+        .collect();
+    for record in &records {
+        record.write_in(server.dir());
+    }
+    let mut added = std::collections::BTreeSet::new();
+    while added.len() < count {
+        let event = reader.expect_event().await;
+        assert_eq!(event.name, "session.added", "{}", event.session_id());
+        added.insert(event.session_id().to_owned());
+    }
+    for record in &records {
+        std::fs::remove_file(server.dir().join(record.file_name())).unwrap();
+    }
+    let mut removed = std::collections::BTreeSet::new();
+    let mut last = 0;
+    while removed.len() < count {
+        let event = reader.expect_event().await;
+        assert_eq!(event.name, "session.removed", "{event:?}");
+        assert_eq!(event.data["reason"], "record_removed");
+        removed.insert(event.session_id().to_owned());
+        last = event.id;
+    }
+    assert_eq!(added, removed);
+    last
+}
+
+/// Open a reading listener and an [`IdleListener`] and wait until both count.
+async fn reader_and_idle_listener(server: &Server) -> (EventStream, IdleListener) {
+    let (reader, _) = server.listen().await;
+    let idle = IdleListener::connect(server).await;
+    let monitor = server.state.events().clone();
+    eventually("both listeners count", || monitor.listeners() == 2).await;
+    (reader, idle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_never_reads_does_not_hold_up_the_others() {
+    let server = Server::start().await;
+    let (mut reader, idle) = reader_and_idle_listener(&server).await;
+
+    // 2,400 events, megabytes of them: far more than the idle listener's buffers hold.
+    for _ in 0..2 {
+        flood(&server, &mut reader, 600).await;
+    }
+    drop(idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_more_than_1024_events_behind_is_dropped_and_others_go_on() {
+    let server = Server::start().await;
+    let (mut reader, idle) = reader_and_idle_listener(&server).await;
+    let mut last = 0;
+    for _ in 0..2 {
+        last = flood(&server, &mut reader, 600).await;
+    }
+
+    // Reading at last, it gets what was buffered for it, then the end of its stream.
+    let received = idle.read_to_end().await;
+    assert_eq!(received.first().map(|e| e.name.as_str()), Some("snapshot"));
+    let ids: Vec<u64> = received.iter().map(|e| e.id).collect();
+    for pair in ids[1..].windows(2) {
+        assert_eq!(pair[1], pair[0] + 1, "no gap before it was dropped");
+    }
+    let got = *ids.last().unwrap();
+    assert!(
+        got + 1024 < last,
+        "dropped {} events behind (it had {got}, the others {last})",
+        last - got
+    );
+    // The others are still served.
+    announced_doorless(&server, &mut reader).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_door_token_appears_in_no_event_and_no_snapshot() {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    // A door that accepts the record's token, and one that refuses it and quotes it back.
+    let token = "door-secret-7f3a9c1e5b2d4f6a8c0e";
+    let accepted = session_id();
+    let accepting = DoorServer::start(DoorMode::Authenticated {
+        session_id: accepted.clone(),
+        token: token.to_owned(),
+        rejection: Rejection::Http401,
+    });
+    let refused = session_id();
+    let echoing = DoorServer::start(DoorMode::Authenticated {
+        session_id: refused.clone(),
+        token: "another-token".to_owned(),
+        rejection: Rejection::EchoingJsonRpcError,
+    });
+    let live = RecordJson::new(&accepted)
+        .url(accepting.url())
+        .door_token(token);
+    live.write_in(server.dir());
+    RecordJson::new(&refused)
+        .url(echoing.url())
+        .door_token(token)
+        .write_in(server.dir());
+    let mut states = std::collections::BTreeMap::new();
+    while states.len() < 2 {
+        let added = stream.expect_event().await;
+        assert_eq!(added.name, "session.added", "{added:?}");
+        states.insert(added.session_id().to_owned(), added.state().to_owned());
+    }
+    assert_eq!(states[&accepted], "live", "the token reached the door");
+    assert_eq!(states[&refused], "unreachable");
+    assert!(
+        echoing
+            .requests()
+            .iter()
+            .any(|r| r.header("authorization") == Some(&format!("Bearer {token}"))),
+        "the refusing door was sent the token (and echoed it)"
+    );
+    // A rewrite (changed), a newcomer's snapshot, and a removal carry none either. Rewritten
+    // as murmur does, by rename: a file rewritten in place is briefly not a record at all.
+    let rewritten = live.clone().set("capsule_version", "0.2.0");
+    replace_by_rename(server.dir(), &live.file_name(), rewritten.to_bytes());
+    stream
+        .until("changed", |_| false, |e| e.name == "session.changed")
+        .await;
+    let (newcomer, snapshot) = server.listen().await;
+    assert_eq!(snapshot_ids(&snapshot).len(), 2);
+    std::fs::remove_file(server.dir().join(live.file_name())).unwrap();
+    stream.until("removed", |_| false, is_removal).await;
+
+    for (which, raw) in [("stream", &stream.raw), ("snapshot", &newcomer.raw)] {
+        assert!(
+            !raw.contains(token),
+            "the {which} carries the token:\n{raw}"
+        );
+        assert!(!raw.contains("door_token"), "the {which} names door_token");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GET /sessions/{id}/card
+// ---------------------------------------------------------------------------------------------
+
+/// An authenticated door whose extended card quotes the operator token it was sent, in a value
+/// and in a key: the registry must not pass the token on.
+struct EchoingCardDoor {
+    url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EchoingCardDoor {
+    async fn start(session_id: &str, token: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = listener.local_addr().unwrap().to_string();
+        let mut card = a2a_card(session_id);
+        card["description"] = json!(format!("call me with Bearer {token}"));
+        card["securitySchemes"] = json!({ token: {"type": "http", "scheme": "bearer"} });
+        let expected = format!("authorization: bearer {}", token.to_ascii_lowercase());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let card = card.clone();
+                let expected = expected.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    // Head and the (small) JSON-RPC body; the probe sends both at once.
+                    while !String::from_utf8_lossy(&request).contains("GetExtendedAgentCard") {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let request = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                    let body = if request.contains(&expected) {
+                        json!({"jsonrpc": "2.0", "id": 1, "result": card})
+                    } else {
+                        json!({"jsonrpc": "2.0", "id": 1,
+                               "error": {"code": -32001, "message": "unauthorized"}})
+                    }
+                    .to_string();
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        Self { url, task }
+    }
+}
+
+impl Drop for EchoingCardDoor {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn card_session_id(card: &Value) -> Option<&str> {
+    card["capabilities"]["extensions"]
+        .as_array()?
+        .iter()
+        .find(|e| e["uri"] == MURMUR_CAPSULE_EXTENSION)?["params"]["sessionId"]
+        .as_str()
+}
+
+/// A 409 card refusal with its members.
+fn assert_card_refused(answer: &(u16, Value), id: &str, state: &str, process: &str) {
+    let (status, body) = answer;
+    assert_eq!(*status, 409, "{body}");
+    assert_eq!(body["status"], 409);
+    assert_eq!(body["session_id"], id, "{body}");
+    assert_eq!(body["state"], state, "{body}");
+    assert_eq!(body["process"], process, "{body}");
+    assert!(
+        body["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_of_a_live_capsule_is_the_card_its_door_serves() {
+    let server = Server::start().await;
+    let capsule = CapsuleProcess::single();
+    let id = capsule.session_id();
+    capsule.record().write_in(server.dir());
+
+    let (status, card) = server.get(&format!("/sessions/{id}/card")).await;
+    assert_eq!(status, 200, "{card}");
+    assert_eq!(card_session_id(&card), Some(id.as_str()), "{card}");
+    assert_eq!(card["name"], "test-capsule");
+    assert_eq!(card["protocolVersion"], "1.0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_door_token_echoed_in_an_extended_card_is_redacted() {
+    let server = Server::start().await;
+    let id = session_id();
+    let token = "door-secret-0d1e2f3a4b5c6d7e8f90";
+    let door = EchoingCardDoor::start(&id, token).await;
+    RecordJson::new(&id)
+        .url(door.url.clone())
+        .door_token(token)
+        .write_in(server.dir());
+
+    let (status, card) = server.get(&format!("/sessions/{id}/card")).await;
+    assert_eq!(status, 200, "{card}");
+    assert_eq!(card_session_id(&card), Some(id.as_str()));
+    let text = card.to_string();
+    assert!(!text.contains(token), "the card carries the token: {text}");
+    assert!(
+        card["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("[redacted]")),
+        "{card}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_of_a_sigstopped_capsule_is_refused_as_unreachable() {
+    let server = Server::start().await;
+    let capsule = CapsuleProcess::single();
+    let id = capsule.session_id();
+    capsule.record().write_in(server.dir());
+    capsule.send_signal(19);
+
+    let answer = server.get(&format!("/sessions/{id}/card")).await;
+    capsule.send_signal(18);
+    assert_card_refused(&answer, &id, "unreachable", "alive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_of_a_gone_session_is_refused_as_gone() {
+    let server = Server::start().await;
+    let record = ExitedChild::spawn().record().url(refused_url());
+    record.write_in(server.dir());
+    let id = record.session_id();
+
+    let answer = server.get(&format!("/sessions/{id}/card")).await;
+    assert_card_refused(&answer, &id, "gone", "gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_of_a_session_without_a_door_is_refused() {
+    let server = Server::start().await;
+    let record = RecordJson::fresh().no_door();
+    record.write_in(server.dir());
+    let id = record.session_id();
+
+    let answer = server.get(&format!("/sessions/{id}/card")).await;
+    assert_card_refused(&answer, &id, "live", "alive");
+    assert!(
+        answer.1["reason"].as_str().unwrap().contains("no door"),
+        "{}",
+        answer.1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_of_an_unverified_process_is_refused_as_unreachable() {
+    let server = Server::start().await;
+    // The door would answer: only layers 1-2 stand in the way.
+    let capsule = CapsuleProcess::single();
+    let record = capsule.record().process_start("");
+    record.write_in(server.dir());
+    let id = record.session_id();
+
+    let answer = server.get(&format!("/sessions/{id}/card")).await;
+    assert_card_refused(&answer, &id, "unreachable", "unverified");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_of_an_unknown_session_is_404() {
+    let server = Server::start().await;
+    let (status, body) = server
+        .get(&format!("/sessions/{}/card", session_id()))
+        .await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["status"], 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_of_an_invalid_session_id_is_400() {
+    let server = Server::start().await;
+    let (status, body) = server.get("/sessions/not.a%20valid%20id/card").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["status"], 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_card_without_a_token_is_401() {
+    let server = Server::start().await;
+    let capsule = CapsuleProcess::single();
+    capsule.record().write_in(server.dir());
+    let response = server
+        .client
+        .get(server.url(&format!("/sessions/{}/card", capsule.session_id())))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+    let body = response.text().await.unwrap();
+    assert!(!body.contains("test-capsule"), "{body}");
+}
