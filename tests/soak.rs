@@ -389,7 +389,7 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
                 }
             }
         }
-        if rng.below(25) == 0 {
+        if rng.below(3) == 0 {
             // A fresh bystander record naming a live protected pid, wrong start token.
             let mut w = world.lock().expect("world");
             let protected: Vec<u32> = w
