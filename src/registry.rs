@@ -9,6 +9,12 @@
 //!   gone.
 //! - Stops of one session are serialised, so two concurrent stops never race each other's
 //!   escalation; the second finds the outcome of the first.
+//! - Every verification goes through one path ([`Registry::sessions`], [`Registry::session`]),
+//!   where each record's door is probed single-flight: concurrent callers verifying the same
+//!   record share the probe in flight, and nobody gets an answer from a probe that had already
+//!   finished when they asked (see `flights`).
+
+mod flights;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,8 +23,9 @@ use std::time::{Duration, Instant};
 
 use crate::running::{
     self, DoorProbe, Liveness, ProcessState, Pruned, RunningError, RunningRecord, SignalOutcome,
-    UnreadableEntry, Verdict,
+    UnreadableEntry,
 };
+use flights::Flights;
 
 /// The longest a stop may wait between SIGTERM and SIGKILL.
 pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(300);
@@ -64,6 +71,15 @@ pub struct Listing {
     pub readings: Vec<Reading>,
     /// Entries that are not valid records.
     pub unreadable: Vec<UnreadableEntry>,
+}
+
+/// The door probes in flight at one moment ([`Registry::probes_in_flight`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbesInFlight {
+    /// Probes whose door has not answered yet: at most one per distinct record.
+    pub probes: usize,
+    /// Verifications waiting on them, summed over the probes.
+    pub waiters: usize,
 }
 
 /// What a prune of one session did.
@@ -166,6 +182,7 @@ pub struct StopReport {
 pub struct Registry {
     dir: PathBuf,
     door: DoorProbe,
+    flights: Flights,
     stopping: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -175,6 +192,7 @@ impl Registry {
         Self {
             dir: dir.into(),
             door,
+            flights: Flights::default(),
             stopping: Mutex::new(HashMap::new()),
         }
     }
@@ -186,11 +204,20 @@ impl Registry {
 
     /// Every record, verified (three layers when `probe`, else layers 1–2), newest first.
     ///
-    /// Changes nothing on disk.
+    /// Changes nothing on disk. Doors are probed concurrently, at most the prober's limit at
+    /// once, and a door already being probed for an identical record (by any caller) is not
+    /// asked again: its probe's answer is shared.
     pub async fn sessions(&self, probe: bool) -> Result<Listing, RegistryError> {
         let dir = self.dir.clone();
-        let scan = blocking(move || running::scan(&dir)).await??;
-        let readings = self.read_all(scan.records, probe).await;
+        // The scan and layers 1–2 share one trip to the blocking pool.
+        let (scan, states) = blocking(move || {
+            let scan = running::scan(&dir)?;
+            let states: Vec<ProcessState> =
+                scan.records.iter().map(running::process_state).collect();
+            Ok::<_, RegistryError>((scan, states))
+        })
+        .await??;
+        let readings = self.read_all(scan.records, states, probe).await;
         Ok(Listing {
             readings,
             unreadable: scan.unreadable,
@@ -199,28 +226,41 @@ impl Registry {
 
     /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.
     pub async fn session(&self, session_id: &str, probe: bool) -> Result<Reading, RegistryError> {
-        let record = self.record(session_id).await?;
-        let mut readings = self.read_all(vec![record], probe).await;
+        if !running::is_valid_session_id(session_id) {
+            return Err(RegistryError::InvalidSessionId);
+        }
+        let dir = self.dir.clone();
+        let id = session_id.to_owned();
+        let (record, process) = blocking(move || {
+            let record = running::read_record(&dir, &id)?;
+            let process = record.as_ref().map(running::process_state);
+            Ok::<_, RegistryError>(record.zip(process))
+        })
+        .await??
+        .ok_or_else(|| RegistryError::NotFound(session_id.to_owned()))?;
+        let mut readings = self.read_all(vec![record], vec![process], probe).await;
         readings
             .pop()
             .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))
     }
 
-    async fn read_all(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
-        if probe {
-            let verdicts = running::verify_many(&records, &self.door).await;
-            records
-                .into_iter()
-                .zip(verdicts)
-                .map(|(record, Verdict { process, liveness })| Reading {
-                    record,
-                    process,
-                    liveness: Some(liveness),
-                })
-                .collect()
-        } else {
-            let states = running::process_state_off_workers(records.clone()).await;
-            records
+    /// How many door probes are in flight right now, and how many verifications wait on them
+    /// (several callers verifying one record wait on one probe).
+    pub fn probes_in_flight(&self) -> ProbesInFlight {
+        let (probes, waiters) = self.flights.in_flight();
+        ProbesInFlight { probes, waiters }
+    }
+
+    /// The verdicts for `records`, given what layers 1–2 said of each; the door is probed (when
+    /// `probe`) only where they leave the verdict open.
+    async fn read_all(
+        &self,
+        records: Vec<RunningRecord>,
+        states: Vec<ProcessState>,
+        probe: bool,
+    ) -> Vec<Reading> {
+        if !probe {
+            return records
                 .into_iter()
                 .zip(states)
                 .map(|(record, process)| {
@@ -231,8 +271,41 @@ impl Registry {
                         liveness,
                     }
                 })
-                .collect()
+                .collect();
         }
+        // Every flight is joined (and so started) before any answer is awaited: the probes run
+        // side by side, and awaiting them in order costs only the slowest one.
+        let pending: Vec<_> = records
+            .into_iter()
+            .zip(states)
+            .map(
+                |(record, process)| match running::settled_without_door(&record, process) {
+                    Ok(verdict) => (record, verdict.process, Err(verdict.liveness)),
+                    Err(process) => {
+                        let flight = self.flights.join(&record, &self.door);
+                        (record, process, Ok(flight))
+                    }
+                },
+            )
+            .collect();
+        let mut readings = Vec::with_capacity(pending.len());
+        for (record, process, flight) in pending {
+            let liveness = match flight {
+                Err(settled) => settled,
+                Ok(flight) => match flight.answer().await {
+                    Ok(()) => Liveness::Live,
+                    Err(reason) => Liveness::Unreachable {
+                        reason: running::redact_secrets(reason, &record),
+                    },
+                },
+            };
+            readings.push(Reading {
+                record,
+                process,
+                liveness: Some(liveness),
+            });
+        }
+        readings
     }
 
     /// The record of `session_id`, or why there is none.

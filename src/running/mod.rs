@@ -49,6 +49,7 @@ pub use door::{
     MURMUR_CAPSULE_EXTENSION, Verdict, decided_by_process, process_state_off_workers,
     session_id_of, verify, verify_many, verify_verdict,
 };
+pub(crate) use door::{redact_secrets, settled_without_door};
 pub use process::{
     ProcessState, has_controlling_terminal, process_start_token, process_state, reason_no_process,
     reason_pid_reused,
