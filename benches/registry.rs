@@ -57,12 +57,20 @@ fn main() {
         return;
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
+    // `--only many,slow,poll,lean` runs some scenarios (for profiling one of them).
+    let only: Vec<String> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|at| args.get(at + 1))
+        .map(|list| list.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    runtime.block_on(bench(full_baseline));
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    runtime.block_on(bench(full_baseline, &wanted));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -227,7 +235,7 @@ impl Doors {
 
     /// A private running directory with a record for each of the first `count` doors.
     fn running_dir(&self, count: usize) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = private_temp_dir();
         for (session_id, url) in self.sessions.iter().take(count) {
             let json = format!(
                 r#"{{"session_id":"{session_id}","url":"{url}","pid":{pid},"process_start":"{token}",
@@ -263,7 +271,7 @@ struct Server {
 
 impl Server {
     fn start(running_dir: &Path) -> Self {
-        let home = tempfile::tempdir().expect("temp home");
+        let home = private_temp_dir();
         let token_file = home.path().join("token");
         let mut child = Command::new(env!("CARGO_BIN_EXE_murmur-registry"))
             .arg("serve")
@@ -288,6 +296,7 @@ impl Server {
             .strip_prefix("listening on http://")
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_owned();
+        eprintln!("murmur-registry serve: pid {}", child.id());
         let token = std::fs::read_to_string(&token_file)
             .expect("token file")
             .trim()
@@ -464,7 +473,7 @@ fn print_header() {
     );
 }
 
-async fn bench(full_baseline: bool) {
+async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
     let started = Instant::now();
     println!(
         "murmur-registry bench: {} CPUs, load average {}",
@@ -474,7 +483,7 @@ async fn bench(full_baseline: bool) {
     let mut rows = Vec::new();
 
     // 1 and 2: a thousand live records, fully verified and with layers 1-2 only; idle memory.
-    {
+    if wanted("many") {
         let mut doors = Doors::start(MANY, Duration::ZERO, "0001");
         let dir = doors.running_dir(MANY);
         let server = Server::start(dir.path());
@@ -550,7 +559,7 @@ async fn bench(full_baseline: bool) {
     }
 
     // 3: a hundred doors that each take three seconds.
-    {
+    if wanted("slow") {
         let doors = Doors::start(SLOW, SLOW_DELAY, "0002");
         let dir = doors.running_dir(SLOW);
         let server = Server::start(dir.path());
@@ -599,7 +608,7 @@ async fn bench(full_baseline: bool) {
     }
 
     // 4: a hundred clients polling fifty live records at once.
-    {
+    if wanted("poll") {
         let mut doors = Doors::start(POLLED, Duration::ZERO, "0003");
         let dir = doors.running_dir(POLLED);
         let server = Server::start(dir.path());
@@ -640,7 +649,7 @@ async fn bench(full_baseline: bool) {
     }
 
     // 5: throughput of the lean path, and memory across 100,000 requests.
-    {
+    if wanted("lean") {
         let doors = Doors::start(LEAN, Duration::ZERO, "0004");
         let dir = doors.running_dir(LEAN);
         let server = Server::start(dir.path());
@@ -869,6 +878,15 @@ fn ratio(baseline: Duration, measured: Duration) -> String {
         "{:.1}x",
         baseline.as_secs_f64() / measured.as_secs_f64().max(1e-9)
     )
+}
+
+/// A temporary directory only this user may enter, as the registry requires.
+fn private_temp_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod 700");
+    dir
 }
 
 fn status_kib(pid: u32, key: &str) -> u64 {

@@ -183,6 +183,7 @@ pub struct Registry {
     dir: PathBuf,
     door: DoorProbe,
     flights: Flights,
+    records: Arc<running::RecordCache>,
     stopping: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -193,6 +194,7 @@ impl Registry {
             dir: dir.into(),
             door,
             flights: Flights::default(),
+            records: Arc::default(),
             stopping: Mutex::new(HashMap::new()),
         }
     }
@@ -209,9 +211,10 @@ impl Registry {
     /// asked again: its probe's answer is shared.
     pub async fn sessions(&self, probe: bool) -> Result<Listing, RegistryError> {
         let dir = self.dir.clone();
+        let cache = Arc::clone(&self.records);
         // The scan and layers 1–2 share one trip to the blocking pool.
         let (scan, states) = blocking(move || {
-            let scan = running::scan(&dir)?;
+            let scan = running::scan_cached(&dir, &cache)?;
             let states: Vec<ProcessState> =
                 scan.records.iter().map(running::process_state).collect();
             Ok::<_, RegistryError>((scan, states))
