@@ -2,7 +2,10 @@
 //!
 //! Invariants kept here:
 //! - Every blocking step (directory reads, `/proc` reads, signals) runs on tokio's blocking
-//!   pool; async callers never stall a worker.
+//!   pool, with one exception: reading a directory that held at most [`INLINE_SCAN_ENTRIES`]
+//!   entries at its last scan (some dozens of `lstat`s, `kill(pid, 0)`s and `/proc` reads,
+//!   none of which waits on anything but the kernel) runs on the calling task, because the trip
+//!   to the pool and back costs more than the work.
 //! - Reading changes nothing: [`Registry::sessions`] and [`Registry::session`] only scan.
 //! - Removal happens on fresh evidence only. Pruning re-reads layers 1–2 right before it
 //!   unlinks; a signal or stop prunes only when the kernel or layers 1–2 said the process is
@@ -18,6 +21,7 @@ mod flights;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +30,10 @@ use crate::running::{
     UnreadableEntry,
 };
 use flights::Flights;
+
+/// A directory whose last scan found at most this many entries is read on the calling task
+/// instead of the blocking pool (see the module's invariants).
+pub const INLINE_SCAN_ENTRIES: usize = 32;
 
 /// The longest a stop may wait between SIGTERM and SIGKILL.
 pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(300);
@@ -184,6 +192,8 @@ pub struct Registry {
     door: DoorProbe,
     flights: Flights,
     records: Arc<running::RecordCache>,
+    /// Entries the latest scan found; `usize::MAX` before the first.
+    last_scan_entries: AtomicUsize,
     stopping: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -195,6 +205,7 @@ impl Registry {
             door,
             flights: Flights::default(),
             records: Arc::default(),
+            last_scan_entries: AtomicUsize::new(usize::MAX),
             stopping: Mutex::new(HashMap::new()),
         }
     }
@@ -212,14 +223,23 @@ impl Registry {
     pub async fn sessions(&self, probe: bool) -> Result<Listing, RegistryError> {
         let dir = self.dir.clone();
         let cache = Arc::clone(&self.records);
-        // The scan and layers 1–2 share one trip to the blocking pool.
-        let (scan, states) = blocking(move || {
+        // The scan and layers 1–2 share one trip to the blocking pool, if they take one.
+        let read = move || {
             let scan = running::scan_cached(&dir, &cache)?;
             let states: Vec<ProcessState> =
                 scan.records.iter().map(running::process_state).collect();
             Ok::<_, RegistryError>((scan, states))
-        })
-        .await??;
+        };
+        let (scan, states) =
+            if self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES {
+                read()?
+            } else {
+                blocking(read).await??
+            };
+        self.last_scan_entries.store(
+            scan.records.len() + scan.unreadable.len(),
+            Ordering::Relaxed,
+        );
         let readings = self.read_all(scan.records, states, probe).await;
         Ok(Listing {
             readings,

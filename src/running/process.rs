@@ -247,9 +247,12 @@ fn read_stat(pid: u32) -> std::io::Result<StatFields> {
             Err(e) => return Err(e.into()),
         }
     }
-    // The command name may hold any bytes; the fields counted after it are ASCII.
-    let content = String::from_utf8_lossy(&buf[..len]);
-    parse_stat(&content).ok_or_else(|| {
+    // The command name may hold any bytes; only what follows its closing `)` is parsed, and
+    // that is ASCII on every kernel.
+    let line = &buf[..len];
+    let from_comm_end = line.iter().rposition(|b| *b == b')').unwrap_or(0);
+    let content = std::str::from_utf8(&line[from_comm_end..]).unwrap_or("");
+    parse_stat(content).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("{} does not have the expected fields", path.display()),
