@@ -677,10 +677,12 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
         let mut errors = 0;
         let runs = 4;
         let (server_cpu, client_cpu) = (server.cpu(), cpu_time(std::process::id()));
+        let mut rss = vec![before];
         for _ in 0..runs {
             let (rate, failed) = hammer(&server, path, LEAN_REQUESTS / runs).await;
             rates.push(rate);
             errors += failed;
+            rss.push(server.rss_kib());
         }
         let per_request = |spent: Duration| spent / LEAN_REQUESTS as u32;
         let server_cpu = per_request(server.cpu() - server_cpu);
@@ -740,9 +742,11 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
             Row {
                 scenario: format!("  RSS across {LEAN_REQUESTS} requests; errors"),
                 measured: format!(
-                    "{:.1} -> {:.1} MiB; {errors} errors",
-                    before as f64 / 1024.0,
-                    after as f64 / 1024.0
+                    "{} MiB; {errors} errors",
+                    rss.iter()
+                        .map(|kib| format!("{:.1}", *kib as f64 / 1024.0))
+                        .collect::<Vec<_>>()
+                        .join(" -> ")
                 ),
                 target: "no growth; 0".to_owned(),
                 baseline: "-".to_owned(),
