@@ -757,8 +757,10 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
                 target: "< 1 MiB; 0".to_owned(),
                 baseline: "-".to_owned(),
                 ratio: "-".to_owned(),
-                // A page or two of allocator noise is not growth.
-                met: growth <= 256 && errors == 0,
+                // The allocator's arenas retain a few hundred KiB more or less from one quarter
+                // to the next (the heap in use stays flat: valgrind's massif shows it); a leak
+                // of even ten bytes a request would exceed 1 MiB here.
+                met: growth <= 1024 && errors == 0,
             },
         );
     }
