@@ -12,7 +12,8 @@
 //!   gone.
 //! - Stops of one session are serialised, so two concurrent stops never race each other's
 //!   escalation; the second finds the outcome of the first.
-//! - Every verification goes through one path ([`Registry::sessions`], [`Registry::session`]),
+//! - Every verification goes through one path ([`Registry::sessions`], [`Registry::session`],
+//!   [`Registry::verify`]),
 //!   where each record's door is probed single-flight: concurrent callers verifying the same
 //!   record share the probe in flight, and nobody gets an answer from a probe that had already
 //!   finished when they asked (see `flights`).
@@ -265,6 +266,33 @@ impl Registry {
         readings
             .pop()
             .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))
+    }
+
+    /// Verify one record already read (all three layers), sharing any probe in flight for an
+    /// identical record with every other caller, exactly as [`Registry::sessions`] does.
+    ///
+    /// For a caller that holds a record from an earlier scan (a monitor comparing readings, say):
+    /// layers 1–2 are read afresh, and the door is asked unless a probe of this very record is
+    /// already in the air.
+    pub async fn verify(&self, record: RunningRecord) -> Reading {
+        let judged = record.clone();
+        let process = blocking(move || running::process_state(&judged))
+            .await
+            .unwrap_or_else(|e| ProcessState::Unverified {
+                reason: format!("the process check failed: {e}"),
+            });
+        let mut readings = self
+            .read_all(vec![record.clone()], vec![process], true)
+            .await;
+        readings.pop().unwrap_or(Reading {
+            record,
+            process: ProcessState::Unverified {
+                reason: "the verification returned nothing".to_owned(),
+            },
+            liveness: Some(Liveness::Unreachable {
+                reason: "the verification returned nothing".to_owned(),
+            }),
+        })
     }
 
     /// How many door probes are in flight right now, and how many verifications wait on them

@@ -364,3 +364,44 @@ async fn the_probe_limit_bounds_the_doors_asked_at_once() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verifying_one_record_joins_the_listing_probe_in_flight() {
+    let dir = temp_dir();
+    let gate = Gate::new();
+    let record = RecordJson::fresh();
+    let id = record.session_id();
+    record.url(gate.door(&id, &id).await).write_in(dir.path());
+    let registry = registry_in(dir.path());
+    let listing = {
+        let registry = registry.clone();
+        tokio::spawn(async move { registry.sessions(true).await.expect("listing") })
+    };
+    until("the listing's probe to reach the door", || {
+        gate.requests(&id) == 1
+    })
+    .await;
+    let scanned = murmur_registry::running::scan(dir.path())
+        .expect("scan")
+        .records
+        .remove(0);
+    let single = {
+        let registry = registry.clone();
+        tokio::spawn(async move { registry.verify(scanned).await })
+    };
+    until("the single verification to wait on the same probe", || {
+        registry.probes_in_flight()
+            == ProbesInFlight {
+                probes: 1,
+                waiters: 2,
+            }
+    })
+    .await;
+    gate.release();
+    assert_eq!(single.await.expect("verify").liveness, Some(Liveness::Live));
+    assert_eq!(
+        states(&listing.await.expect("listing"))[&id],
+        Liveness::Live
+    );
+    assert_eq!(gate.requests(&id), 1);
+}
