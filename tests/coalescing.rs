@@ -405,3 +405,55 @@ async fn verifying_one_record_joins_the_listing_probe_in_flight() {
     );
     assert_eq!(gate.requests(&id), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_never_handed_to_a_caller_who_came_after_it() {
+    let dir = temp_dir();
+    let (held, open) = (Gate::new(), Gate::new());
+    open.release();
+    // The listing awaits the newer record first, so it still holds the older record's finished
+    // probe while it waits for the held door.
+    let older = RecordJson::fresh();
+    let older_id = older.session_id();
+    older
+        .url(open.door(&older_id, &older_id).await)
+        .write_in(dir.path());
+    let newer = RecordJson::fresh();
+    let newer_id = newer.session_id();
+    newer
+        .url(held.door(&newer_id, &newer_id).await)
+        .write_in(dir.path());
+    let registry = registry_in(dir.path());
+    let listing = {
+        let registry = registry.clone();
+        tokio::spawn(async move { registry.sessions(true).await.expect("listing") })
+    };
+    until(
+        "the open door to have answered and the held one to wait",
+        || {
+            open.requests(&older_id) == 1
+                && held.requests(&newer_id) == 1
+                && registry.probes_in_flight().probes == 1
+        },
+    )
+    .await;
+    let scanned = murmur_registry::running::scan(dir.path())
+        .expect("scan")
+        .records
+        .into_iter()
+        .find(|r| r.session_id == older_id)
+        .expect("older record");
+    let reading = registry.verify(scanned).await;
+    assert_eq!(reading.liveness, Some(Liveness::Live));
+    assert_eq!(
+        open.requests(&older_id),
+        2,
+        "a caller after the answer gets a probe of its own"
+    );
+    held.release();
+    assert!(
+        states(&listing.await.expect("listing"))
+            .values()
+            .all(|l| *l == Liveness::Live)
+    );
+}
