@@ -467,7 +467,7 @@ pub async fn process_state_off_workers(records: Vec<RunningRecord>) -> Vec<Proce
 
 /// All three layers for many records at once; verdicts come back in the records' order.
 ///
-/// Doors are probed concurrently (at most [`MAX_CONCURRENT_PROBES`] in flight), so the whole
+/// Doors are probed concurrently (at most the prober's limit in flight), so the whole
 /// batch takes about as long as its slowest door, not the sum of them.
 pub async fn verify_many(records: &[RunningRecord], door: &DoorProbe) -> Vec<Verdict> {
     let states = process_state_off_workers(records.to_vec()).await;
