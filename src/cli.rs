@@ -118,6 +118,42 @@ struct ServeArgs {
     /// How long shutdown waits for in-flight requests before dropping them.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
+    #[command(flatten)]
+    probe: ProbeArgs,
+}
+
+/// How doors are probed: the deadlines of one probe and how many may run at once.
+#[derive(Debug, Args)]
+struct ProbeArgs {
+    /// Most door probes in flight at once (each holds a socket); others wait their turn.
+    #[arg(long, value_name = "N", default_value_t = running::MAX_CONCURRENT_PROBES,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_536))]
+    max_concurrent_probes: usize,
+    /// How long a door may take to accept a connection (e.g. `2s`, `500ms`).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = probe_deadline)]
+    probe_connect_timeout: Duration,
+    /// How long a connected door may take to answer with its card.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = probe_deadline)]
+    probe_answer_timeout: Duration,
+}
+
+impl ProbeArgs {
+    fn door_probe(&self) -> DoorProbe {
+        DoorProbe::with_limits(
+            self.probe_connect_timeout,
+            self.probe_answer_timeout,
+            self.max_concurrent_probes,
+        )
+    }
+}
+
+/// A probe deadline: a humantime duration, above zero and at most a minute.
+fn probe_deadline(text: &str) -> Result<Duration, String> {
+    let deadline = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if deadline.is_zero() || deadline > Duration::from_secs(60) {
+        return Err("must be above zero and at most 60s".to_owned());
+    }
+    Ok(deadline)
 }
 
 #[derive(Debug, Args)]
@@ -179,9 +215,14 @@ pub fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Blocking work (directory scans, `/proc` reads, signals) runs on at most this many threads;
+/// more concurrent requests queue for them instead of each growing the pool.
+const MAX_BLOCKING_THREADS: usize = 32;
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
         .build()
         .context("cannot start the async runtime")
 }
@@ -277,7 +318,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         shutdown_grace: args.shutdown_grace,
     };
     raise_open_files_limit();
-    let registry = registry_for(&args.dir)?;
+    let registry = Registry::new(resolve_running_dir(&args.dir)?, args.probe.door_probe());
     let token_path = resolve_token_file(args.token_file.as_ref())?;
     let tokens = TokenStore::open(&token_path)?;
     runtime()?.block_on(async move {

@@ -4,7 +4,9 @@
 //! - [`running`]: the records murmur leaves in `~/.murmur/running/` and the three layers that
 //!   verify them. Knows nothing of HTTP.
 //! - [`registry`]: the async operations (list, verify concurrently, prune, signal, stop) that
-//!   the service and the CLI share. Blocking work runs off the async workers.
+//!   the service and the CLI share. Blocking work runs off the async workers (a small
+//!   directory's few syscalls excepted); door probes of one record are shared by concurrent
+//!   callers.
 //! - [`private_fs`]: private directories, atomic writes, and removal only of the file judged.
 //! - [`token`]: the bearer token file, created private and checked in constant time.
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.

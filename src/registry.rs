@@ -2,23 +2,39 @@
 //!
 //! Invariants kept here:
 //! - Every blocking step (directory reads, `/proc` reads, signals) runs on tokio's blocking
-//!   pool; async callers never stall a worker.
+//!   pool, with one exception: reading a directory that held at most [`INLINE_SCAN_ENTRIES`]
+//!   entries at its last scan (some dozens of `lstat`s, `kill(pid, 0)`s and `/proc` reads,
+//!   none of which waits on anything but the kernel) runs on the calling task, because the trip
+//!   to the pool and back costs more than the work.
 //! - Reading changes nothing: [`Registry::sessions`] and [`Registry::session`] only scan.
 //! - Removal happens on fresh evidence only. Pruning re-reads layers 1–2 right before it
 //!   unlinks; a signal or stop prunes only when the kernel or layers 1–2 said the process is
 //!   gone.
 //! - Stops of one session are serialised, so two concurrent stops never race each other's
 //!   escalation; the second finds the outcome of the first.
+//! - Every verification goes through one path ([`Registry::sessions`], [`Registry::session`],
+//!   [`Registry::verify`]),
+//!   where each record's door is probed single-flight: concurrent callers verifying the same
+//!   record share the probe in flight, and nobody gets an answer from a probe that had already
+//!   finished when they asked (see `flights`).
+
+mod flights;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::running::{
     self, DoorProbe, Liveness, ProcessState, Pruned, RunningError, RunningRecord, SignalOutcome,
-    UnreadableEntry, Verdict,
+    UnreadableEntry,
 };
+use flights::Flights;
+
+/// A directory whose last scan found at most this many entries is read on the calling task
+/// instead of the blocking pool (see the module's invariants).
+pub const INLINE_SCAN_ENTRIES: usize = 32;
 
 /// The longest a stop may wait between SIGTERM and SIGKILL.
 pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(300);
@@ -64,6 +80,15 @@ pub struct Listing {
     pub readings: Vec<Reading>,
     /// Entries that are not valid records.
     pub unreadable: Vec<UnreadableEntry>,
+}
+
+/// The door probes in flight at one moment ([`Registry::probes_in_flight`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbesInFlight {
+    /// Probes whose door has not answered yet: at most one per distinct record.
+    pub probes: usize,
+    /// Verifications waiting on them, summed over the probes.
+    pub waiters: usize,
 }
 
 /// What a prune of one session did.
@@ -166,6 +191,10 @@ pub struct StopReport {
 pub struct Registry {
     dir: PathBuf,
     door: DoorProbe,
+    flights: Flights,
+    records: Arc<running::RecordCache>,
+    /// Entries the latest scan found; `usize::MAX` before the first.
+    last_scan_entries: AtomicUsize,
     stopping: StopsInProgress,
     removals: RemovalNotes,
 }
@@ -257,6 +286,9 @@ impl Registry {
         Self {
             dir: dir.into(),
             door,
+            flights: Flights::default(),
+            records: Arc::default(),
+            last_scan_entries: AtomicUsize::new(usize::MAX),
             stopping: StopsInProgress::default(),
             removals: RemovalNotes::default(),
         }
@@ -269,11 +301,30 @@ impl Registry {
 
     /// Every record, verified (three layers when `probe`, else layers 1–2), newest first.
     ///
-    /// Changes nothing on disk.
+    /// Changes nothing on disk. Doors are probed concurrently, at most the prober's limit at
+    /// once, and a door already being probed for an identical record (by any caller) is not
+    /// asked again: its probe's answer is shared.
     pub async fn sessions(&self, probe: bool) -> Result<Listing, RegistryError> {
         let dir = self.dir.clone();
-        let scan = blocking(move || running::scan(&dir)).await??;
-        let readings = self.read_all(scan.records, probe).await;
+        let cache = Arc::clone(&self.records);
+        // The scan and layers 1–2 share one trip to the blocking pool, if they take one.
+        let read = move || {
+            let scan = running::scan_cached(&dir, &cache)?;
+            let states: Vec<ProcessState> =
+                scan.records.iter().map(running::process_state).collect();
+            Ok::<_, RegistryError>((scan, states))
+        };
+        let (scan, states) =
+            if self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES {
+                read()?
+            } else {
+                blocking(read).await??
+            };
+        self.last_scan_entries.store(
+            scan.records.len() + scan.unreadable.len(),
+            Ordering::Relaxed,
+        );
+        let readings = self.read_all(scan.records, states, probe).await;
         Ok(Listing {
             readings,
             unreadable: scan.unreadable,
@@ -282,8 +333,19 @@ impl Registry {
 
     /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.
     pub async fn session(&self, session_id: &str, probe: bool) -> Result<Reading, RegistryError> {
-        let record = self.record(session_id).await?;
-        let mut readings = self.read_all(vec![record], probe).await;
+        if !running::is_valid_session_id(session_id) {
+            return Err(RegistryError::InvalidSessionId);
+        }
+        let dir = self.dir.clone();
+        let id = session_id.to_owned();
+        let (record, process) = blocking(move || {
+            let record = running::read_record(&dir, &id)?;
+            let process = record.as_ref().map(running::process_state);
+            Ok::<_, RegistryError>(record.zip(process))
+        })
+        .await??
+        .ok_or_else(|| RegistryError::NotFound(session_id.to_owned()))?;
+        let mut readings = self.read_all(vec![record], vec![process], probe).await;
         readings
             .pop()
             .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))
@@ -292,15 +354,30 @@ impl Registry {
     /// Every entry of the directory, read but not verified. Changes nothing on disk.
     pub async fn scan(&self) -> Result<running::Scan, RegistryError> {
         let dir = self.dir.clone();
-        blocking(move || running::scan(&dir))
+        let cache = Arc::clone(&self.records);
+        blocking(move || running::scan_cached(&dir, &cache))
             .await?
             .map_err(Into::into)
     }
 
     /// Verify records already read: three layers when `probe`, else layers 1–2. Readings come
     /// back in the records' order.
+    ///
+    /// Layers 1–2 are read afresh; door probes are shared with every other caller verifying
+    /// an identical record at the same moment.
     pub async fn verify_records(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
-        self.read_all(records, probe).await
+        let judged = records.clone();
+        let states =
+            match blocking(move || judged.iter().map(running::process_state).collect()).await {
+                Ok(states) => states,
+                Err(error) => vec![
+                    ProcessState::Unverified {
+                        reason: format!("the process check failed: {error}"),
+                    };
+                    records.len()
+                ],
+            };
+        self.read_all(records, states, probe).await
     }
 
     /// Fetch the agent card a session's live door serves, verified to name the session.
@@ -314,12 +391,8 @@ impl Registry {
         session_id: &str,
     ) -> Result<Result<serde_json::Value, CardRefusal>, RegistryError> {
         let record = self.record(session_id).await?;
-        let reading = self.read_all(vec![record.clone()], false).await;
-        let process = reading
-            .into_iter()
-            .next()
-            .map(|r| r.process)
-            .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))?;
+        let judged = record.clone();
+        let process = blocking(move || running::process_state(&judged)).await?;
         let state = |liveness: Liveness| CardRefusal::NotLive {
             liveness,
             process: process.clone(),
@@ -346,21 +419,50 @@ impl Registry {
         self.removals.take(session_id)
     }
 
-    async fn read_all(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
-        if probe {
-            let verdicts = running::verify_many(&records, &self.door).await;
-            records
-                .into_iter()
-                .zip(verdicts)
-                .map(|(record, Verdict { process, liveness })| Reading {
-                    record,
-                    process,
-                    liveness: Some(liveness),
-                })
-                .collect()
-        } else {
-            let states = running::process_state_off_workers(records.clone()).await;
-            records
+    /// Verify one record already read (all three layers), sharing any probe in flight for an
+    /// identical record with every other caller, exactly as [`Registry::sessions`] does.
+    ///
+    /// For a caller that holds a record from an earlier scan (a monitor comparing readings, say):
+    /// layers 1–2 are read afresh, and the door is asked unless a probe of this very record is
+    /// already in the air.
+    pub async fn verify(&self, record: RunningRecord) -> Reading {
+        let judged = record.clone();
+        let process = blocking(move || running::process_state(&judged))
+            .await
+            .unwrap_or_else(|e| ProcessState::Unverified {
+                reason: format!("the process check failed: {e}"),
+            });
+        let mut readings = self
+            .read_all(vec![record.clone()], vec![process], true)
+            .await;
+        readings.pop().unwrap_or(Reading {
+            record,
+            process: ProcessState::Unverified {
+                reason: "the verification returned nothing".to_owned(),
+            },
+            liveness: Some(Liveness::Unreachable {
+                reason: "the verification returned nothing".to_owned(),
+            }),
+        })
+    }
+
+    /// How many door probes are in flight right now, and how many verifications wait on them
+    /// (several callers verifying one record wait on one probe).
+    pub fn probes_in_flight(&self) -> ProbesInFlight {
+        let (probes, waiters) = self.flights.in_flight();
+        ProbesInFlight { probes, waiters }
+    }
+
+    /// The verdicts for `records`, given what layers 1–2 said of each; the door is probed (when
+    /// `probe`) only where they leave the verdict open.
+    async fn read_all(
+        &self,
+        records: Vec<RunningRecord>,
+        states: Vec<ProcessState>,
+        probe: bool,
+    ) -> Vec<Reading> {
+        if !probe {
+            return records
                 .into_iter()
                 .zip(states)
                 .map(|(record, process)| {
@@ -371,8 +473,41 @@ impl Registry {
                         liveness,
                     }
                 })
-                .collect()
+                .collect();
         }
+        // Every flight is joined (and so started) before any answer is awaited: the probes run
+        // side by side, and awaiting them in order costs only the slowest one.
+        let pending: Vec<_> = records
+            .into_iter()
+            .zip(states)
+            .map(
+                |(record, process)| match running::settled_without_door(&record, process) {
+                    Ok(verdict) => (record, verdict.process, Err(verdict.liveness)),
+                    Err(process) => {
+                        let flight = self.flights.join(&record, &self.door);
+                        (record, process, Ok(flight))
+                    }
+                },
+            )
+            .collect();
+        let mut readings = Vec::with_capacity(pending.len());
+        for (record, process, flight) in pending {
+            let liveness = match flight {
+                Err(settled) => settled,
+                Ok(flight) => match flight.answer().await {
+                    Ok(()) => Liveness::Live,
+                    Err(reason) => Liveness::Unreachable {
+                        reason: running::redact_secrets(reason, &record),
+                    },
+                },
+            };
+            readings.push(Reading {
+                record,
+                process,
+                liveness: Some(liveness),
+            });
+        }
+        readings
     }
 
     /// The record of `session_id`, or why there is none.

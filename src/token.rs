@@ -172,6 +172,20 @@ impl TokenStore {
         &self.path
     }
 
+    /// [`TokenStore::check`]'s answer when the file is unchanged since the last check: one
+    /// `lstat` and no read, cheap enough to run on an async worker.
+    ///
+    /// `None` when the file changed or could not be examined: then [`TokenStore::check`] (off
+    /// the async workers) must decide, re-reading the file or failing closed.
+    pub fn check_unchanged(&self, presented: &str) -> Option<bool> {
+        let stat = rustix::fs::lstat(&self.path).ok()?;
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (Stamp::of(&stat) == current.stamp).then(|| current.digest.matches(presented.as_bytes()))
+    }
+
     /// Whether `presented` is the current token, compared in constant time.
     ///
     /// Re-reads the file first if it changed since the last check (a new inode after a

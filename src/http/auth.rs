@@ -126,17 +126,23 @@ pub async fn require_token(
             "this endpoint needs Authorization: Bearer <token>; the token is in the registry's token file",
         );
     };
-    // The check may read the token file (after a rotation): off the async workers.
-    let presented = presented.to_owned();
-    let checking = state.clone();
-    let checked = tokio::task::spawn_blocking(move || checking.tokens().check(&presented))
-        .await
-        .unwrap_or_else(|e| {
-            Err(crate::token::TokenError::Io {
-                path: state.tokens().path().to_path_buf(),
-                cause: std::io::Error::other(e.to_string()),
-            })
-        });
+    // An unchanged token file costs one `lstat`, done here: a trip to the blocking pool would
+    // cost more than the check. A changed one is re-read off the async workers.
+    let checked = match state.tokens().check_unchanged(presented) {
+        Some(matches) => Ok(matches),
+        None => {
+            let presented = presented.to_owned();
+            let checking = state.clone();
+            tokio::task::spawn_blocking(move || checking.tokens().check(&presented))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(crate::token::TokenError::Io {
+                        path: state.tokens().path().to_path_buf(),
+                        cause: std::io::Error::other(e.to_string()),
+                    })
+                })
+        }
+    };
     match checked {
         Ok(true) => next.run(request).await,
         Ok(false) => unauthorized("the bearer token is not this registry's token"),

@@ -13,10 +13,16 @@
 //!   what was read proves can never be one ([`UnreadableEntry::is_removable`]). [`prune`]
 //!   removes a record only for a `Gone` reading, and only the very file the record was read
 //!   from.
+//! - [`scan_cached`] judges every entry on every scan; it skips opening and parsing a file only
+//!   when `lstat` shows the very file it read before, unchanged (device, inode, size, mode,
+//!   owner, modification and change time), and that file had not changed for a second before
+//!   it was read, so no rewrite can hide inside one tick of the timestamps.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -180,9 +186,24 @@ pub struct Scan {
 /// Records come back newest first (session ids are UUIDv7, so descending order is newest
 /// first). Entries that are not valid records are reported in [`Scan::unreadable`].
 pub fn scan(dir: &Path) -> Result<Scan, RunningError> {
+    scan_cached(dir, &RecordCache::default())
+}
+
+/// [`scan`], parsing again only the records whose file changed since `cache` saw them.
+///
+/// Every entry is still judged afresh on every call (an `lstat` without following links: a
+/// regular file, ours, and the very file that was read before, by device, inode, size,
+/// modification and change time). Only the open, read and parse of an unchanged file are
+/// skipped. A file changed within the last second is not cached at all, so a rewrite inside
+/// one tick of the filesystem's clock cannot hide behind an unchanged timestamp. The cache
+/// keeps only entries the latest scan saw, so it never outgrows the directory.
+pub fn scan_cached(dir: &Path, cache: &RecordCache) -> Result<Scan, RunningError> {
     let io_err = io_at(dir);
     let dir_fd = open_running_dir(dir)?;
     let entries = rustix::fs::Dir::read_from(&dir_fd).map_err(|e| io_err(e.into()))?;
+    let known = cache.snapshot(dir);
+    let mut seen = CacheMap::with_capacity(known.len());
+    let mut changed = false;
     let mut found = Scan::default();
     for entry in entries {
         let entry = entry.map_err(|e| io_err(e.into()))?;
@@ -197,7 +218,17 @@ pub fn scan(dir: &Path) -> Result<Scan, RunningError> {
             continue;
         }
         let read = if is_valid_session_id(stem) {
-            read_entry(&dir_fd, dir, file_name, stem)
+            let before = known.get(file_name);
+            let (read, cached) = read_entry_cached(&dir_fd, dir, file_name, stem, before);
+            match (&cached, before) {
+                (Some(now), Some(before)) if Arc::ptr_eq(now, before) => {}
+                (None, None) => {}
+                _ => changed = true,
+            }
+            if let Some(cached) = cached {
+                seen.insert(file_name.to_owned(), cached);
+            }
+            read
         } else {
             Err(Unreadable::InvalidName)
         };
@@ -209,6 +240,9 @@ pub fn scan(dir: &Path) -> Result<Scan, RunningError> {
             }),
         }
     }
+    if changed || seen.len() != known.len() {
+        cache.replace(dir, seen);
+    }
     found
         .records
         .sort_by(|a, b| b.session_id.cmp(&a.session_id));
@@ -216,6 +250,89 @@ pub fn scan(dir: &Path) -> Result<Scan, RunningError> {
         .unreadable
         .sort_by(|a, b| a.file_name.cmp(&b.file_name));
     Ok(found)
+}
+
+/// Records already parsed, by file name, with the identity of the file each was read from.
+///
+/// Shared by concurrent scans of one directory; see [`scan_cached`] for what it may skip.
+/// A cache built for one directory is never used for another: scanning another directory
+/// starts it afresh.
+#[derive(Default)]
+pub struct RecordCache {
+    entries: Mutex<(PathBuf, Arc<CacheMap>)>,
+}
+
+impl std::fmt::Debug for RecordCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordCache")
+            .field("records", &self.lock().1.len())
+            .finish()
+    }
+}
+
+type CacheMap = HashMap<String, Arc<Cached>>;
+
+/// One parsed record and the file it came from.
+struct Cached {
+    seen: SeenFile,
+    record: RunningRecord,
+}
+
+/// Everything `lstat` says that changes when a file is replaced or written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SeenFile {
+    dev: u64,
+    ino: u64,
+    size: i64,
+    mode: u32,
+    uid: u32,
+    mtime: (i64, u64),
+    ctime: (i64, u64),
+}
+
+impl SeenFile {
+    fn of(stat: &rustix::fs::Stat) -> Self {
+        Self {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+            size: stat.st_size,
+            mode: stat.st_mode,
+            uid: stat.st_uid,
+            mtime: (stat.st_mtime, stat.st_mtime_nsec),
+            ctime: (stat.st_ctime, stat.st_ctime_nsec),
+        }
+    }
+
+    /// Whether the file has not changed for long enough that a later change must show in its
+    /// timestamps (their resolution is a clock tick, well under a second).
+    fn is_settled(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        self.ctime.0.max(self.mtime.0) < now.saturating_sub(1)
+    }
+}
+
+impl RecordCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (PathBuf, Arc<CacheMap>)> {
+        // Holds no invariant a panicking holder could break halfway.
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn snapshot(&self, dir: &Path) -> Arc<CacheMap> {
+        let entries = self.lock();
+        if entries.0 == dir {
+            Arc::clone(&entries.1)
+        } else {
+            Arc::default()
+        }
+    }
+
+    fn replace(&self, dir: &Path, seen: CacheMap) {
+        *self.lock() = (dir.to_path_buf(), Arc::new(seen));
+    }
 }
 
 /// Put back entries that a crashed removal left hidden in `dir`'s quarantine; answers how many.
@@ -310,14 +427,44 @@ fn read_entry(
     }
 }
 
-fn read_entry_once(
+/// [`read_entry`] through the cache: the entry is judged as always, and when it is still the
+/// very file `cached` was read from, that reading is reused. Also answers what to cache now.
+fn read_entry_cached(
     dir_fd: &OwnedFd,
     dir: &Path,
     file_name: &str,
     stem: &str,
-) -> Result<RunningRecord, Unreadable> {
+    cached: Option<&Arc<Cached>>,
+) -> (Result<RunningRecord, Unreadable>, Option<Arc<Cached>>) {
+    if let Some(cached) = cached
+        && let Ok(before) = judge_entry(dir_fd, file_name)
+        && SeenFile::of(&before) == cached.seen
+    {
+        return (Ok(cached.record.clone()), Some(Arc::clone(cached)));
+    }
+    const ATTEMPTS: usize = 8;
+    let mut attempt = 1;
+    loop {
+        match read_entry_seen(dir_fd, dir, file_name, stem) {
+            Err(Unreadable::Replaced) if attempt < ATTEMPTS => attempt += 1,
+            Ok((record, seen)) => {
+                let cached = seen.is_settled().then(|| {
+                    Arc::new(Cached {
+                        seen,
+                        record: record.clone(),
+                    })
+                });
+                return (Ok(record), cached);
+            }
+            Err(why) => return (Err(why), None),
+        }
+    }
+}
+
+/// `lstat` the entry and refuse anything but a regular file of ours. Opening a device or FIFO
+/// can have effects, so this comes before any open.
+fn judge_entry(dir_fd: &OwnedFd, file_name: &str) -> Result<rustix::fs::Stat, Unreadable> {
     let io = |e: Errno| Unreadable::Io(std::io::Error::from(e).to_string());
-    // Judge the entry before opening it: opening a device or FIFO can have effects.
     let before = rustix::fs::statat(dir_fd, file_name, AtFlags::SYMLINK_NOFOLLOW).map_err(io)?;
     match FileType::from_raw_mode(before.st_mode) {
         FileType::RegularFile => {}
@@ -329,6 +476,27 @@ fn read_entry_once(
     if before.st_uid != me {
         return Err(Unreadable::ForeignOwner(before.st_uid));
     }
+    Ok(before)
+}
+
+fn read_entry_once(
+    dir_fd: &OwnedFd,
+    dir: &Path,
+    file_name: &str,
+    stem: &str,
+) -> Result<RunningRecord, Unreadable> {
+    read_entry_seen(dir_fd, dir, file_name, stem).map(|(record, _)| record)
+}
+
+/// One attempt at reading the entry; also answers the identity of the file that was read.
+fn read_entry_seen(
+    dir_fd: &OwnedFd,
+    dir: &Path,
+    file_name: &str,
+    stem: &str,
+) -> Result<(RunningRecord, SeenFile), Unreadable> {
+    let io = |e: Errno| Unreadable::Io(std::io::Error::from(e).to_string());
+    let before = judge_entry(dir_fd, file_name)?;
     let fd = rustix::fs::openat(
         dir_fd,
         file_name,
@@ -367,7 +535,7 @@ fn read_entry_once(
         file_name: file_name.to_owned(),
         identity: FileIdentity::of(&stat),
     }));
-    Ok(record)
+    Ok((record, SeenFile::of(&stat)))
 }
 
 /// What is wrong with a record's bytes, in words that never quote them: serde's own message

@@ -102,7 +102,7 @@ pub fn decided_by_process(record: &RunningRecord, process: &ProcessState) -> Opt
 ///
 /// An unverified process is unreachable and never probed: whatever answers on its door, the
 /// pid's holder is not confirmed as the writer.
-fn settled_without_door(
+pub(crate) fn settled_without_door(
     record: &RunningRecord,
     process: ProcessState,
 ) -> Result<Verdict, ProcessState> {
@@ -119,11 +119,13 @@ fn settled_without_door(
 /// Layer 3's prober: the deadlines it keeps and the probes it lets run at once.
 ///
 /// Cheap to clone; clones share one limit on probes in flight, so concurrent requests to the
-/// registry cannot together open more sockets than [`MAX_CONCURRENT_PROBES`].
+/// registry cannot together open more sockets than its limit ([`MAX_CONCURRENT_PROBES`]
+/// unless built with [`DoorProbe::with_limits`]).
 #[derive(Debug, Clone)]
 pub struct DoorProbe {
     connect_deadline: Duration,
     answer_deadline: Duration,
+    max_in_flight: usize,
     in_flight: Arc<Semaphore>,
 }
 
@@ -157,16 +159,33 @@ impl DoorProbe {
         Self::with_deadlines(CONNECT_DEADLINE, ANSWER_DEADLINE)
     }
 
-    /// A prober with other deadlines (tests, or an operator's setting).
+    /// A prober with other deadlines (tests, or an operator's setting) and the spec's limit of
+    /// [`MAX_CONCURRENT_PROBES`] probes in flight.
     ///
     /// `connect` bounds the TCP connection; `answer` bounds everything after it (request,
     /// response head and card).
     pub fn with_deadlines(connect: Duration, answer: Duration) -> Self {
+        Self::with_limits(connect, answer, MAX_CONCURRENT_PROBES)
+    }
+
+    /// A prober with other deadlines and another limit on probes in flight.
+    ///
+    /// At most `max_in_flight` probes (clamped to at least 1) hold a socket at once, across
+    /// every clone of this prober; the rest wait their turn, and waiting counts against no
+    /// deadline. Each probe holds one socket, so keep the limit well below the open-files limit.
+    pub fn with_limits(connect: Duration, answer: Duration, max_in_flight: usize) -> Self {
+        let max_in_flight = max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             connect_deadline: connect,
             answer_deadline: answer,
-            in_flight: Arc::new(Semaphore::new(MAX_CONCURRENT_PROBES)),
+            max_in_flight,
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
         }
+    }
+
+    /// How many probes may hold a socket at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight
     }
 
     /// Probe the door of `record`: `Ok` when it names the record's session, else why not.
@@ -188,7 +207,7 @@ impl DoorProbe {
     /// one of the record's secrets has the secret replaced by `[redacted]` (a door may echo
     /// its token), so the card can be shown to anyone allowed to list sessions.
     pub async fn card(&self, record: &RunningRecord) -> Result<Value, String> {
-        match self.probe_unredacted(record).await {
+        match self.verified_card(record).await {
             Ok(mut card) => {
                 redact_secrets_in(&mut card, record);
                 Ok(card)
@@ -197,7 +216,15 @@ impl DoorProbe {
         }
     }
 
-    async fn probe_unredacted(&self, record: &RunningRecord) -> Result<Value, String> {
+    /// [`DoorProbe::probe`] before secrets are taken out of the reason: for a caller that
+    /// shares one probe among equal records and redacts each answer with its own record.
+    pub(crate) async fn probe_unredacted(&self, record: &RunningRecord) -> Result<(), String> {
+        self.verified_card(record).await.map(drop)
+    }
+
+    /// The card the door answered, if it names the record's session; else why not (secrets
+    /// not yet redacted).
+    async fn verified_card(&self, record: &RunningRecord) -> Result<Value, String> {
         let Some(url) = record.url.as_deref() else {
             return Err("the record names no door".to_owned());
         };
@@ -359,7 +386,7 @@ fn door_address(url: &str) -> Result<DoorAddress<'_>, String> {
 }
 
 /// `reason` with every secret of `record` replaced, in case a door echoed one back.
-fn redact_secrets(mut reason: String, record: &RunningRecord) -> String {
+pub(crate) fn redact_secrets(mut reason: String, record: &RunningRecord) -> String {
     let secrets = record.door_token.iter().chain(record.credentials.values());
     for secret in secrets.filter(|s| !s.expose().is_empty()) {
         reason = reason.replace(secret.expose(), "[redacted]");
@@ -492,7 +519,7 @@ pub async fn process_state_off_workers(records: Vec<RunningRecord>) -> Vec<Proce
 
 /// All three layers for many records at once; verdicts come back in the records' order.
 ///
-/// Doors are probed concurrently (at most [`MAX_CONCURRENT_PROBES`] in flight), so the whole
+/// Doors are probed concurrently (at most the prober's limit in flight), so the whole
 /// batch takes about as long as its slowest door, not the sum of them.
 pub async fn verify_many(records: &[RunningRecord], door: &DoorProbe) -> Vec<Verdict> {
     let states = process_state_off_workers(records.to_vec()).await;

@@ -41,14 +41,16 @@ mod record;
 mod signal;
 
 pub use dir::{
-    MAX_RECORD_BYTES, Pruned, Scan, Unreadable, UnreadableEntry, list, prune, read_record,
-    recover_quarantined, remove_unreadable, running_dir, running_dir_in, scan,
+    MAX_RECORD_BYTES, Pruned, RecordCache, Scan, Unreadable, UnreadableEntry, list, prune,
+    read_record, recover_quarantined, remove_unreadable, running_dir, running_dir_in, scan,
+    scan_cached,
 };
 pub use door::{
     ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MAX_CARD_BYTES, MAX_CONCURRENT_PROBES,
     MURMUR_CAPSULE_EXTENSION, Verdict, decided_by_process, process_state_off_workers,
     session_id_of, verify, verify_many, verify_verdict,
 };
+pub(crate) use door::{redact_secrets, settled_without_door};
 pub use process::{
     ProcessState, has_controlling_terminal, process_start_token, process_state, reason_no_process,
     reason_pid_reused,

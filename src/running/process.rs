@@ -234,8 +234,25 @@ fn live_threads_remain(pid: u32) -> std::io::Result<bool> {
 
 fn read_stat(pid: u32) -> std::io::Result<StatFields> {
     let path = PathBuf::from(format!("/proc/{pid}/stat"));
-    let content = std::fs::read_to_string(&path)?;
-    parse_stat(&content).ok_or_else(|| {
+    // Into a buffer on the stack: a stat line is at most about 1.2 KiB (52 fields of at most
+    // 20 digits and a 16-byte name), and this runs for every record of every request.
+    let fd = rustix::fs::open(&path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        match rustix::io::read(&fd, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // The command name may hold any bytes; only what follows its closing `)` is parsed, and
+    // that is ASCII on every kernel.
+    let line = &buf[..len];
+    let from_comm_end = line.iter().rposition(|b| *b == b')').unwrap_or(0);
+    let content = std::str::from_utf8(&line[from_comm_end..]).unwrap_or("");
+    parse_stat(content).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("{} does not have the expected fields", path.display()),

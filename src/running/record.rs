@@ -33,7 +33,7 @@ pub const CONTROL_SUFFIX: &str = ".control";
 ///
 /// `Debug` shows `Secret([redacted])`; there is no `Display` and no `Serialize`, so the only way
 /// to the value is [`Secret::expose`], which makes every use visible at the call site.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(String);
 

@@ -1,0 +1,169 @@
+//! Single-flight door probes: however many callers verify the same record at once, its door is
+//! asked once, and every one of them gets that probe's answer.
+//!
+//! Invariants kept here:
+//! - A flight is keyed by everything the probe depends on (session id, pid, start token, door
+//!   address and door token), so a record rewritten in any of them gets a probe of its own and
+//!   never another record's answer.
+//! - No answer outlives its probe: a flight leaves the table *before* it publishes its answer,
+//!   so a caller that arrives after the door answered starts a fresh probe. Only callers that
+//!   joined while the probe was still running share its answer.
+//! - A caller that goes away (a client hung up) takes nothing from the others: the probe runs in
+//!   its own task, owned jointly by its waiters, and is stopped only when the last waiter
+//!   leaves.
+//! - Reasons are shared unredacted inside the registry only; each waiter redacts the answer with
+//!   its own record's secrets before anyone sees it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use tokio::sync::watch;
+
+use crate::running::{DoorProbe, RunningRecord, Secret};
+
+/// What one probe answered: `Ok` when the door named the session, else why not (unredacted).
+type Answer = Result<(), String>;
+
+/// Everything a door probe of a record depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ProbeKey {
+    session_id: String,
+    pid: u32,
+    process_start: String,
+    url: Option<String>,
+    door_token: Option<Secret>,
+}
+
+impl ProbeKey {
+    fn of(record: &RunningRecord) -> Self {
+        Self {
+            session_id: record.session_id.clone(),
+            pid: record.pid,
+            process_start: record.process_start.clone(),
+            url: record.url.clone(),
+            door_token: record.door_token.clone(),
+        }
+    }
+}
+
+type Table = Mutex<HashMap<ProbeKey, Entry>>;
+
+struct Entry {
+    id: u64,
+    flight: Weak<Flight>,
+}
+
+/// The probes in flight, by what they probe.
+#[derive(Default)]
+pub(super) struct Flights {
+    table: Arc<Table>,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Flights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flights")
+            .field("in_flight", &lock(&self.table).len())
+            .finish()
+    }
+}
+
+/// One probe in flight. Held by its waiters; the last one to drop it stops the probe.
+pub(super) struct Flight {
+    key: ProbeKey,
+    id: u64,
+    table: Weak<Table>,
+    answer: watch::Receiver<Option<Answer>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Flights {
+    /// The flight probing `record`'s door: the one already in the air for an identical record,
+    /// or a new one started now with `door`.
+    pub(super) fn join(&self, record: &RunningRecord, door: &DoorProbe) -> Arc<Flight> {
+        let key = ProbeKey::of(record);
+        let mut table = lock(&self.table);
+        if let Some(flight) = table.get(&key).and_then(|entry| entry.flight.upgrade()) {
+            return flight;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (publish, answer) = watch::channel(None);
+        let task = {
+            let table = Arc::downgrade(&self.table);
+            let key = key.clone();
+            let record = record.clone();
+            let door = door.clone();
+            // The table lock is held until the entry is in, so the task cannot leave the table
+            // before it has joined it.
+            tokio::spawn(async move {
+                let answer = door.probe_unredacted(&record).await;
+                if let Some(table) = table.upgrade() {
+                    leave(&table, &key, id);
+                }
+                // Every waiter may have gone meanwhile; then nobody needs the answer.
+                let _ = publish.send(Some(answer));
+            })
+        };
+        let flight = Arc::new(Flight {
+            key: key.clone(),
+            id,
+            table: Arc::downgrade(&self.table),
+            answer,
+            task,
+        });
+        table.insert(
+            key,
+            Entry {
+                id,
+                flight: Arc::downgrade(&flight),
+            },
+        );
+        flight
+    }
+
+    /// How many probes are in the air, and how many callers wait on them in all.
+    pub(super) fn in_flight(&self) -> (usize, usize) {
+        lock(&self.table)
+            .values()
+            .map(|entry| entry.flight.strong_count())
+            .filter(|waiters| *waiters > 0)
+            .fold((0, 0), |(probes, waiters), n| (probes + 1, waiters + n))
+    }
+}
+
+impl Flight {
+    /// The probe's answer, unredacted, once the door has given it.
+    pub(super) async fn answer(&self) -> Answer {
+        let mut answer = self.answer.clone();
+        match answer.wait_for(Option::is_some).await {
+            Ok(published) => published
+                .clone()
+                .unwrap_or_else(|| Err("the door probe gave no answer".to_owned())),
+            Err(_) => Err("the door probe failed".to_owned()),
+        }
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        // The last waiter left: nobody wants this probe any more.
+        self.task.abort();
+        if let Some(table) = self.table.upgrade() {
+            leave(&table, &self.key, self.id);
+        }
+    }
+}
+
+/// Take flight `id` out of the table, leaving any newer flight of the same key in place.
+fn leave(table: &Table, key: &ProbeKey, id: u64) {
+    let mut table = lock(table);
+    if table.get(key).is_some_and(|entry| entry.id == id) {
+        table.remove(key);
+    }
+}
+
+fn lock(table: &Table) -> std::sync::MutexGuard<'_, HashMap<ProbeKey, Entry>> {
+    // The table holds no invariant a panicking holder could break halfway.
+    table.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,80 @@
+//! `serve`'s probe flags: out-of-range values are refused before anything starts, with the
+//! flag named, so an operator never runs a registry that cannot probe; values given are the
+//! ones the probes keep.
+
+mod common;
+
+use common::binary::{Home, User, registry, run};
+use common::{DEADLINE, DoorMode, DoorServer, RecordJson};
+
+#[test]
+fn out_of_range_probe_settings_are_refused_before_serving() {
+    for (flag, value) in [
+        ("--max-concurrent-probes", "0"),
+        ("--max-concurrent-probes", "many"),
+        ("--probe-connect-timeout", "0s"),
+        ("--probe-answer-timeout", "2min"),
+        ("--probe-answer-timeout", "soon"),
+    ] {
+        let home = Home::new();
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["serve", "--bind", "127.0.0.1:0", flag, value]);
+        let done = run(cmd);
+        // clap's usage error.
+        assert_eq!(done.status.code(), Some(2), "{flag} {value}: {done:#?}");
+        assert!(done.stdout.is_empty(), "{flag} {value}: {done:#?}");
+        assert!(done.stderr.contains(flag), "{flag} {value}: {done:#?}");
+    }
+}
+
+#[test]
+fn the_answer_deadline_given_to_serve_is_the_one_probes_keep() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+
+    let home = Home::new();
+    let door = DoorServer::start(DoorMode::Silent);
+    let record = RecordJson::fresh().url(door.url());
+    home.write(&record);
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args([
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--max-concurrent-probes",
+        "3",
+        "--probe-connect-timeout",
+        "400ms",
+        "--probe-answer-timeout",
+        "300ms",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn serve");
+    let mut first_line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first_line)
+        .expect("first line");
+    let addr = first_line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line {first_line:?}"))
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
+    write!(
+        stream,
+        "GET /sessions/{}/liveness HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Connection: close\r\n\r\n",
+        record.session_id(),
+        home.token()
+    )
+    .expect("request");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"state\":\"unreachable\""), "{answer}");
+    assert!(answer.contains("did not answer within 300ms"), "{answer}");
+}
