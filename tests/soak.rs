@@ -392,12 +392,18 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
         if rng.below(3) == 0 {
             // A fresh bystander record naming a live protected pid, wrong start token.
             let mut w = world.lock().expect("world");
+            // Only a pid still held: a protected capsule that died is a violation the verdict
+            // reports, not a reason to stop the churn.
             let protected: Vec<u32> = w
                 .capsules
                 .iter()
-                .filter(|c| c.kind == Kind::Protected)
+                .filter(|c| c.kind == Kind::Protected && c.exited.is_none())
                 .map(|c| c.pid)
+                .filter(|&pid| process_start_token(pid).is_some())
                 .collect();
+            if protected.is_empty() {
+                continue;
+            }
             let pid = protected[rng.below(protected.len())];
             let record = RecordJson::fresh()
                 .process(pid, &wrong_start_token(pid))
