@@ -11,56 +11,40 @@
 //! - the accessibility basics: labelled token and filter fields, a real table with scoped
 //!   headers, a live region, a modal dialog for confirmations.
 
+mod common;
+
 use std::time::Duration;
 
+use common::server::TestServer;
 use murmur_registry::http::dashboard::CONTENT_SECURITY_POLICY;
-use murmur_registry::http::{AppState, serve};
-use murmur_registry::registry::Registry;
 use murmur_registry::running::DoorProbe;
-use murmur_registry::token::TokenStore;
 use reqwest::header::{self, HeaderMap};
-use tempfile::TempDir;
-use tokio::sync::oneshot;
 
-/// A registry served in-process over an empty running directory.
+/// A registry served in-process over an empty running directory, and a client.
 struct Served {
     base: String,
     token: String,
     client: reqwest::Client,
-    _dirs: (TempDir, TempDir),
-    shutdown: Option<oneshot::Sender<()>>,
+    _server: TestServer,
 }
 
 impl Served {
     async fn start() -> Self {
-        let home = tempfile::tempdir().expect("home");
-        let running = tempfile::tempdir().expect("running dir");
-        let token_path = home.path().join(".murmur/registry/token");
-        let tokens = TokenStore::open(&token_path).expect("token store");
-        let token = std::fs::read_to_string(&token_path)
-            .expect("token file")
-            .trim()
-            .to_owned();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let probe =
-            DoorProbe::with_deadlines(Duration::from_millis(500), Duration::from_millis(1500));
-        let state = AppState::new(Registry::new(running.path(), probe), tokens, addr, &[], &[]);
-        let (shutdown, stop) = oneshot::channel::<()>();
-        tokio::spawn(serve(listener, state, async move {
-            let _ = stop.await;
-        }));
+        let server = TestServer::builder()
+            .probe(DoorProbe::with_deadlines(
+                Duration::from_millis(500),
+                Duration::from_millis(1500),
+            ))
+            .start()
+            .await;
         Self {
-            base: format!("http://{addr}"),
-            token,
+            base: server.base().to_owned(),
+            token: server.token().to_owned(),
             client: reqwest::Client::builder()
                 .no_proxy()
                 .build()
                 .expect("client"),
-            _dirs: (home, running),
-            shutdown: Some(shutdown),
+            _server: server,
         }
     }
 
@@ -80,14 +64,6 @@ impl Served {
 
     async fn get(&self, path: &str) -> (u16, HeaderMap, String) {
         self.fetch(reqwest::Method::GET, path).await
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
     }
 }
 

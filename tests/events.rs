@@ -34,16 +34,13 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::server::TestServer;
 use common::*;
-use murmur_registry::http::{AppState, serve};
-use murmur_registry::registry::Registry;
+use murmur_registry::http::AppState;
 use murmur_registry::running::{DoorProbe, MURMUR_CAPSULE_EXTENSION};
-use murmur_registry::token::TokenStore;
 use reqwest::header;
 use serde_json::{Value, json};
-use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
 
 /// How often the server under test re-verifies every session.
 const INTERVAL: Duration = Duration::from_millis(200);
@@ -62,49 +59,31 @@ const SCHEDULING_SLACK: Duration = Duration::from_secs(3);
 
 /// A registry server over its own running directory and token file, re-verifying fast.
 struct Server {
+    server: TestServer,
     base: String,
     token: String,
     client: reqwest::Client,
     state: AppState,
-    running: TempDir,
-    _home: TempDir,
-    shutdown: Option<oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl Server {
     async fn start() -> Self {
-        let home = temp_dir();
-        let running = temp_dir();
-        let token_path = home.path().join(".murmur/registry/token");
-        let tokens = TokenStore::open(&token_path).expect("token store");
-        let token = std::fs::read_to_string(&token_path)
-            .expect("read the token")
-            .trim()
-            .to_owned();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let probe = DoorProbe::with_deadlines(CONNECT, ANSWER);
-        let state = AppState::new(Registry::new(running.path(), probe), tokens, addr, &[], &[]);
-        state.events().set_interval(INTERVAL);
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, state.clone(), async move {
-            let _ = stop.await;
-        }));
+        let server = TestServer::builder()
+            .probe(DoorProbe::with_deadlines(CONNECT, ANSWER))
+            .events_interval(INTERVAL)
+            .start()
+            .await;
         Self {
-            base: format!("http://{addr}"),
-            token,
+            base: server.base().to_owned(),
+            token: server.token().to_owned(),
             client: reqwest::Client::builder().no_proxy().build().unwrap(),
-            state,
-            running,
-            _home: home,
-            shutdown: Some(shutdown),
-            server: Some(server),
+            state: server.state().clone(),
+            server,
         }
     }
 
     fn dir(&self) -> &Path {
-        self.running.path()
+        self.server.dir()
     }
 
     fn url(&self, path: &str) -> String {
@@ -149,16 +128,7 @@ impl Server {
 
     /// The shutdown future resolves; answers `serve`'s task.
     fn shut_down(&mut self) -> tokio::task::JoinHandle<std::io::Result<()>> {
-        let _ = self.shutdown.take().expect("not shut down yet").send(());
-        self.server.take().expect("serving")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
+        self.server.serving().shut_down()
     }
 }
 

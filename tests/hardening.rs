@@ -19,25 +19,26 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::routing::get;
+use common::server::{ServeTask, TestServer};
 use common::*;
-use murmur_registry::http::{AppState, ServeLimits, serve_router, serve_with};
-use murmur_registry::registry::Registry;
+use murmur_registry::http::{ServeLimits, serve_router};
 use murmur_registry::running::DoorProbe;
-use murmur_registry::token::TokenStore;
 use serde_json::Value;
-use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 
-/// A running server: its address, token, directories, and how to stop it.
+/// A running server: its address, token, and how to stop it.
 struct Server {
     addr: String,
     token: String,
-    running: TempDir,
-    _home: TempDir,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    serving: Serving,
+}
+
+/// What is served: the registry's own app, or a router a test built.
+enum Serving {
+    Registry(TestServer),
+    Router(ServeTask),
 }
 
 impl Server {
@@ -48,38 +49,17 @@ impl Server {
         allow_hosts: &[&str],
         allow_origins: &[&str],
     ) -> Self {
-        let home = temp_dir();
-        let running = temp_dir();
-        let token_path = home.path().join(".murmur/registry/token");
-        let tokens = TokenStore::open(&token_path).expect("token store");
-        let token = std::fs::read_to_string(&token_path)
-            .expect("token")
-            .trim()
-            .to_owned();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("address");
-        let hosts: Vec<String> = allow_hosts.iter().map(|s| s.to_string()).collect();
-        let origins: Vec<String> = allow_origins.iter().map(|s| s.to_string()).collect();
-        let state = AppState::new(
-            Registry::new(running.path(), probe),
-            tokens,
-            addr,
-            &hosts,
-            &origins,
-        );
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_with(listener, state, limits, async move {
-            let _ = stop.await;
-        }));
+        let server = TestServer::builder()
+            .limits(limits)
+            .probe(probe)
+            .allow_hosts(allow_hosts)
+            .allow_origins(allow_origins)
+            .start()
+            .await;
         Self {
-            addr: addr.to_string(),
-            token,
-            running,
-            _home: home,
-            shutdown: Some(shutdown),
-            task: Some(task),
+            addr: server.addr().to_string(),
+            token: server.token().to_owned(),
+            serving: Serving::Registry(server),
         }
     }
 
@@ -93,22 +73,28 @@ impl Server {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("address");
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_router(listener, router, limits, async move {
-            let _ = stop.await;
-        }));
+        let serving =
+            ServeTask::spawn(move |signal| serve_router(listener, router, limits, signal));
         Self {
             addr: addr.to_string(),
             token: String::new(),
-            running: temp_dir(),
-            _home: temp_dir(),
-            shutdown: Some(shutdown),
-            task: Some(task),
+            serving: Serving::Router(serving),
         }
     }
 
+    /// The running directory of the registry's app.
     fn dir(&self) -> &Path {
-        self.running.path()
+        match &self.serving {
+            Serving::Registry(server) => server.dir(),
+            Serving::Router(_) => panic!("a bare router has no running directory"),
+        }
+    }
+
+    fn serve_task(&mut self) -> &mut ServeTask {
+        match &mut self.serving {
+            Serving::Registry(server) => server.serving(),
+            Serving::Router(task) => task,
+        }
     }
 
     /// `GET path` with the token and a proper Host, over a fresh connection.
@@ -124,25 +110,15 @@ impl Server {
     }
 
     fn begin_shutdown(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.serve_task().begin_shutdown();
     }
 
     async fn shut_down(mut self) {
-        self.begin_shutdown();
-        if let Some(task) = self.task.take() {
-            within_async("the server shuts down", task)
-                .await
-                .expect("join")
-                .expect("serve");
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.begin_shutdown();
+        let task = self.serve_task().shut_down();
+        within_async("the server shuts down", task)
+            .await
+            .expect("join")
+            .expect("serve");
     }
 }
 
@@ -695,7 +671,7 @@ async fn shutdown_finishes_an_in_flight_request_and_refuses_new_connections() {
         .await
         .expect("read idle");
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
-    let task = server.task.take().expect("task");
+    let task = server.serve_task().take_task();
     assert!(
         !task.is_finished(),
         "serve returned with a request in flight"

@@ -17,26 +17,19 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::server::TestServer;
 use common::*;
-use murmur_registry::http::{AppState, serve};
-use murmur_registry::registry::Registry;
 use murmur_registry::running::DoorProbe;
-use murmur_registry::token::TokenStore;
 use reqwest::Method;
 use reqwest::header::{self, HeaderMap};
 use serde_json::{Value, json};
-use tempfile::TempDir;
-use tokio::sync::oneshot;
 
-/// A running registry server over its own running directory and token file.
+/// A running registry server over its own running directory and token file, and a client.
 struct Api {
+    server: TestServer,
     base: String,
     token: String,
     client: reqwest::Client,
-    running: TempDir,
-    _home: TempDir,
-    shutdown: Option<oneshot::Sender<()>>,
-    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 /// An answer: status, headers, and the body as JSON (`Null` when empty or not JSON).
@@ -63,34 +56,17 @@ impl Api {
     }
 
     async fn start_with(probe: DoorProbe) -> Self {
-        let home = temp_dir();
-        let running = temp_dir();
-        let token_path = home.path().join(".murmur/registry/token");
-        let tokens = TokenStore::open(&token_path).expect("token store");
-        let token = std::fs::read_to_string(&token_path)
-            .unwrap()
-            .trim()
-            .to_owned();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let state = AppState::new(Registry::new(running.path(), probe), tokens, addr, &[], &[]);
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, state, async move {
-            let _ = stop.await;
-        }));
+        let server = TestServer::builder().probe(probe).start().await;
         Self {
-            base: format!("http://{addr}"),
-            token,
+            base: server.base().to_owned(),
+            token: server.token().to_owned(),
             client: reqwest::Client::builder().no_proxy().build().unwrap(),
-            running,
-            _home: home,
-            shutdown: Some(shutdown),
-            server: Some(server),
+            server,
         }
     }
 
     fn dir(&self) -> &Path {
-        self.running.path()
+        self.server.dir()
     }
 
     async fn send(&self, request: reqwest::RequestBuilder, auth: Auth<'_>) -> Answer {
@@ -178,21 +154,8 @@ impl Api {
     }
 
     /// Stop the server and wait for it to finish.
-    async fn shut_down(mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(server) = self.server.take() {
-            server.await.unwrap().unwrap();
-        }
-    }
-}
-
-impl Drop for Api {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+    async fn shut_down(self) {
+        self.server.shut_down_and_wait().await.unwrap();
     }
 }
 

@@ -9,11 +9,8 @@ mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use common::server::TestServer;
 use common::*;
-use murmur_registry::http::{AppState, serve};
-use murmur_registry::registry::Registry;
-use murmur_registry::running::DoorProbe;
-use murmur_registry::token::TokenStore;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
@@ -84,30 +81,9 @@ fn arbitrary_ids_methods_and_bodies_never_5xx_and_never_touch_a_file() {
         dir_snapshot(&sibling),
     );
 
-    let token_path = home.path().join("registry/token");
-    let tokens = TokenStore::open(&token_path).expect("tokens");
-    let token = std::fs::read_to_string(&token_path)
-        .expect("token")
-        .trim()
-        .to_owned();
-    let (base, shutdown) = runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let state = AppState::new(
-            Registry::new(&running, DoorProbe::new()),
-            tokens,
-            addr,
-            &[],
-            &[],
-        );
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(serve(listener, state, async move {
-            let _ = rx.await;
-        }));
-        (format!("http://{addr}"), tx)
-    });
+    // The registry serves the running directory laid out above, beside its decoys.
+    let server = runtime.block_on(TestServer::builder().running_dir(&running).start());
+    let (base, token) = (server.base().to_owned(), server.token().to_owned());
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
@@ -158,7 +134,7 @@ fn arbitrary_ids_methods_and_bodies_never_5xx_and_never_touch_a_file() {
     assert_eq!(before.1, after.1, "the running directory changed");
     assert_eq!(before.2, after.2, "a sibling directory changed");
     assert!(after.0.contains_key("decoy.json"));
-    let _ = shutdown.send(());
+    drop(server);
     let mut capsule = capsule;
     assert!(capsule.is_running(), "the capsule was signalled");
     eprintln!(

@@ -25,11 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::server::TestServer;
 use common::*;
-use murmur_registry::http::{AppState, serve};
-use murmur_registry::registry::Registry;
 use murmur_registry::running::{DoorProbe, process_start_token};
-use murmur_registry::token::TokenStore;
 
 const CAPSULE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/capsule.py");
 
@@ -191,25 +189,16 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
         .enable_all()
         .build()
         .expect("runtime");
-    let token_path = home.path().join("registry/token");
-    let tokens = TokenStore::open(&token_path).expect("tokens");
-    let token = std::fs::read_to_string(&token_path)
-        .expect("token")
-        .trim()
-        .to_owned();
-    let (base, shutdown, server) = runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let probe = DoorProbe::with_deadlines(Duration::from_secs(2), Duration::from_secs(3));
-        let state = AppState::new(Registry::new(&running, probe), tokens, addr, &[], &[]);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(listener, state, async move {
-            let _ = rx.await;
-        }));
-        (format!("http://{addr}"), tx, server)
-    });
+    let mut server = runtime.block_on(
+        TestServer::builder()
+            .probe(DoorProbe::with_deadlines(
+                Duration::from_secs(2),
+                Duration::from_secs(3),
+            ))
+            .running_dir(&running)
+            .start(),
+    );
+    let (base, token) = (server.base().to_owned(), server.token().to_owned());
 
     let world = Arc::new(Mutex::new(World::default()));
     let counts = Arc::new(Counts::default());
@@ -458,9 +447,9 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
             }
         }
     }
-    let _ = shutdown.send(());
+    let serving = server.serving().shut_down();
     runtime.block_on(async {
-        let _ = tokio::time::timeout(Duration::from_secs(30), server).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), serving).await;
     });
     let c = &counts;
     let n = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -28,6 +28,8 @@
 //!
 //! - **The binary**: [`binary`] runs `murmur-registry` itself as a separate process, for the
 //!   tests of its command line and of `serve`.
+//! - **The server in-process**: [`server`] serves the real app on `127.0.0.1:0` over its own
+//!   token file and running directory ([`server::TestServer`]), shut down on drop.
 //!
 //! Use it from a test file with `mod common;`. It relies on running as root only where a test
 //! says so (e.g. `chown` to another uid); everything else works unprivileged.
@@ -53,6 +55,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 pub mod binary;
+pub mod server;
 
 /// The upper bound for anything a test waits on. Generous on purpose: it is never how long a
 /// test takes, only how long a broken one takes to fail instead of hanging.
