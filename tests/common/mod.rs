@@ -16,7 +16,8 @@
 //!   another thread runs), [`UidFlippingChild`] (uid 65534 may SIGTERM it, and nothing after),
 //!   [`ExitedChild`] (a child that exited and was reaped: its pid is free),
 //!   [`Zombie`] (a child that exited and is not reaped yet), [`CapsuleProcess`] (a real
-//!   `python3` process serving a door for each of its sessions, as `mur` does). Every pid a record names in the
+//!   `python3` process, `tests/fixtures/capsule.py`, serving a door for each of its sessions,
+//!   as `mur` does). Every pid a record names in the
 //!   tests is one of these or the test process itself, so nothing else on the machine can ever
 //!   be signalled.
 //! - **Doors**: [`DoorServer`] serves a hand-written HTTP/1.1 door on `127.0.0.1:0` in one of the
@@ -498,9 +499,10 @@ pub fn python_child(script: &str) -> SleepingChild {
     }
 }
 
-/// A real capsule stand-in: one `python3` process (`tests/common/capsule.py`) serving an A2A
-/// v1.0 card for each of its sessions, each on its own `127.0.0.1` port, like `mur`'s doors.
-/// Ready once every door listens (the script says so on stdout). Killed and reaped on drop.
+/// A real capsule stand-in: one `python3` process (`tests/fixtures/capsule.py --card a2a`)
+/// serving an A2A v1.0 card for each of its sessions, each on its own `127.0.0.1` port, like
+/// `mur`'s doors. Ready once every door listens (the script says so on stdout). Killed and
+/// reaped on drop. Signals keep their default dispositions: SIGTERM ends it.
 ///
 /// SIGSTOP freezes every door (the kernel still accepts connections, nothing answers) and
 /// SIGCONT thaws them, which is how a stopped capsule looks from outside.
@@ -513,10 +515,13 @@ impl CapsuleProcess {
     /// A capsule process holding one door for each of `session_ids`.
     pub fn spawn(session_ids: &[String]) -> Self {
         use std::io::BufRead;
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/capsule.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args(session_ids)
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/capsule.py");
+        let mut command = Command::new("python3");
+        command.arg(script).args(["--card", "a2a"]);
+        for session_id in session_ids {
+            command.args(["--session", session_id]);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -530,7 +535,12 @@ impl CapsuleProcess {
             let mut doors = Vec::new();
             for line in std::io::BufReader::new(stdout).lines().take(count) {
                 let line = line.expect("read the capsule's stdout");
-                let (session_id, port) = line.split_once(' ').expect("\"<session_id> <port>\"");
+                let mut words = line.split(' ');
+                let (Some("ready"), Some(port), Some(session_id)) =
+                    (words.next(), words.next(), words.next())
+                else {
+                    panic!("\"ready <port> <session_id>\", got {line:?}");
+                };
                 doors.push((session_id.to_owned(), format!("127.0.0.1:{port}")));
             }
             doors
