@@ -36,7 +36,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::binary::{Home, User, drain, registry};
+use common::binary::{Home, User, drain, first_line, registry};
 use common::{CapsuleProcess, SleepingChild};
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
@@ -79,15 +79,7 @@ impl Server {
             .expect("spawn murmur-registry serve");
         let stderr = drain(child.stderr.take().expect("stderr"));
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            // Keep draining so the server never blocks on a full pipe.
-            for _ in lines {}
-        });
+        let rx = first_line(stdout);
         // The channel closes without a line when the server exits first (a port in use).
         let Ok(line) = rx.recv_timeout(BROWSER_DEADLINE) else {
             let _ = child.kill();

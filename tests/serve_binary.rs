@@ -28,16 +28,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use common::binary::{
-    Finished, Home, NOBODY, User, chown_nobody, drain, is_hex64, registry, run, wait_with_deadline,
+    Finished, Home, NOBODY, User, chown_nobody, drain, first_line, is_hex64, registry, run,
+    wait_with_deadline,
 };
 use common::{
     DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection, SleepingChild,
@@ -83,15 +83,7 @@ impl Server {
             .expect("spawn the server");
         let stderr = drain(child.stderr.take().expect("stderr"));
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            // Keep draining so the server never blocks on a full pipe.
-            for _ in lines {}
-        });
+        let rx = first_line(stdout);
         let first_line = match rx.recv_timeout(DEADLINE) {
             Ok(line) => line,
             Err(e) => {

@@ -8,10 +8,11 @@
 //! reaped, and the test fails. Use it from a test file with `use common::binary::*;` (or by
 //! name) after `mod common;`.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -266,6 +267,21 @@ pub fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
         let _ = pipe.read_to_end(&mut bytes);
         String::from_utf8_lossy(&bytes).into_owned()
     })
+}
+
+/// Read a pipe's first line on its own thread, then keep draining it, so the writer (a
+/// server logging to stdout) never blocks on a full pipe. The receiver gets the line, or
+/// disconnects without one when the pipe closes first (the writer exited).
+pub fn first_line(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(pipe).lines();
+        if let Some(Ok(line)) = lines.next() {
+            let _ = tx.send(line);
+        }
+        for _ in lines {}
+    });
+    rx
 }
 
 /// Wait for `child` to exit, killing and reaping it and failing the test after `DEADLINE`.
