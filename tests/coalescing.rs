@@ -92,6 +92,15 @@ impl Gate {
         url
     }
 
+    /// A fresh record in `dir` whose door is one of this gate's, answering for the record's
+    /// session and counted under its id. Answers the session id.
+    async fn record_in(&self, dir: &std::path::Path) -> String {
+        let record = RecordJson::fresh();
+        let id = record.session_id();
+        record.url(self.door(&id, &id).await).write_in(dir);
+        id
+    }
+
     fn release(&self) {
         self.open.send_replace(true);
     }
@@ -162,10 +171,7 @@ async fn concurrent_listings_share_one_probe_per_session_and_nothing_is_kept_aft
     let gate = Gate::new();
     let mut ids = Vec::new();
     for _ in 0..3 {
-        let record = RecordJson::fresh();
-        let id = record.session_id();
-        record.url(gate.door(&id, &id).await).write_in(dir.path());
-        ids.push(id);
+        ids.push(gate.record_in(dir.path()).await);
     }
     let registry = registry_in(dir.path());
     let callers = 20;
@@ -284,9 +290,7 @@ async fn a_record_rewritten_mid_flight_gets_its_own_probe_and_answer() {
 async fn a_caller_that_leaves_does_not_cancel_the_probe_others_wait_on() {
     let dir = temp_dir();
     let gate = Gate::new();
-    let record = RecordJson::fresh();
-    let id = record.session_id();
-    record.url(gate.door(&id, &id).await).write_in(dir.path());
+    let id = gate.record_in(dir.path()).await;
     let registry = registry_in(dir.path());
     let spawn_reader = || {
         let (registry, id) = (registry.clone(), id.clone());
@@ -318,9 +322,7 @@ async fn a_caller_that_leaves_does_not_cancel_the_probe_others_wait_on() {
 async fn the_last_caller_leaving_stops_the_probe() {
     let dir = temp_dir();
     let gate = Gate::new();
-    let record = RecordJson::fresh();
-    let id = record.session_id();
-    record.url(gate.door(&id, &id).await).write_in(dir.path());
+    let id = gate.record_in(dir.path()).await;
     let registry = registry_in(dir.path());
     let caller = {
         let registry = registry.clone();
@@ -341,10 +343,7 @@ async fn the_probe_limit_bounds_the_doors_asked_at_once() {
     let gate = Gate::new();
     let mut ids = Vec::new();
     for _ in 0..6 {
-        let record = RecordJson::fresh();
-        let id = record.session_id();
-        record.url(gate.door(&id, &id).await).write_in(dir.path());
-        ids.push(id);
+        ids.push(gate.record_in(dir.path()).await);
     }
     let probe = DoorProbe::with_limits(Duration::from_secs(2), Duration::from_secs(5), 2);
     assert_eq!(probe.max_in_flight(), 2);
@@ -374,9 +373,7 @@ async fn the_probe_limit_bounds_the_doors_asked_at_once() {
 async fn verifying_one_record_joins_the_listing_probe_in_flight() {
     let dir = temp_dir();
     let gate = Gate::new();
-    let record = RecordJson::fresh();
-    let id = record.session_id();
-    record.url(gate.door(&id, &id).await).write_in(dir.path());
+    let id = gate.record_in(dir.path()).await;
     let registry = registry_in(dir.path());
     let listing = {
         let registry = registry.clone();
