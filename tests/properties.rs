@@ -130,7 +130,8 @@ fn arbitrary_ids_methods_and_bodies_never_5xx_and_never_touch_a_file() {
         dir_snapshot(&running),
         dir_snapshot(&sibling),
     );
-    // The token file is read, never rewritten; everything else is byte for byte the same.
+    // The running directory and the sibling are byte for byte the same; the decoy one level
+    // up is still there (the token file lives in the server's own home, not beside them).
     assert_eq!(before.1, after.1, "the running directory changed");
     assert_eq!(before.2, after.2, "a sibling directory changed");
     assert!(after.0.contains_key("decoy.json"));
