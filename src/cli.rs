@@ -310,6 +310,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             humantime::format_duration(crate::monitor::MIN_INTERVAL)
         );
     }
+    check_serve_timeouts(&args)?;
     let limits = http::ServeLimits {
         header_read_timeout: args.header_read_timeout,
         request_timeout: args.request_timeout,
@@ -352,6 +353,35 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     })
 }
+
+/// Refuse timeouts that would make the server fail every request: a zero header or request
+/// timeout, and a request timeout a single slow door could use up (a listing waits for the
+/// slowest door's connect and answer deadlines, so it must be given longer than both).
+fn check_serve_timeouts(args: &ServeArgs) -> anyhow::Result<()> {
+    for (flag, value) in [
+        ("--header-read-timeout", args.header_read_timeout),
+        ("--request-timeout", args.request_timeout),
+        ("--shutdown-grace", args.shutdown_grace),
+    ] {
+        if value.is_zero() {
+            bail!("{flag} must be above zero");
+        }
+    }
+    let probe = args.probe.probe_connect_timeout + args.probe.probe_answer_timeout;
+    let needed = probe + REQUEST_TIMEOUT_MARGIN;
+    if args.request_timeout < needed {
+        bail!(
+            "--request-timeout {} is too short for the door probe: a listing may wait {} for one door (--probe-connect-timeout + --probe-answer-timeout), so give requests at least {}",
+            humantime::format_duration(args.request_timeout),
+            humantime::format_duration(probe),
+            humantime::format_duration(needed)
+        );
+    }
+    Ok(())
+}
+
+/// What a request needs beyond one door's probe deadlines: reading records and layers 1–2.
+const REQUEST_TIMEOUT_MARGIN: Duration = Duration::from_secs(3);
 
 /// An `--allow-origin` value must be an origin exactly as browsers send it.
 fn check_origin(origin: &str) -> anyhow::Result<()> {

@@ -4,9 +4,9 @@
 //! - [`running`]: the records murmur leaves in `~/.murmur/running/` and the three layers that
 //!   verify them. Knows nothing of HTTP.
 //! - [`registry`]: the async operations (list, verify concurrently, prune, signal, stop) that
-//!   the service and the CLI share. Blocking work runs off the async workers (a small
-//!   directory's few syscalls excepted); door probes of one record are shared by concurrent
-//!   callers.
+//!   the service and the CLI share. Blocking work runs off the async workers (listing a small
+//!   directory on a local filesystem excepted, and the token file's one `lstat` per request);
+//!   door probes of one record are shared by concurrent callers.
 //! - [`private_fs`]: private directories, atomic writes, and removal only of the file judged.
 //! - [`token`]: the bearer token file, created private and checked in constant time.
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.

@@ -2,21 +2,27 @@
 //!
 //! Invariants kept here:
 //! - Every blocking step (directory reads, `/proc` reads, signals) runs on tokio's blocking
-//!   pool, with one exception: reading a directory that held at most [`INLINE_SCAN_ENTRIES`]
-//!   entries at its last scan (some dozens of `lstat`s, `kill(pid, 0)`s and `/proc` reads,
-//!   none of which waits on anything but the kernel) runs on the calling task, because the trip
-//!   to the pool and back costs more than the work.
+//!   pool, with one exception: listing a directory on a local filesystem whose last scan
+//!   found at most [`INLINE_SCAN_ENTRIES`] records and unreadable entries (some dozens of
+//!   `lstat`s, `kill(pid, 0)`s and `/proc` reads, none of which waits on anything but the
+//!   kernel) runs on the calling task, because the trip to the pool and back costs more than
+//!   the work. A directory on a network or userspace filesystem (NFS, SMB, FUSE, 9P, …),
+//!   where an `lstat` can wait on a server for as long as it likes, is always read on the
+//!   pool, so a hung mount can stall requests but never the async workers.
 //! - Reading changes nothing: [`Registry::sessions`] and [`Registry::session`] only scan.
+//!   Records are removed only by the prune, signal and stop operations (which the live view
+//!   in [`crate::monitor`] also calls, for records it finds gone).
 //! - Removal happens on fresh evidence only. Pruning re-reads layers 1–2 right before it
 //!   unlinks; a signal or stop prunes only when the kernel or layers 1–2 said the process is
 //!   gone.
 //! - Stops of one session are serialised, so two concurrent stops never race each other's
 //!   escalation; the second finds the outcome of the first.
 //! - Every verification goes through one path ([`Registry::sessions`], [`Registry::session`],
-//!   [`Registry::verify`]),
-//!   where each record's door is probed single-flight: concurrent callers verifying the same
-//!   record share the probe in flight, and nobody gets an answer from a probe that had already
-//!   finished when they asked (see `flights`).
+//!   [`Registry::verify_records`], [`Registry::verify`]), where each record's door is probed
+//!   single-flight: concurrent callers verifying the same record share the probe in flight,
+//!   and nobody gets an answer from a probe that had already finished when they asked (see
+//!   `flights`). Only [`Registry::card`] asks the door on its own, since it needs the card
+//!   itself, not a verdict.
 
 mod flights;
 
@@ -28,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::running::{
     self, DoorProbe, Liveness, ProcessState, Pruned, RunningError, RunningRecord, SignalOutcome,
-    UnreadableEntry,
+    UnreadableEntry, Verdict,
 };
 use flights::Flights;
 
@@ -195,6 +201,9 @@ pub struct Registry {
     records: Arc<running::RecordCache>,
     /// Entries the latest scan found; `usize::MAX` before the first.
     last_scan_entries: AtomicUsize,
+    /// Whether a small directory may be listed on the calling task (it is on a local
+    /// filesystem; decided once, when the registry is made).
+    inline_scans: bool,
     stopping: StopsInProgress,
     removals: RemovalNotes,
 }
@@ -283,14 +292,16 @@ pub enum CardRefusal {
 impl Registry {
     /// A registry over `dir` (normally [`running::running_dir`]'s answer), probing with `door`.
     pub fn new(dir: impl Into<PathBuf>, door: DoorProbe) -> Self {
+        let dir = dir.into();
         Self {
-            dir: dir.into(),
             door,
             flights: Flights::default(),
             records: Arc::default(),
             last_scan_entries: AtomicUsize::new(usize::MAX),
+            inline_scans: on_local_filesystem(&dir),
             stopping: StopsInProgress::default(),
             removals: RemovalNotes::default(),
+            dir,
         }
     }
 
@@ -314,12 +325,13 @@ impl Registry {
                 scan.records.iter().map(running::process_state).collect();
             Ok::<_, RegistryError>((scan, states))
         };
-        let (scan, states) =
-            if self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES {
-                read()?
-            } else {
-                blocking(read).await??
-            };
+        let (scan, states) = if self.inline_scans
+            && self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES
+        {
+            read()?
+        } else {
+            blocking(read).await??
+        };
         self.last_scan_entries.store(
             scan.records.len() + scan.unreadable.len(),
             Ordering::Relaxed,
@@ -333,22 +345,30 @@ impl Registry {
 
     /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.
     pub async fn session(&self, session_id: &str, probe: bool) -> Result<Reading, RegistryError> {
+        let (record, process) = self.read_with_process(session_id).await?;
+        let mut readings = self.read_all(vec![record], vec![process], probe).await;
+        readings
+            .pop()
+            .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))
+    }
+
+    /// The record of `session_id` and what layers 1–2 say of it, in one trip to the pool.
+    async fn read_with_process(
+        &self,
+        session_id: &str,
+    ) -> Result<(RunningRecord, ProcessState), RegistryError> {
         if !running::is_valid_session_id(session_id) {
             return Err(RegistryError::InvalidSessionId);
         }
         let dir = self.dir.clone();
         let id = session_id.to_owned();
-        let (record, process) = blocking(move || {
+        blocking(move || {
             let record = running::read_record(&dir, &id)?;
             let process = record.as_ref().map(running::process_state);
             Ok::<_, RegistryError>(record.zip(process))
         })
         .await??
-        .ok_or_else(|| RegistryError::NotFound(session_id.to_owned()))?;
-        let mut readings = self.read_all(vec![record], vec![process], probe).await;
-        readings
-            .pop()
-            .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))
+        .ok_or_else(|| RegistryError::NotFound(session_id.to_owned()))
     }
 
     /// Every entry of the directory, read but not verified. Changes nothing on disk.
@@ -366,17 +386,7 @@ impl Registry {
     /// Layers 1–2 are read afresh; door probes are shared with every other caller verifying
     /// an identical record at the same moment.
     pub async fn verify_records(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
-        let judged = records.clone();
-        let states =
-            match blocking(move || judged.iter().map(running::process_state).collect()).await {
-                Ok(states) => states,
-                Err(error) => vec![
-                    ProcessState::Unverified {
-                        reason: format!("the process check failed: {error}"),
-                    };
-                    records.len()
-                ],
-            };
+        let states = running::process_state_off_workers(records.clone()).await;
         self.read_all(records, states, probe).await
     }
 
@@ -390,26 +400,26 @@ impl Registry {
         &self,
         session_id: &str,
     ) -> Result<Result<serde_json::Value, CardRefusal>, RegistryError> {
-        let record = self.record(session_id).await?;
-        let judged = record.clone();
-        let process = blocking(move || running::process_state(&judged)).await?;
-        let state = |liveness: Liveness| CardRefusal::NotLive {
-            liveness,
-            process: process.clone(),
-        };
-        match (&process, &record.url) {
-            (ProcessState::Gone { reason }, _) => Ok(Err(state(Liveness::Gone {
-                reason: reason.clone(),
-            }))),
-            (ProcessState::Unverified { reason }, _) => Ok(Err(state(Liveness::Unreachable {
-                reason: reason.clone(),
-            }))),
-            (ProcessState::Alive, None) => Ok(Err(CardRefusal::NoDoor)),
-            (ProcessState::Alive, Some(_)) => Ok(self
-                .door
-                .card(&record)
-                .await
-                .map_err(|reason| state(Liveness::Unreachable { reason }))),
+        let (record, process) = self.read_with_process(session_id).await?;
+        match running::settled_without_door(&record, process) {
+            // Layers 1–2 decided: gone, unverified, or live without a door to ask.
+            Ok(Verdict {
+                liveness: Liveness::Live,
+                ..
+            }) => Ok(Err(CardRefusal::NoDoor)),
+            Ok(Verdict { process, liveness }) => {
+                Ok(Err(CardRefusal::NotLive { liveness, process }))
+            }
+            Err(process) => {
+                Ok(self
+                    .door
+                    .card(&record)
+                    .await
+                    .map_err(|reason| CardRefusal::NotLive {
+                        liveness: Liveness::Unreachable { reason },
+                        process,
+                    }))
+            }
         }
     }
 
@@ -426,15 +436,7 @@ impl Registry {
     /// layers 1–2 are read afresh, and the door is asked unless a probe of this very record is
     /// already in the air.
     pub async fn verify(&self, record: RunningRecord) -> Reading {
-        let judged = record.clone();
-        let process = blocking(move || running::process_state(&judged))
-            .await
-            .unwrap_or_else(|e| ProcessState::Unverified {
-                reason: format!("the process check failed: {e}"),
-            });
-        let mut readings = self
-            .read_all(vec![record.clone()], vec![process], true)
-            .await;
+        let mut readings = self.verify_records(vec![record.clone()], true).await;
         readings.pop().unwrap_or(Reading {
             record,
             process: ProcessState::Unverified {
@@ -790,6 +792,34 @@ fn unlink_gone(
         notes.note(&record.session_id, cause, reason);
     }
     Ok(pruned)
+}
+
+/// Whether `dir` is on a filesystem whose metadata calls answer from this kernel alone.
+///
+/// `false` for network and userspace filesystems, whose calls may wait on a server or a
+/// daemon, and when it cannot be told (the directory does not exist yet, say): the pool is
+/// always safe, only slower.
+fn on_local_filesystem(dir: &Path) -> bool {
+    // Magic numbers from statfs(2): NFS, SMB, CIFS, SMB2, FUSE, 9P, Ceph, AFS, Coda, GFS2,
+    // Lustre.
+    const REMOTE: [u32; 11] = [
+        0x6969,
+        0x517B,
+        0xFF53_4D42,
+        0xFE53_4D42,
+        0x6573_5546,
+        0x0102_1997,
+        0x00C3_6400,
+        0x5346_414F,
+        0x7375_7245,
+        0x0116_1970,
+        0x0BD0_0BD0,
+    ];
+    rustix::fs::statfs(dir).is_ok_and(|stat| {
+        // `f_type` is a signed word of the platform's size; the magic numbers fit 32 bits.
+        let kind = stat.f_type as u32;
+        !REMOTE.contains(&kind)
+    })
 }
 
 /// Run blocking work on tokio's blocking pool.

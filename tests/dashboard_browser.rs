@@ -483,6 +483,8 @@ const SSE_CHUNKS: &str = r#"
         '\r\ndata: 1}\r\n\r', '\nevent:session.removed\nid: 8\ndata: caf']
         .map((t) => enc.encode(t));
     chunks.push(e.slice(0, 1), e.slice(1), enc.encode('\n\n'), enc.encode('data: z\r\r'));
+    // A CR, then its LF alone in a chunk, then a blank line in the next one.
+    chunks.push(...['data: y\r', '\n', '\n'].map((t) => enc.encode(t)));
     const body = new ReadableStream({ start(c) { chunks.forEach((x) => c.enqueue(x)); c.close(); } });
     const seen = [];
     readEvents(body, new AbortController(), (name, data, id) => seen.push([name, data, id]))
@@ -554,7 +556,8 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
 
     // --- The page's stream parser, fed awkward chunks ------------------------------------------
     // Line endings split across chunks (a CR now, its LF later), a comment, a field without a
-    // space, data on two lines, a UTF-8 character split in two, a bare CR ending an event.
+    // space, data on two lines, a UTF-8 character split in two, a bare CR ending an event, and
+    // a CRLF whose LF comes alone just before a blank line.
     let parsed = browser.js_async(SSE_CHUNKS, json!([])).await;
     assert_eq!(
         parsed,
@@ -562,6 +565,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             ["snapshot", "{\"a\":\n1}", "7"],
             ["session.removed", "café", "8"],
             ["message", "z", "8"],
+            ["message", "y", "8"],
         ]),
         "the page parses server-sent events as the standard says"
     );

@@ -27,6 +27,33 @@ fn out_of_range_probe_settings_are_refused_before_serving() {
     }
 }
 
+/// Timeouts that would fail every request are refused with the flag named: zero, and a
+/// request timeout one slow door could use up.
+#[test]
+fn timeouts_that_would_fail_every_request_are_refused_before_serving() {
+    for (args, named) in [
+        (&["--request-timeout", "0s"][..], "--request-timeout"),
+        (
+            &["--header-read-timeout", "0s"][..],
+            "--header-read-timeout",
+        ),
+        (&["--shutdown-grace", "0s"][..], "--shutdown-grace"),
+        (&["--request-timeout", "5s"][..], "--request-timeout"),
+        (
+            &["--probe-answer-timeout", "40s", "--request-timeout", "30s"][..],
+            "--probe-answer-timeout",
+        ),
+    ] {
+        let home = Home::new();
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(args);
+        let done = run(cmd);
+        assert_eq!(done.status.code(), Some(1), "{args:?}: {done:#?}");
+        assert!(done.stdout.is_empty(), "{args:?}: {done:#?}");
+        assert!(done.stderr.contains(named), "{args:?}: {done:#?}");
+    }
+}
+
 #[test]
 fn the_answer_deadline_given_to_serve_is_the_one_probes_keep() {
     use std::io::{BufRead, BufReader, Read, Write};

@@ -96,8 +96,10 @@ pub struct SessionRemoved {
 /// | `session.changed` | `SessionChanged`: its `state` moved (e.g. `live` → `unreachable`), or its record was rewritten |
 /// | `session.removed` | `SessionRemoved`: it left, and why (`pruned`, `stopped`, `record_removed`, `unreadable`) |
 ///
-/// A record whose process is gone is first `session.changed` to `gone`, then pruned on that
-/// evidence and `session.removed` with reason `pruned`. Every session is re-verified each
+/// A record whose process is found gone is `session.changed` to `gone` (or, if it is new,
+/// `session.added` as `gone`), then pruned on that evidence and `session.removed` with reason
+/// `pruned`: while anyone listens, the registry prunes gone records as `DELETE` would. Records
+/// already gone when the first listener arrives are pruned before its snapshot. Every session is re-verified each
 /// interval (`--events-interval`, 2 s by default) and at once when its record file changes.
 /// An idle stream carries a `: keep-alive` comment every 15 s. A client that falls more than
 /// 1,024 events behind is disconnected; on reconnecting it gets a fresh snapshot. Browsers'

@@ -6,11 +6,13 @@
 //!   is closed; so is a keep-alive connection idle that long. Neither ever reaches a handler.
 //! - A request whose response head is not ready within [`ServeLimits::request_timeout`] gets
 //!   408 and its connection is closed. Only the wait for the head is timed: a streaming body is
-//!   never cut, and a handler that must finish (a stop) runs in its own task anyway.
-//! - At most [`ServeLimits::max_connections`] sockets are held open. When one more arrives, the
-//!   oldest connection that is waiting for a request head is closed to make room: a flood of
-//!   stalled sockets loses to a client that sends its request at once. Only when every held
-//!   connection is inside a request is the newcomer answered 503 and closed.
+//!   never cut, and a handler that must finish (a signal, a stop) runs in its own task anyway.
+//! - At most [`ServeLimits::max_connections`] connections are held. When one more arrives, the
+//!   oldest connection that is waiting for a request head is told to close to make room (it
+//!   may take [`CLOSE_GRACE`] to go, so the count of open sockets can briefly exceed the cap):
+//!   a flood of stalled sockets loses to a client that sends its request at once. Only when
+//!   every held connection is inside a request (an open `/events` stream counts as one) is the
+//!   newcomer answered 503 and closed.
 //! - At most [`ServeLimits::max_in_flight`] requests are handled at once; the next gets 503
 //!   (with `Retry-After`) at once, not a place in a queue.
 //! - On shutdown the listener is closed first (new connections are refused), idle connections
@@ -283,7 +285,7 @@ fn request_timeout_problem() -> Problem {
     Problem::new(
         StatusCode::REQUEST_TIMEOUT,
         "request-timeout",
-        "the request took longer than the registry allows; it was abandoned",
+        "the request took longer than the registry allows and gets no other answer; a signal or stop already under way still runs to its end (GET the session to see where it stands)",
     )
 }
 

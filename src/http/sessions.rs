@@ -6,8 +6,9 @@
 //!   raw input.
 //! - The session JSON is built field by field from the record ([`SessionView`]): it has no
 //!   place for `door_token` or `credentials`, so they cannot leak through it.
-//! - GETs change nothing on disk; only DELETE, signal and stop remove a record, and only on the
-//!   evidence the registry returns.
+//! - These GETs change nothing on disk; only DELETE, signal and stop remove a record, and only
+//!   on the evidence the registry returns. (`GET /events` is the exception, by design: while a
+//!   listener is connected the live view prunes gone records, on the same evidence.)
 
 use std::time::Duration;
 
@@ -223,7 +224,7 @@ pub enum GateProblems {
         content_type = "application/problem+json"
     )]
     Forbidden(Problem),
-    /// The request took too long to be answered and was abandoned.
+    /// The request took too long to be answered; a signal or stop under way still finishes.
     #[response(
         status = 408,
         description = "The request was not answered within the registry's request timeout; the connection is closed",
@@ -247,10 +248,18 @@ pub enum GateProblems {
     Internal(Problem),
 }
 
-/// The problems any route may answer under load (OpenAPI responses).
+/// The problems a route without a token may answer: the Host/Origin gate, and load
+/// (OpenAPI responses).
 #[derive(Debug, IntoResponses)]
 pub enum LoadProblems {
-    /// The request took too long to be answered and was abandoned.
+    /// The `Host` or `Origin` is not this registry's.
+    #[response(
+        status = 403,
+        description = "Host or Origin is not this registry's",
+        content_type = "application/problem+json"
+    )]
+    Forbidden(Problem),
+    /// The request took too long to be answered; a signal or stop under way still finishes.
     #[response(
         status = 408,
         description = "The request was not answered within the registry's request timeout; the connection is closed",
@@ -720,7 +729,16 @@ async fn signal_checked(
         )
         .into());
     };
-    let report = state.registry().signal(&id, kind).await?;
+    // Spawned, like a stop: once asked for, the signal and the prune after it finish even if
+    // the client hangs up or the request times out, so what the registry did and what it
+    // recorded never part.
+    let report = {
+        let state = state.clone();
+        let id = id.clone();
+        tokio::spawn(async move { state.registry().signal(&id, kind).await })
+    }
+    .await
+    .map_err(|e| RegistryError::Task(e.to_string()))??;
     match report.outcome {
         SignalOutcome::Sent => Ok(Json(SignalResponse {
             session_id: id,

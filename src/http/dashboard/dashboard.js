@@ -232,7 +232,12 @@ async function readEvents(body, controller, onEvent) {
       let text = decoder.decode(value, { stream: true });
       // A chunk that ended in CR has ended its line already; if this one starts with the LF
       // of that CRLF, it is not another (empty) line.
-      if (skipLF && text.startsWith('\n')) text = text.slice(1);
+      // Once that LF is dropped the CRLF is over, even if nothing else came in this chunk; a
+      // chunk that decodes to nothing yet (half a UTF-8 character) leaves the CR pending.
+      if (skipLF && text.startsWith('\n')) {
+        text = text.slice(1);
+        skipLF = false;
+      }
       if (text === '') continue;
       skipLF = text.endsWith('\r');
       buffer += text;
