@@ -6,16 +6,36 @@
 //! - **One loop, however many listeners.** A listener costs a broadcast receiver, never a scan
 //!   or a probe. The loop runs while at least one listener is subscribed and stops after the
 //!   last one leaves, so an idle registry probes nothing.
+//! - **A listener changes the disk.** While at least one listener is subscribed, the loop
+//!   prunes the records of sessions it finds gone (below). So an open `/events` stream removes
+//!   files, unlike the plain GETs, which only read; with nobody listening, the monitor prunes
+//!   nothing.
+//! - **A failure belongs to its loop.** Each loop started has a generation; a first picture
+//!   that fails is reported only to the listeners that waited on that loop. A listener that
+//!   arrives later starts a new loop rather than inheriting an old failure.
 //! - **No gap, no repeat.** A listener's snapshot and its receiver are taken under the lock the
 //!   loop publishes under, so it gets every event after the snapshot and none before it.
 //! - **Ids only grow.** Event ids increase by one per event for the life of the process; a
 //!   snapshot carries the id of the last event it includes.
 //! - **Verdicts are complete.** A session is announced (`added`) only with a three-layer verdict;
-//!   a record still waiting for its first probe is not in the picture yet.
+//!   a record still waiting for its first probe is not in the picture yet. A new record whose
+//!   process is already gone is announced `added` (state `gone`), then pruned and `removed`.
 //! - **Removal on evidence only.** A record whose process layers 1–2 find gone is reported
 //!   `changed` to gone, then pruned through [`Registry::prune_session`] (which re-reads the
-//!   evidence and the file itself) and reported `removed`. A directory that cannot be read is
-//!   never evidence that its sessions ended: the picture is kept as it was.
+//!   evidence and the file itself) and reported `removed`. Records already gone when the first
+//!   picture is taken are pruned (each a `removed` event) before any listener gets the picture,
+//!   so no snapshot lists them. A directory that cannot be read is never evidence that its
+//!   sessions ended: the picture is kept as it was. Nor is a record file that merely failed to
+//!   read (an I/O error such as `EMFILE` or `EACCES`, or a file replaced throughout the read;
+//!   [`Unreadable::is_read_failure`](crate::running::Unreadable::is_read_failure)): its session
+//!   keeps its last reading, and the record it was read from, and the file is not counted
+//!   unreadable. Only a file that proves it is not a record (malformed, foreign, a symlink, too
+//!   large, naming another session …) removes its session as `unreadable`. An entry gone
+//!   between the listing and its reading is not in the scan at all (see
+//!   [`crate::running::scan_cached`]), so its session leaves as `record_removed`.
+//! - **One judgement.** The first picture and every later pass read the directory and judge it
+//!   through the same step (`Looper::pass`); they differ only in probing every door and in
+//!   publishing the first picture's sessions as the baseline rather than as `added` events.
 //! - **Bounded memory.** Events go through a fixed-size ring; a listener that falls more than
 //!   [`EVENT_BUFFER`] events behind is dropped (it reconnects and gets a fresh snapshot).
 //! - **Stale answers are dropped.** A probe's verdict is applied only if the record it probed is
@@ -31,7 +51,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::registry::{PruneOutcome, Reading, Registry, RegistryError, RemovalCause};
-use crate::running::{Liveness, ProcessState, RunningRecord, Unreadable, UnreadableEntry};
+use crate::running::{Liveness, ProcessState, RECORD_SUFFIX, RunningRecord, UnreadableEntry};
 
 /// How often every session is re-verified when nothing else asks for it (the default).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
@@ -100,7 +120,7 @@ pub enum RemovedBecause {
     Stopped,
     /// Its record file disappeared, removed by someone else (murmur itself on a clean exit).
     RecordRemoved,
-    /// Its record file is still there but no longer a valid record.
+    /// Its record file is still there and proves it is no longer a valid record.
     Unreadable,
 }
 
@@ -123,7 +143,8 @@ pub struct Snapshot {
     pub id: u64,
     /// Every verified session, newest first.
     pub readings: Arc<[Reading]>,
-    /// How many entries of the directory are not valid records.
+    /// How many entries of the directory are not valid records (an entry that merely failed
+    /// to read while its session is in the picture is not counted: its session stands for it).
     pub unreadable: usize,
     encoded: Arc<OnceLock<String>>,
 }
@@ -138,7 +159,8 @@ impl Snapshot {
 /// Why a listener could not be given a picture.
 #[derive(Debug, thiserror::Error)]
 pub enum SubscribeError {
-    /// The running directory could not be read for the first picture.
+    /// The running directory could not be read for the first picture of the loop this
+    /// listener waited on.
     #[error("the running directory cannot be read: {0}")]
     Unavailable(String),
     /// The monitor is shutting down.
@@ -185,7 +207,10 @@ struct Picture {
     listeners: usize,
     running: bool,
     ready: bool,
-    failure: Option<String>,
+    /// The generation of the latest loop started (0: none yet).
+    generation: u64,
+    /// Why the first picture of the loop of that generation failed, for its waiters only.
+    failure: Option<(u64, String)>,
     snapshot: Option<Snapshot>,
 }
 
@@ -213,18 +238,16 @@ impl Monitor {
         self.shared.lock().interval = Some(interval.max(MIN_INTERVAL));
     }
 
-    /// The re-verification interval.
-    pub fn interval(&self) -> Duration {
-        self.shared.lock().interval.unwrap_or(DEFAULT_INTERVAL)
-    }
-
     /// Start listening: the picture now and every change after it.
     ///
     /// Starts the loop if it is not running, and waits for its first complete picture (at most
-    /// as long as the slowest door's deadlines).
+    /// as long as the slowest door's deadlines). Fails with the first picture's failure only
+    /// if it came from a loop this call waited on.
     pub async fn subscribe(&self) -> Result<Subscription, SubscribeError> {
         let guard = ListenerGuard::new(&self.shared);
         let mut progress = self.shared.progress.subscribe();
+        // The generation of the loop this call waits on, once it waits on one.
+        let mut waited_on = None;
         loop {
             if *self.shared.closing.borrow() {
                 return Err(SubscribeError::Closing);
@@ -241,14 +264,24 @@ impl Monitor {
                         _listener: guard,
                     });
                 }
-                if !picture.running {
-                    if let Some(failure) = picture.failure.take() {
-                        return Err(SubscribeError::Unavailable(failure));
+                if picture.running {
+                    waited_on = Some(picture.generation);
+                } else {
+                    if let Some((generation, failure)) = &picture.failure
+                        && waited_on == Some(*generation)
+                    {
+                        // Left in place: every listener that waited on this loop gets it.
+                        return Err(SubscribeError::Unavailable(failure.clone()));
                     }
+                    // Any failure on record is from a loop nobody here waited on, perhaps long
+                    // ago: it says nothing about the directory now. Try again.
+                    picture.generation += 1;
+                    picture.failure = None;
                     picture.running = true;
                     picture.ready = false;
+                    waited_on = Some(picture.generation);
                     let shared = Arc::clone(&self.shared);
-                    tokio::spawn(run(shared));
+                    tokio::spawn(run(shared, picture.generation));
                 }
             }
             if progress.changed().await.is_err() {
@@ -344,6 +377,17 @@ impl Drop for ListenerGuard {
     }
 }
 
+/// Which pass [`Looper::pass`] makes.
+#[derive(Debug, Clone, Copy)]
+enum Pass {
+    /// The loop's first picture: every door probed, the result published as the baseline
+    /// (listeners get it as their snapshot; only prunes are events).
+    First,
+    /// A later pass: `full` re-probes every door, otherwise only records not probed as they
+    /// are.
+    Later { full: bool },
+}
+
 /// A probe's answer: the record that was probed and what the three layers said of it.
 type ProbeAnswer = (RunningRecord, Reading);
 
@@ -360,9 +404,9 @@ struct Looper {
     changes_sender: mpsc::Sender<()>,
 }
 
-/// The verification loop: a first picture, then a pass on every tick and every change the
-/// watch reports, until the last listener leaves or the registry shuts down.
-async fn run(shared: Arc<Shared>) {
+/// The verification loop of `generation`: a first picture, then a pass on every tick and every
+/// change the watch reports, until the last listener leaves or the registry shuts down.
+async fn run(shared: Arc<Shared>, generation: u64) {
     let (changes_sender, changes) = mpsc::channel(1);
     let mut looper = Looper {
         shared: Arc::clone(&shared),
@@ -377,7 +421,7 @@ async fn run(shared: Arc<Shared>) {
     let mut closing = shared.closing.subscribe();
     looper.rewatch();
     let first = tokio::select! {
-        first = looper.first_picture() => first,
+        first = looper.pass(Pass::First) => first.map_err(|e| e.to_string()),
         () = closed(&mut closing) => Err("the registry is shutting down".to_owned()),
     };
     {
@@ -386,7 +430,7 @@ async fn run(shared: Arc<Shared>) {
             Ok(()) => picture.ready = true,
             Err(failure) => {
                 picture.running = false;
-                picture.failure = Some(failure);
+                picture.failure = Some((generation, failure));
                 drop(picture);
                 shared.bump_progress();
                 return;
@@ -406,9 +450,9 @@ async fn run(shared: Arc<Shared>) {
                 if looper.stop_if_nobody_listens() {
                     break;
                 }
-                looper.pass(true).await;
+                looper.later_pass(true).await;
             }
-            Some(()) = looper.changes.recv() => looper.pass(false).await,
+            Some(()) = looper.changes.recv() => looper.later_pass(false).await,
             Some(joined) = looper.probes.join_next(), if !looper.probes.is_empty() => {
                 if let Ok(answer) = joined {
                     looper.apply_probe(answer).await;
@@ -454,67 +498,49 @@ impl Looper {
         self.watch = DirectoryWatch::start(&dir, identity, self.changes_sender.clone());
     }
 
-    /// The first picture: every record, fully verified, published as the baseline without
-    /// events (listeners get it as their snapshot).
-    async fn first_picture(&mut self) -> Result<(), String> {
-        let scan = self.registry().scan().await.map_err(|e| e.to_string())?;
-        let records = scan.records.clone();
-        let readings = self.registry().verify_records(records, true).await;
-        let mut gone = Vec::new();
-        {
-            let mut picture = self.shared.lock();
-            picture.sessions.clear();
-            picture.snapshot = None;
-            picture.unreadable = scan.unreadable.len();
-            self.on_disk.clear();
-            for reading in readings {
-                let id = reading.record.session_id.clone();
-                self.on_disk.insert(id.clone(), reading.record.clone());
-                if matches!(reading.liveness, Some(Liveness::Gone { .. })) {
-                    gone.push(id.clone());
-                }
-                picture.sessions.insert(id, reading);
-            }
-        }
-        self.prune(gone).await;
-        Ok(())
-    }
-
-    /// One pass: scan, layers 1–2 for every record, verdicts for what they decide, probes for
-    /// the rest. `full` re-probes every door; otherwise only records not yet probed as they are.
-    async fn pass(&mut self, full: bool) {
+    /// A pass after the first: a full one (`full`, on every tick) re-probes every door and
+    /// renews the watch; a nudged one probes only records not yet probed as they are.
+    async fn later_pass(&mut self, full: bool) {
         if full {
             self.rewatch();
         }
-        let scan = match self.registry().scan().await {
-            Ok(scan) => scan,
-            Err(error) => {
-                // Not evidence that any session ended: keep the picture and try again.
-                tracing::warn!(%error, "cannot scan the running directory; keeping the last picture");
-                self.watch = None;
-                return;
-            }
-        };
-        // An entry removed between the listing and its reading fails to read for want of a
-        // file: that is a removal, not an unreadable record.
-        let vanished = vanished(self.registry().dir(), &scan.unreadable).await;
-        let unreadable_names: Vec<String> = scan
-            .unreadable
-            .iter()
-            .map(|u| u.file_name.clone())
-            .filter(|name| !vanished.contains(name))
-            .collect();
-        let readings = self
-            .registry()
-            .verify_records(scan.records.clone(), false)
-            .await;
+        if let Err(error) = self.pass(Pass::Later { full }).await {
+            // Not evidence that any session ended: keep the picture and try again.
+            tracing::warn!(%error, "cannot scan the running directory; keeping the last picture");
+            self.watch = None;
+        }
+    }
+
+    /// Scan the directory, judge every record (layers 1–2, and 3 for the first picture), and
+    /// bring the picture in line: verdicts for what is decided, probes for the rest, removals
+    /// for what left, prunes for what is gone. `Err` (the directory could not be read) leaves
+    /// the picture exactly as it was.
+    async fn pass(&mut self, pass: Pass) -> Result<(), RegistryError> {
+        let first = matches!(pass, Pass::First);
+        let full = matches!(pass, Pass::First | Pass::Later { full: true });
+        let scan = self.registry().scan().await?;
+        let readings = self.registry().verify_records(scan.records, first).await;
         let mut on_disk = HashMap::with_capacity(readings.len());
         let mut gone = Vec::new();
         let mut to_probe = Vec::new();
         {
             let mut picture = self.shared.lock();
-            if picture.unreadable != unreadable_names.len() {
-                picture.unreadable = unreadable_names.len();
+            if first {
+                // A fresh baseline: nothing from an earlier loop carries over.
+                picture.sessions.clear();
+                picture.snapshot = None;
+                self.on_disk.clear();
+            }
+            let (held, unreadable) = sort_unreadable(&picture.sessions, scan.unreadable);
+            for id in &held {
+                // Its file failed to read, which proves nothing: the last reading stands,
+                // and so does the record it was taken from (a probe of it may still apply).
+                if let Some(record) = self.on_disk.get(id) {
+                    on_disk.insert(id.clone(), record.clone());
+                }
+            }
+            if picture.unreadable != unreadable.len() {
+                picture.unreadable = unreadable.len();
                 picture.snapshot = None;
             }
             for mut reading in readings {
@@ -528,12 +554,17 @@ impl Looper {
                         reason: reason.clone(),
                     });
                 }
-                match reading.liveness.as_ref().map(Liveness::as_str) {
-                    Some(state) => {
-                        if state == "gone" {
+                match reading.liveness.as_ref() {
+                    Some(liveness) => {
+                        if matches!(liveness, Liveness::Gone { .. }) {
                             gone.push(id.clone());
                         }
-                        self.shared.apply(&mut picture, reading);
+                        if first {
+                            // The baseline: listeners get it as their snapshot, not as events.
+                            picture.sessions.insert(id, reading);
+                        } else {
+                            self.shared.apply(&mut picture, reading);
+                        }
                     }
                     None => {
                         let known = picture
@@ -550,7 +581,7 @@ impl Looper {
             let left: Vec<String> = picture
                 .sessions
                 .keys()
-                .filter(|id| !on_disk.contains_key(*id))
+                .filter(|id| !on_disk.contains_key(*id) && !held.contains(*id))
                 .cloned()
                 .collect();
             for id in left {
@@ -562,7 +593,7 @@ impl Looper {
                         },
                         Some(removal.evidence),
                     ),
-                    None if unreadable_names.iter().any(|n| is_file_of(n, &id)) => {
+                    None if unreadable.iter().any(|u| is_file_of(&u.file_name, &id)) => {
                         (RemovedBecause::Unreadable, None)
                     }
                     None => (RemovedBecause::RecordRemoved, None),
@@ -583,6 +614,7 @@ impl Looper {
             self.start_probe(record);
         }
         self.prune(gone).await;
+        Ok(())
     }
 
     fn start_probe(&mut self, record: RunningRecord) {
@@ -669,67 +701,69 @@ impl Looper {
 
 impl Shared {
     /// Put `reading` in the picture: `added` when new, `changed` when its state or process
-    /// moved, silently otherwise (a reason reworded is not a change).
+    /// moved or its record was rewritten, silently when only a reason was reworded (stored,
+    /// but not a change), and not at all when nothing differs, so the cached snapshot (and
+    /// its encoding) survives a pass that found everything as it was.
     fn apply(&self, picture: &mut Picture, reading: Reading) {
         let id = reading.record.session_id.clone();
         let Some(liveness) = reading.liveness.clone() else {
             return;
         };
-        match picture.sessions.get(&id) {
-            None => {
-                picture.sessions.insert(id, reading.clone());
-                self.publish(picture, EventKind::Added(reading));
-            }
-            Some(known) => {
-                let old = known.liveness.clone().unwrap_or(Liveness::Unreachable {
-                    reason: "not verified".to_owned(),
-                });
-                let moved = std::mem::discriminant(&old) != std::mem::discriminant(&liveness)
-                    || std::mem::discriminant(&known.process)
-                        != std::mem::discriminant(&reading.process);
-                let same = known.record == reading.record && !moved;
-                picture.sessions.insert(id, reading.clone());
-                picture.snapshot = None;
-                if moved {
-                    self.publish(picture, EventKind::Changed { old, now: reading });
-                } else if !same {
-                    // The record was rewritten in place (same session, new fields): say so.
-                    self.publish(picture, EventKind::Changed { old, now: reading });
-                }
-            }
+        let Some(known) = picture.sessions.get(&id) else {
+            picture.sessions.insert(id, reading.clone());
+            self.publish(picture, EventKind::Added(reading));
+            return;
+        };
+        if known.record == reading.record
+            && known.liveness == reading.liveness
+            && known.process == reading.process
+        {
+            return;
+        }
+        let old = known.liveness.clone().unwrap_or(Liveness::Unreachable {
+            reason: "not verified".to_owned(),
+        });
+        let moved = std::mem::discriminant(&old) != std::mem::discriminant(&liveness)
+            || std::mem::discriminant(&known.process) != std::mem::discriminant(&reading.process);
+        let rewritten = known.record != reading.record;
+        picture.sessions.insert(id, reading.clone());
+        picture.snapshot = None;
+        if moved || rewritten {
+            self.publish(picture, EventKind::Changed { old, now: reading });
         }
     }
 }
 
-/// The names of the unreadable entries of a scan that failed to read because they no longer
-/// exist (checked off the async workers, and only for entries that failed to read at all).
-async fn vanished(dir: &Path, unreadable: &[UnreadableEntry]) -> HashSet<String> {
-    let failed: Vec<String> = unreadable
-        .iter()
-        .filter(|u| matches!(u.why, Unreadable::Io(_)))
-        .map(|u| u.file_name.clone())
-        .collect();
-    if failed.is_empty() {
-        return HashSet::new();
+/// Split a scan's unreadable entries into the sessions to hold and the entries to count.
+///
+/// An entry that merely failed to read ([`crate::running::Unreadable::is_read_failure`]) whose
+/// session is in the picture is held: its last reading stands, and it is not counted. Every
+/// other entry counts as unreadable (and removes its session, if it had one in the picture).
+fn sort_unreadable(
+    sessions: &BTreeMap<String, Reading>,
+    unreadable: Vec<UnreadableEntry>,
+) -> (HashSet<String>, Vec<UnreadableEntry>) {
+    let mut held = HashSet::new();
+    let mut counted = Vec::with_capacity(unreadable.len());
+    for entry in unreadable {
+        let session = entry
+            .file_name
+            .strip_suffix(RECORD_SUFFIX)
+            .filter(|id| entry.why.is_read_failure() && sessions.contains_key(*id));
+        match session {
+            Some(id) => {
+                held.insert(id.to_owned());
+            }
+            None => counted.push(entry),
+        }
     }
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        failed
-            .into_iter()
-            .filter(|name| {
-                matches!(std::fs::symlink_metadata(dir.join(name)),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-            })
-            .collect()
-    })
-    .await
-    .unwrap_or_default()
+    (held, counted)
 }
 
 /// Whether `file_name` is the record file of `session_id`.
 fn is_file_of(file_name: &str, session_id: &str) -> bool {
     file_name
-        .strip_suffix(".json")
+        .strip_suffix(RECORD_SUFFIX)
         .is_some_and(|stem| stem == session_id)
 }
 
@@ -785,4 +819,90 @@ impl DirectoryWatch {
 
 fn names_a_record(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::running::Unreadable;
+
+    const HELD: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3a";
+    const ABSENT: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3b";
+
+    fn picture_with(session_id: &str) -> BTreeMap<String, Reading> {
+        let record = RunningRecord::parse(
+            serde_json::json!({
+                "session_id": session_id,
+                "url": null,
+                "pid": 1,
+                "process_start": "1",
+                "capsule_name": "test-capsule",
+                "capsule_version": "0.1.0",
+                "workdir": "/tmp/murmur-test",
+                "outlives_launcher": false,
+                "started_at": "2026-11-30T04:52:00Z",
+            })
+            .to_string()
+            .as_bytes(),
+        )
+        .expect("a nine-field record parses");
+        let reading = Reading {
+            record,
+            process: ProcessState::Alive,
+            liveness: Some(Liveness::Live),
+        };
+        BTreeMap::from([(session_id.to_owned(), reading)])
+    }
+
+    fn entry(session_id: &str, why: Unreadable) -> UnreadableEntry {
+        UnreadableEntry {
+            file_name: format!("{session_id}{RECORD_SUFFIX}"),
+            why,
+        }
+    }
+
+    #[test]
+    fn a_read_failure_of_a_session_in_the_picture_holds_it_and_is_not_counted() {
+        for why in [
+            Unreadable::Io("Too many open files (os error 24)".to_owned()),
+            Unreadable::Io("Permission denied (os error 13)".to_owned()),
+            Unreadable::Replaced,
+        ] {
+            let (held, counted) = sort_unreadable(&picture_with(HELD), vec![entry(HELD, why)]);
+            assert_eq!(held, HashSet::from([HELD.to_owned()]));
+            assert!(counted.is_empty(), "{counted:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_that_proves_it_is_no_record_is_counted_and_holds_nothing() {
+        for why in [
+            Unreadable::Symlink,
+            Unreadable::Directory,
+            Unreadable::NotRegularFile,
+            Unreadable::ForeignOwner(4242),
+            Unreadable::TooLarge,
+            Unreadable::Malformed("it is not valid JSON (line 1, column 3)".to_owned()),
+            Unreadable::NameMismatch(ABSENT.to_owned()),
+        ] {
+            let unreadable = vec![entry(HELD, why)];
+            let (held, counted) = sort_unreadable(&picture_with(HELD), unreadable.clone());
+            assert!(held.is_empty(), "{held:?}");
+            assert_eq!(counted, unreadable);
+        }
+    }
+
+    #[test]
+    fn a_read_failure_of_a_session_not_in_the_picture_is_counted() {
+        let unreadable = vec![
+            entry(
+                ABSENT,
+                Unreadable::Io("Input/output error (os error 5)".to_owned()),
+            ),
+            entry(ABSENT, Unreadable::Replaced),
+        ];
+        let (held, counted) = sort_unreadable(&picture_with(HELD), unreadable.clone());
+        assert!(held.is_empty(), "{held:?}");
+        assert_eq!(counted, unreadable);
+    }
 }

@@ -31,12 +31,17 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use common::server::TestServer;
 use common::*;
 use murmur_registry::http::AppState;
+use murmur_registry::monitor::{Monitor, SubscribeError};
+use murmur_registry::registry::Registry;
 use murmur_registry::running::{DoorProbe, MURMUR_CAPSULE_EXTENSION};
 use reqwest::header;
 use serde_json::{Value, json};
@@ -577,6 +582,113 @@ async fn a_record_rewritten_as_garbage_is_removed_as_unreadable() {
     assert_eq!(snapshot.data, json!({"sessions": [], "unreadable": 1}));
 }
 
+/// A real process holding a Linux write lease on a record file: while it holds it, opening
+/// the file with `O_NONBLOCK` (as every scan does) fails with `EWOULDBLOCK`, a read failure
+/// that says nothing about what the file holds. The kernel tells the holder by `SIGIO` when a
+/// reader tried; the holder reports it on stdout. [`LeaseHolder::release`] lets it go (the
+/// holder is killed on drop).
+struct LeaseHolder {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl LeaseHolder {
+    /// Lease `staged` (a file no one else has open), then rename it onto `onto`, so the very
+    /// first scan to see the new file under the record's name fails to open it.
+    fn take(staged: &Path, onto: &Path) -> Self {
+        const SCRIPT: &str = r#"
+import fcntl, os, signal, sys
+staged, onto = sys.argv[1], sys.argv[2]
+told = []
+def on_break(signo, frame):
+    if not told:
+        told.append(1)
+        os.write(1, b"broken\n")
+signal.signal(signal.SIGIO, on_break)
+fd = os.open(staged, os.O_RDONLY)
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+os.rename(staged, onto)
+sys.stdin.read()
+os.close(fd)
+"#;
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", SCRIPT])
+            .arg(staged)
+            .arg(onto)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn python3");
+        let stdout = child.stdout.take().expect("the holder's stdout");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// Wait (at most [`EVENT_DEADLINE`]) until a reader tried to open the file and failed:
+    /// the lease was taken, the file renamed into place, and a scan came by.
+    fn wait_broken(&mut self) {
+        let line = self
+            .lines
+            .recv_timeout(EVENT_DEADLINE)
+            .unwrap_or_else(|e| panic!("no reader tried the leased file: {e}"));
+        assert_eq!(line, "broken");
+    }
+
+    /// Release the lease and wait for the holder to exit.
+    fn release(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().expect("wait for the lease holder");
+        assert!(status.success(), "the lease holder failed: {status}");
+    }
+}
+
+impl Drop for LeaseHolder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_fails_to_read_keeps_its_session_and_is_not_counted_unreadable() {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let (record, id) = announced_doorless(&server, &mut stream).await;
+
+    // The very same record, in a file that cannot be opened for now: no evidence of anything.
+    let staged = write_raw(server.dir(), ".leased.tmp", record.to_bytes());
+    let onto = server.dir().join(record.file_name());
+    let lease = tokio::task::spawn_blocking(move || {
+        let mut lease = LeaseHolder::take(&staged, &onto);
+        // A scan tried to open it (and failed: the lease is still held).
+        lease.wait_broken();
+        lease
+    })
+    .await
+    .unwrap();
+
+    // Two records added after that failed read: the second is announced by a pass strictly
+    // after the one that failed to read the record, so any removal it made came first.
+    announced_doorless(&server, &mut stream).await;
+    announced_doorless(&server, &mut stream).await;
+    let (_, snapshot) = server.listen().await;
+    assert!(snapshot_ids(&snapshot).contains(&id), "{snapshot:?}");
+    assert_eq!(snapshot.data["unreadable"], 0, "{snapshot:?}");
+
+    tokio::task::spawn_blocking(move || lease.release())
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capsule_stopped_through_the_api_is_removed_as_stopped() {
     let server = Server::start().await;
@@ -738,6 +850,79 @@ async fn the_loop_stops_when_the_last_listener_leaves_and_starts_again_for_a_new
     assert!(monitor.is_running(), "a new listener starts the loop");
     assert_eq!(snapshot.data["sessions"], json!([]));
     announced_doorless(&server, &mut back).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_first_picture_failure_nobody_waited_for_is_not_handed_to_a_later_listener() {
+    let home = temp_dir();
+    let dir = home.path().join("running");
+    let monitor = Monitor::new(Arc::new(Registry::new(&dir, DoorProbe::new())));
+
+    // A listener starts the loop (over a directory that is not there) and leaves before the
+    // loop has even run: its first picture fails with nobody waiting.
+    // Polled exactly once, then dropped: on this single-threaded runtime the loop it spawned
+    // cannot run before the listener is gone.
+    let mut subscribing = Box::pin(monitor.subscribe());
+    let polled = std::future::poll_fn(|cx| Poll::Ready(subscribing.as_mut().poll(cx))).await;
+    assert!(
+        polled.is_pending(),
+        "the first picture cannot be ready at once"
+    );
+    drop(subscribing);
+    assert!(monitor.is_running());
+    assert_eq!(monitor.listeners(), 0);
+    eventually("the loop's first picture fails", || !monitor.is_running()).await;
+
+    // The directory is back: a later listener gets it as it is now, not the old failure.
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let subscription = monitor
+        .subscribe()
+        .await
+        .expect("a later listener starts a new loop");
+    assert!(subscription.snapshot.readings.is_empty());
+    assert_eq!(subscription.snapshot.unreadable, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_listener_that_waited_on_a_failing_first_picture_gets_the_failure() {
+    let home = temp_dir();
+    let dir = home.path().join("running");
+    let monitor = Monitor::new(Arc::new(Registry::new(&dir, DoorProbe::new())));
+    let (one, two) = tokio::join!(monitor.subscribe(), monitor.subscribe());
+    for answer in [one, two] {
+        assert!(
+            matches!(answer, Err(SubscribeError::Unavailable(_))),
+            "{answer:?}"
+        );
+    }
+    assert!(!monitor.is_running());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_that_finds_nothing_changed_keeps_the_snapshot_it_had() {
+    let server = Server::start().await;
+    let id = session_id();
+    let door = DoorServer::start(DoorMode::A2aCard(id.clone()));
+    RecordJson::new(&id).url(door.url()).write_in(server.dir());
+    let monitor = server.state.events().clone();
+    let first = monitor.subscribe().await.unwrap();
+    assert_eq!(first.snapshot.readings.len(), 1);
+
+    // A probe starts only once the one before it was answered and applied: more probes seen
+    // by the door mean full passes went by and their probes' answers were applied.
+    let before = door.requests().len();
+    eventually("the door is probed three times more", || {
+        door.requests().len() >= before + 3
+    })
+    .await;
+    let second = monitor.subscribe().await.unwrap();
+    assert_eq!(second.snapshot.id, first.snapshot.id, "no event since");
+    assert!(
+        Arc::ptr_eq(&first.snapshot.readings, &second.snapshot.readings),
+        "the same picture, not rebuilt: {:?}",
+        second.snapshot
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -26,9 +26,9 @@ use common::{
     mode_of, replace_by_rename, session_id, temp_dir, thread_bytes_read, within, write_raw,
 };
 use murmur_registry::running::{
-    Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RunningError, RunningGuard, RunningRecord,
-    Secret, Unreadable, UnreadableEntry, list, process_state, prune, read_record,
-    remove_unreadable, running_dir_in, scan,
+    Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RecordCache, RunningError, RunningGuard,
+    RunningRecord, Secret, Unreadable, UnreadableEntry, list, process_state, prune, read_record,
+    remove_unreadable, running_dir_in, scan, scan_cached,
 };
 use serde_json::{Value, json};
 
@@ -684,6 +684,74 @@ fn scan_changes_nothing_on_disk() {
         std::fs::read_link(dir.path().join("link.json")).unwrap(),
         target
     );
+}
+
+#[test]
+fn entries_removed_between_the_listing_and_their_reading_are_neither_records_nor_unreadable() {
+    // Writers churn whole records in and out (staged, renamed into place, unlinked soon after),
+    // so a scan keeps listing entries that are gone by the time it reads them. Each one must
+    // simply be skipped, by `scan` and `scan_cached` alike, never reported as unreadable.
+    const WRITERS: usize = 4;
+    const KEPT_PER_WRITER: usize = 16;
+    const SCANS: usize = 300;
+    let dir = Arc::new(temp_dir());
+    let stable = RecordJson::fresh();
+    stable.write_in(dir.path());
+    let done = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let dir = Arc::clone(&dir);
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || {
+                let mut kept = std::collections::VecDeque::new();
+                let mut written = 0u64;
+                while !done.load(Ordering::SeqCst) {
+                    let record = RecordJson::fresh();
+                    let staged = write_raw(
+                        dir.path(),
+                        &format!(".churn-{writer}.tmp"),
+                        record.to_bytes(),
+                    );
+                    let path = dir.path().join(record.file_name());
+                    std::fs::rename(&staged, &path).unwrap();
+                    kept.push_back(path);
+                    if kept.len() > KEPT_PER_WRITER
+                        && let Some(oldest) = kept.pop_front()
+                    {
+                        std::fs::remove_file(oldest).unwrap();
+                    }
+                    written += 1;
+                }
+                written
+            })
+        })
+        .collect();
+
+    let cache = RecordCache::default();
+    let mut listed = 0usize;
+    for round in 0..SCANS {
+        let found = if round % 2 == 0 {
+            scan(dir.path())
+        } else {
+            scan_cached(dir.path(), &cache)
+        }
+        .unwrap_or_else(|e| panic!("scan {round}: {e}"));
+        assert!(
+            found.unreadable.is_empty(),
+            "scan {round} reported entries gone since the listing: {:?}",
+            unreadable_kinds(&found.unreadable)
+        );
+        assert!(
+            names_of(&found.records).contains(&stable.session_id()),
+            "scan {round} lost the record that stayed"
+        );
+        listed += found.records.len();
+    }
+    done.store(true, Ordering::SeqCst);
+    let written: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    // The churn really ran alongside the scans.
+    assert!(written > SCANS as u64, "only {written} records churned");
+    assert!(listed > SCANS, "the scans saw no churned record");
 }
 
 // ---------------------------------------------------------------------------------------------

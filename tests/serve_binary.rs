@@ -1023,7 +1023,7 @@ fn the_serve_limit_flags_reach_the_server() {
         "--max-connections",
         "8",
         "--request-timeout",
-        "5s",
+        "12s",
         "--shutdown-grace",
         "2s",
     ]);

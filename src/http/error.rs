@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::registry::RegistryError;
-use crate::running::{RunningError, Unreadable};
+use crate::running::RunningError;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -142,9 +142,7 @@ fn registry_problem(error: RegistryError) -> Problem {
         ),
         RegistryError::InvalidSessionId => invalid_session_id_problem(),
         // A file that could not be read says nothing about the session: that is our failure.
-        RegistryError::Running(RunningError::Unreadable(entry))
-            if matches!(entry.why, Unreadable::Io(_) | Unreadable::Replaced) =>
-        {
+        RegistryError::Running(RunningError::Unreadable(entry)) if entry.why.is_read_failure() => {
             internal(&RegistryError::Running(RunningError::Unreadable(entry)))
         }
         RegistryError::Running(RunningError::Unreadable(entry)) => Problem::new(

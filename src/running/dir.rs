@@ -13,6 +13,9 @@
 //!   what was read proves can never be one ([`UnreadableEntry::is_removable`]). [`prune`]
 //!   removes a record only for a `Gone` reading, and only the very file the record was read
 //!   from.
+//! - An entry that no longer exists when it is read (removed, or renamed away, after the
+//!   listing) is skipped by every scan: it is neither a record nor unreadable. Only `ENOENT`
+//!   means that; any other failure to read is reported as [`Unreadable::Io`].
 //! - [`scan_cached`] judges every entry on every scan; it skips opening and parsing a file only
 //!   when `lstat` shows the very file it read before, unchanged (device, inode, size, mode,
 //!   owner, modification and change time), and that file had not changed for a second before
@@ -125,6 +128,38 @@ pub enum Unreadable {
     Io(String),
 }
 
+impl Unreadable {
+    /// Whether the entry merely failed to be read ([`Unreadable::Io`], [`Unreadable::Replaced`]):
+    /// that says nothing about what the file holds, so it is no evidence that it is not a
+    /// record. Every other reason was proven by what was read.
+    pub fn is_read_failure(&self) -> bool {
+        matches!(self, Self::Io(_) | Self::Replaced)
+    }
+}
+
+/// Why reading one entry gave no record: it is not one, or it was not there any more.
+enum EntryError {
+    /// No file by that name when it was read: removed or renamed away after the listing.
+    Vanished,
+    /// There is a file, and it is not a valid record.
+    Unreadable(Unreadable),
+}
+
+impl From<Unreadable> for EntryError {
+    fn from(why: Unreadable) -> Self {
+        Self::Unreadable(why)
+    }
+}
+
+/// An error of `lstat` or `open` on an entry: `ENOENT` is the entry gone, anything else is no
+/// evidence either way.
+fn entry_errno(e: Errno) -> EntryError {
+    match e {
+        Errno::NOENT => EntryError::Vanished,
+        e => EntryError::Unreadable(Unreadable::Io(std::io::Error::from(e).to_string())),
+    }
+}
+
 impl std::fmt::Display for Unreadable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -166,10 +201,7 @@ impl UnreadableEntry {
 }
 
 fn is_removable(why: &Unreadable) -> bool {
-    !matches!(
-        why,
-        Unreadable::Directory | Unreadable::InvalidName | Unreadable::Io(_) | Unreadable::Replaced
-    )
+    !why.is_read_failure() && !matches!(why, Unreadable::Directory | Unreadable::InvalidName)
 }
 
 /// What one pass over the running directory found, without changing it.
@@ -184,7 +216,8 @@ pub struct Scan {
 /// Read every `*.json` entry of `dir`, changing nothing.
 ///
 /// Records come back newest first (session ids are UUIDv7, so descending order is newest
-/// first). Entries that are not valid records are reported in [`Scan::unreadable`].
+/// first). Entries that are not valid records are reported in [`Scan::unreadable`]; entries
+/// gone by the time they are read are in neither.
 pub fn scan(dir: &Path) -> Result<Scan, RunningError> {
     scan_cached(dir, &RecordCache::default())
 }
@@ -217,7 +250,7 @@ pub fn scan_cached(dir: &Path, cache: &RecordCache) -> Result<Scan, RunningError
         if stem.is_empty() || file_name.starts_with('.') {
             continue;
         }
-        let read = if is_valid_session_id(stem) {
+        let read: Result<RunningRecord, EntryError> = if is_valid_session_id(stem) {
             let before = known.get(file_name);
             let (read, cached) = read_entry_cached(&dir_fd, dir, file_name, stem, before);
             match (&cached, before) {
@@ -230,11 +263,14 @@ pub fn scan_cached(dir: &Path, cache: &RecordCache) -> Result<Scan, RunningError
             }
             read
         } else {
-            Err(Unreadable::InvalidName)
+            Err(Unreadable::InvalidName.into())
         };
         match read {
             Ok(record) => found.records.push(record),
-            Err(why) => found.unreadable.push(UnreadableEntry {
+            // Gone since the listing: there is nothing to report (a rename onto the name
+            // never leaves it missing, so this is not a record being rewritten).
+            Err(EntryError::Vanished) => {}
+            Err(EntryError::Unreadable(why)) => found.unreadable.push(UnreadableEntry {
                 file_name: file_name.to_owned(),
                 why,
             }),
@@ -304,7 +340,10 @@ impl SeenFile {
     }
 
     /// Whether the file has not changed for long enough that a later change must show in its
-    /// timestamps (their resolution is a clock tick, well under a second).
+    /// timestamps: both are over a second old, so any later write stamps a later second, on
+    /// nanosecond filesystems (ext4, XFS, tmpfs) and one-second ones (ext3, small-inode ext4)
+    /// alike. This trusts that the filesystem stamps with this machine's clock, which a
+    /// network filesystem stamping with its server's clock need not do (see the README).
     fn is_settled(&self) -> bool {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -374,7 +413,10 @@ pub fn remove_unreadable(
             continue;
         };
         let still_unreadable = |dir_fd: &OwnedFd, quarantined: &str| {
-            read_entry(dir_fd, dir, quarantined, stem).is_err_and(|why| is_removable(&why))
+            matches!(
+                read_entry(dir_fd, dir, quarantined, stem),
+                Err(EntryError::Unreadable(why)) if is_removable(&why)
+            )
         };
         if unlink_checked(&dir_fd, &entry.file_name, still_unreadable).map_err(&io_err)?
             == Unlinked::Removed
@@ -397,13 +439,11 @@ pub fn read_record(dir: &Path, session_id: &str) -> Result<Option<RunningRecord>
     let file_name = RunningRecord::file_name_for(session_id);
     match read_entry(&dir_fd, dir, &file_name, session_id) {
         Ok(record) => Ok(Some(record)),
-        Err(Unreadable::Io(_)) if !exists(&dir_fd, &file_name) => Ok(None),
-        Err(why) => Err(RunningError::Unreadable(UnreadableEntry { file_name, why })),
+        Err(EntryError::Vanished) => Ok(None),
+        Err(EntryError::Unreadable(why)) => {
+            Err(RunningError::Unreadable(UnreadableEntry { file_name, why }))
+        }
     }
-}
-
-fn exists(dir_fd: &OwnedFd, file_name: &str) -> bool {
-    rustix::fs::statat(dir_fd, file_name, AtFlags::SYMLINK_NOFOLLOW).is_ok()
 }
 
 /// Check, open and parse one entry without following links, blocking, opening anything but a
@@ -416,12 +456,12 @@ fn read_entry(
     dir: &Path,
     file_name: &str,
     stem: &str,
-) -> Result<RunningRecord, Unreadable> {
+) -> Result<RunningRecord, EntryError> {
     const ATTEMPTS: usize = 8;
     let mut attempt = 1;
     loop {
         match read_entry_once(dir_fd, dir, file_name, stem) {
-            Err(Unreadable::Replaced) if attempt < ATTEMPTS => attempt += 1,
+            Err(EntryError::Unreadable(Unreadable::Replaced)) if attempt < ATTEMPTS => attempt += 1,
             read => return read,
         }
     }
@@ -435,7 +475,7 @@ fn read_entry_cached(
     file_name: &str,
     stem: &str,
     cached: Option<&Arc<Cached>>,
-) -> (Result<RunningRecord, Unreadable>, Option<Arc<Cached>>) {
+) -> (Result<RunningRecord, EntryError>, Option<Arc<Cached>>) {
     if let Some(cached) = cached
         && let Ok(before) = judge_entry(dir_fd, file_name)
         && SeenFile::of(&before) == cached.seen
@@ -446,7 +486,7 @@ fn read_entry_cached(
     let mut attempt = 1;
     loop {
         match read_entry_seen(dir_fd, dir, file_name, stem) {
-            Err(Unreadable::Replaced) if attempt < ATTEMPTS => attempt += 1,
+            Err(EntryError::Unreadable(Unreadable::Replaced)) if attempt < ATTEMPTS => attempt += 1,
             Ok((record, seen)) => {
                 let cached = seen.is_settled().then(|| {
                     Arc::new(Cached {
@@ -463,18 +503,18 @@ fn read_entry_cached(
 
 /// `lstat` the entry and refuse anything but a regular file of ours. Opening a device or FIFO
 /// can have effects, so this comes before any open.
-fn judge_entry(dir_fd: &OwnedFd, file_name: &str) -> Result<rustix::fs::Stat, Unreadable> {
-    let io = |e: Errno| Unreadable::Io(std::io::Error::from(e).to_string());
-    let before = rustix::fs::statat(dir_fd, file_name, AtFlags::SYMLINK_NOFOLLOW).map_err(io)?;
+fn judge_entry(dir_fd: &OwnedFd, file_name: &str) -> Result<rustix::fs::Stat, EntryError> {
+    let before =
+        rustix::fs::statat(dir_fd, file_name, AtFlags::SYMLINK_NOFOLLOW).map_err(entry_errno)?;
     match FileType::from_raw_mode(before.st_mode) {
         FileType::RegularFile => {}
-        FileType::Directory => return Err(Unreadable::Directory),
-        FileType::Symlink => return Err(Unreadable::Symlink),
-        _ => return Err(Unreadable::NotRegularFile),
+        FileType::Directory => return Err(Unreadable::Directory.into()),
+        FileType::Symlink => return Err(Unreadable::Symlink.into()),
+        _ => return Err(Unreadable::NotRegularFile.into()),
     }
     let me = rustix::process::geteuid().as_raw();
     if before.st_uid != me {
-        return Err(Unreadable::ForeignOwner(before.st_uid));
+        return Err(Unreadable::ForeignOwner(before.st_uid).into());
     }
     Ok(before)
 }
@@ -484,7 +524,7 @@ fn read_entry_once(
     dir: &Path,
     file_name: &str,
     stem: &str,
-) -> Result<RunningRecord, Unreadable> {
+) -> Result<RunningRecord, EntryError> {
     read_entry_seen(dir_fd, dir, file_name, stem).map(|(record, _)| record)
 }
 
@@ -494,7 +534,7 @@ fn read_entry_seen(
     dir: &Path,
     file_name: &str,
     stem: &str,
-) -> Result<(RunningRecord, SeenFile), Unreadable> {
+) -> Result<(RunningRecord, SeenFile), EntryError> {
     let io = |e: Errno| Unreadable::Io(std::io::Error::from(e).to_string());
     let before = judge_entry(dir_fd, file_name)?;
     let fd = rustix::fs::openat(
@@ -504,18 +544,18 @@ fn read_entry_seen(
         Mode::empty(),
     )
     .map_err(|e| match e {
-        Errno::LOOP => Unreadable::Symlink,
-        Errno::NXIO => Unreadable::NotRegularFile,
-        e => io(e),
+        Errno::LOOP => Unreadable::Symlink.into(),
+        Errno::NXIO => Unreadable::NotRegularFile.into(),
+        e => entry_errno(e),
     })?;
     let stat = rustix::fs::fstat(&fd).map_err(io)?;
     if FileIdentity::of(&stat) != FileIdentity::of(&before) {
-        return Err(Unreadable::Replaced);
+        return Err(Unreadable::Replaced.into());
     }
     // Judged on the open file before a byte is read; the capped read below still holds if
     // the file grows meanwhile.
     if u64::try_from(stat.st_size).unwrap_or(u64::MAX) > MAX_RECORD_BYTES {
-        return Err(Unreadable::TooLarge);
+        return Err(Unreadable::TooLarge.into());
     }
     let mut bytes = Vec::with_capacity(4096);
     std::fs::File::from(fd)
@@ -523,12 +563,12 @@ fn read_entry_seen(
         .read_to_end(&mut bytes)
         .map_err(|e| Unreadable::Io(e.to_string()))?;
     if bytes.len() as u64 > MAX_RECORD_BYTES {
-        return Err(Unreadable::TooLarge);
+        return Err(Unreadable::TooLarge.into());
     }
     let mut record = RunningRecord::parse(&bytes)
         .map_err(|e| Unreadable::Malformed(describe_parse_error(&e)))?;
     if record.session_id != stem {
-        return Err(Unreadable::NameMismatch(record.session_id));
+        return Err(Unreadable::NameMismatch(record.session_id).into());
     }
     record.origin = OriginSlot(Some(Origin {
         dir: dir.to_path_buf(),
