@@ -68,7 +68,7 @@ fn main() {
         .and_then(|at| args.get(at + 1))
         .map(|list| list.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
-    raise_open_files_limit();
+    murmur_registry::cli::raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -92,7 +92,7 @@ fn door_session(tag: &str, index: usize) -> String {
 /// `stats` prints `<most requests one session had open at once> <requests>` and starts
 /// counting afresh. Exits when stdin closes.
 fn door_host(count: usize, delay: Duration, tag: &str) {
-    raise_open_files_limit();
+    murmur_registry::cli::raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -974,17 +974,4 @@ fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".to_owned())
-}
-
-/// Each door and each connection holds a descriptor; a thousand of them need more than 1024.
-fn raise_open_files_limit() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let _ = setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        },
-    );
 }

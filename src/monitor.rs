@@ -124,6 +124,15 @@ pub enum RemovedBecause {
     Unreadable,
 }
 
+impl From<RemovalCause> for RemovedBecause {
+    fn from(cause: RemovalCause) -> Self {
+        match cause {
+            RemovalCause::Pruned => Self::Pruned,
+            RemovalCause::Stopped => Self::Stopped,
+        }
+    }
+}
+
 impl RemovedBecause {
     /// The word on the wire.
     pub fn as_str(self) -> &'static str {
@@ -586,13 +595,7 @@ impl Looper {
                 .collect();
             for id in left {
                 let because = match self.shared.registry.take_removal(&id) {
-                    Some(removal) => (
-                        match removal.cause {
-                            RemovalCause::Pruned => RemovedBecause::Pruned,
-                            RemovalCause::Stopped => RemovedBecause::Stopped,
-                        },
-                        Some(removal.evidence),
-                    ),
+                    Some(removal) => (removal.cause.into(), Some(removal.evidence)),
                     None if unreadable.iter().any(|u| is_file_of(&u.file_name, &id)) => {
                         (RemovedBecause::Unreadable, None)
                     }
@@ -672,10 +675,10 @@ impl Looper {
                 Ok(PruneOutcome::Pruned { reason }) => {
                     // Ours: the note the registry left is for this very event, and names a
                     // stop in progress whose process this prune found gone before it did.
-                    let because = match self.registry().take_removal(&id).map(|r| r.cause) {
-                        Some(RemovalCause::Stopped) => RemovedBecause::Stopped,
-                        Some(RemovalCause::Pruned) | None => RemovedBecause::Pruned,
-                    };
+                    let because = self
+                        .registry()
+                        .take_removal(&id)
+                        .map_or(RemovedBecause::Pruned, |note| note.cause.into());
                     self.on_disk.remove(&id);
                     let mut picture = self.shared.lock();
                     picture.sessions.remove(&id);

@@ -488,20 +488,6 @@ impl axum::body::HttpBody for ChannelBody {
     }
 }
 
-/// Raise this process's open-files limit to its hard limit: a test holding a thousand sockets
-/// needs two thousand descriptors (both ends live here).
-fn raise_open_files_limit() {
-    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let limit = getrlimit(Resource::Nofile);
-    let _ = setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        },
-    );
-}
-
 /// Open `count` sockets to `addr`; every other one sends half a request head and stalls.
 async fn stalled_sockets(addr: &str, count: usize) -> Vec<TcpStream> {
     let mut sockets = Vec::with_capacity(count);
@@ -530,7 +516,7 @@ async fn healthz_within_a_second(server: &Server) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_stalled_sockets_do_not_keep_a_real_client_from_healthz() {
-    raise_open_files_limit();
+    murmur_registry::cli::raise_open_files_limit();
     // Default limits: a thousand stalled sockets fit under the cap.
     let server = Server::default_registry().await;
     let stalled = stalled_sockets(&server.addr, 1000).await;
@@ -541,7 +527,7 @@ async fn a_thousand_stalled_sockets_do_not_keep_a_real_client_from_healthz() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_connection_cap_stalled_sockets_are_evicted_not_the_real_client() {
-    raise_open_files_limit();
+    murmur_registry::cli::raise_open_files_limit();
     // A cap far below the flood: every newcomer past it evicts the oldest stalled socket.
     let limits = ServeLimits {
         max_connections: 64,
