@@ -890,8 +890,8 @@ pub struct CardProblem {
 
 /// The agent card of a live session, for peers that want to talk to it.
 ///
-/// Fetched from the session's door through the same probe that verifies it (the extended card
-/// for an authenticated door), so the card is proven to name this session. The registry adds
+/// Fetched from the session's door by the code that probes it (a request of its own; the
+/// extended card for an authenticated door), so the card is proven to name this session. The registry adds
 /// no credential: to talk to an authenticated door, a peer needs its own.
 #[utoipa::path(
     get, path = "/sessions/{id}/card", tag = TAG,
