@@ -456,7 +456,7 @@ async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<Reading>> {
         )
     })?;
     let mut shown = Vec::new();
-    for reading in listing.readings {
+    for reading in &listing.readings {
         if matches!(reading.liveness, Some(Liveness::Gone { .. })) {
             // Prune on fresh evidence; a record that came back to life stays listed.
             match registry.prune_session(&reading.record.session_id).await {
@@ -469,10 +469,10 @@ async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<Reading>> {
                 Err(error) => return Err(error.into()),
             }
         }
-        shown.push(reading);
+        shown.push(reading.clone());
     }
     let dir = registry.dir().to_path_buf();
-    let unreadable = listing.unreadable;
+    let unreadable = listing.unreadable.clone();
     let removed =
         tokio::task::spawn_blocking(move || running::remove_unreadable(&dir, &unreadable))
             .await??;

@@ -25,6 +25,7 @@
 //!   itself, not a verdict.
 
 mod flights;
+mod passes;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,7 @@ use crate::running::{
     UnreadableEntry, Verdict,
 };
 use flights::Flights;
+use passes::SharedPasses;
 
 /// A directory whose last scan found at most this many entries is read on the calling task
 /// instead of the blocking pool (see the module's invariants).
@@ -66,6 +68,36 @@ pub enum RegistryError {
     /// A blocking task panicked or was cancelled.
     #[error("an internal task failed: {0}")]
     Task(String),
+}
+
+/// What one directory pass gives every listing that waited for it: the `probe=false` listing,
+/// or why the directory could not be read.
+type PassResult = Result<Arc<Listing>, Arc<RegistryError>>;
+
+/// A caller's own copy of an error a shared pass met, so each caller can own (and convert)
+/// the error it is answered with.
+fn copy_error(error: &RegistryError) -> RegistryError {
+    match error {
+        RegistryError::NotFound(id) => RegistryError::NotFound(id.clone()),
+        RegistryError::InvalidSessionId => RegistryError::InvalidSessionId,
+        RegistryError::Running(RunningError::DirUnavailable { path, why }) => {
+            RegistryError::Running(RunningError::DirUnavailable {
+                path: path.clone(),
+                why: why.clone(),
+            })
+        }
+        RegistryError::Running(RunningError::Io { path, cause }) => {
+            RegistryError::Running(RunningError::Io {
+                path: path.clone(),
+                cause: cause.raw_os_error().map_or_else(
+                    || std::io::Error::new(cause.kind(), cause.to_string()),
+                    std::io::Error::from_raw_os_error,
+                ),
+            })
+        }
+        RegistryError::Running(other) => RegistryError::Task(other.to_string()),
+        RegistryError::Task(what) => RegistryError::Task(what.clone()),
+    }
 }
 
 /// One record with what the layers said about it.
@@ -199,6 +231,8 @@ pub struct Registry {
     door: DoorProbe,
     flights: Flights,
     records: Arc<running::RecordCache>,
+    /// The directory passes listings share.
+    passes: SharedPasses<PassResult>,
     /// Entries the latest scan found; `usize::MAX` before the first.
     last_scan_entries: AtomicUsize,
     /// Whether a small directory may be listed on the calling task (it is on a local
@@ -297,6 +331,7 @@ impl Registry {
             door,
             flights: Flights::default(),
             records: Arc::default(),
+            passes: SharedPasses::default(),
             last_scan_entries: AtomicUsize::new(usize::MAX),
             inline_scans: on_local_filesystem(&dir),
             stopping: StopsInProgress::default(),
@@ -312,35 +347,59 @@ impl Registry {
 
     /// Every record, verified (three layers when `probe`, else layers 1–2), newest first.
     ///
-    /// Changes nothing on disk. Doors are probed concurrently, at most the prober's limit at
-    /// once, and a door already being probed for an identical record (by any caller) is not
-    /// asked again: its probe's answer is shared.
-    pub async fn sessions(&self, probe: bool) -> Result<Listing, RegistryError> {
+    /// Changes nothing on disk. The directory and layers 1–2 are read by a pass that starts
+    /// after this call: concurrent listings share one such pass (see `passes`), and the
+    /// `probe=false` listing it makes is handed to all of them as is. Doors are probed
+    /// concurrently, at most the prober's limit at once, and a door already being probed for
+    /// an identical record (by any caller) is not asked again: its probe's answer is shared.
+    pub async fn sessions(&self, probe: bool) -> Result<Arc<Listing>, RegistryError> {
+        let lean = self
+            .passes
+            .run(|| self.pass())
+            .await
+            .map_err(|shared| copy_error(&shared))?;
+        if !probe {
+            return Ok(lean);
+        }
+        let (records, states) = lean
+            .readings
+            .iter()
+            .map(|reading| (reading.record.clone(), reading.process.clone()))
+            .unzip();
+        let readings = self.read_all(records, states, true).await;
+        Ok(Arc::new(Listing {
+            readings,
+            unreadable: lean.unreadable.clone(),
+        }))
+    }
+
+    /// One pass: scan the directory and read layers 1–2 for every record, in one trip to the
+    /// blocking pool if it takes one.
+    async fn pass(&self) -> PassResult {
         let dir = self.dir.clone();
         let cache = Arc::clone(&self.records);
-        // The scan and layers 1–2 share one trip to the blocking pool, if they take one.
         let read = move || {
             let scan = running::scan_cached(&dir, &cache)?;
             let states: Vec<ProcessState> =
                 scan.records.iter().map(running::process_state).collect();
             Ok::<_, RegistryError>((scan, states))
         };
-        let (scan, states) = if self.inline_scans
+        let read = if self.inline_scans
             && self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES
         {
-            read()?
+            read()
         } else {
-            blocking(read).await??
+            blocking(read).await.and_then(|read| read)
         };
+        let (scan, states) = read.map_err(Arc::new)?;
         self.last_scan_entries.store(
             scan.records.len() + scan.unreadable.len(),
             Ordering::Relaxed,
         );
-        let readings = self.read_all(scan.records, states, probe).await;
-        Ok(Listing {
-            readings,
+        Ok(Arc::new(Listing {
+            readings: self.read_all(scan.records, states, false).await,
             unreadable: scan.unreadable,
-        })
+        }))
     }
 
     /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.

@@ -459,3 +459,50 @@ async fn an_answer_is_never_handed_to_a_caller_who_came_after_it() {
             .all(|l| *l == Liveness::Live)
     );
 }
+
+/// Listings share directory passes only forward in time: while other callers list without
+/// pause, a record written (or removed) before a listing is asked for is always in it (or out
+/// of it). A listing that joined a pass already under way would miss some of these.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_pass_never_answers_a_listing_with_a_reading_older_than_its_question() {
+    let dir = temp_dir();
+    // More entries than are read inline, so passes go through the pool and overlap the calls.
+    for _ in 0..40 {
+        RecordJson::fresh().no_door().write_in(dir.path());
+    }
+    let registry = registry_in(dir.path());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let listers: Vec<_> = (0..8)
+        .map(|_| {
+            let (registry, stop) = (Arc::clone(&registry), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut listings = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    registry.sessions(false).await.expect("listing");
+                    listings += 1;
+                }
+                listings
+            })
+        })
+        .collect();
+    for round in 0..300 {
+        let record = RecordJson::fresh().no_door();
+        let id = record.session_id();
+        let path = record.write_in(dir.path());
+        let listing = registry.sessions(false).await.expect("listing");
+        assert!(
+            listing.readings.iter().any(|r| r.record.session_id == id),
+            "round {round}: a record written before the listing was asked for is missing"
+        );
+        std::fs::remove_file(&path).expect("remove the record");
+        let listing = registry.sessions(false).await.expect("listing");
+        assert!(
+            listing.readings.iter().all(|r| r.record.session_id != id),
+            "round {round}: a record removed before the listing was asked for is listed"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for lister in listers {
+        assert!(lister.await.expect("lister") > 0, "every lister listed");
+    }
+}

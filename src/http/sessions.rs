@@ -10,11 +10,13 @@
 //!   on the evidence the registry returns. (`GET /events` is the exception, by design: while a
 //!   listener is connected the live view prunes gone records, on the same evidence.)
 
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, IntoResponses, ToSchema};
 
@@ -24,8 +26,8 @@ use axum::extract::rejection::JsonRejection;
 use axum::response::{IntoResponse, Response};
 
 use crate::registry::{
-    CardRefusal, DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, PruneOutcome, Reading, RegistryError,
-    SignalKind, StopOutcome,
+    CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, Reading,
+    RegistryError, SignalKind, StopOutcome,
 };
 use crate::running::{Liveness, ProcessState, SignalOutcome, is_valid_session_id};
 
@@ -528,7 +530,7 @@ fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
 pub async fn list_sessions(
     State(state): State<AppState>,
     Query(query): Query<ListQuery>,
-) -> Result<Json<SessionList>, ApiError> {
+) -> Result<Response, ApiError> {
     let probe = query.probe.unwrap_or(true);
     let filter = query
         .status
@@ -545,6 +547,12 @@ pub async fn list_sessions(
         ));
     }
     let listing = state.registry().sessions(probe).await?;
+    // A `probe=false` listing is shared by every caller that waited for its pass; so is its
+    // encoding. A probed listing is each caller's own and is encoded once anyway.
+    let encodings = (!probe).then(|| state.listing_encodings());
+    if let Some(body) = encodings.and_then(|encodings| encodings.get(&listing, filter.as_deref())) {
+        return Ok(json_body(body));
+    }
     let sessions = listing
         .readings
         .iter()
@@ -554,10 +562,69 @@ pub async fn list_sessions(
             Some(keep) => view.liveness.state.is_some_and(|s| keep.contains(&s)),
         })
         .collect();
-    Ok(Json(SessionList {
+    let list = SessionList {
         sessions,
         unreadable: listing.unreadable.len(),
-    }))
+    };
+    let body = Bytes::from(
+        serde_json::to_vec(&list)
+            .map_err(|e| ApiError::from(RegistryError::Task(format!("encoding the list: {e}"))))?,
+    );
+    if let Some(encodings) = encodings {
+        encodings.put(&listing, filter, body.clone());
+    }
+    Ok(json_body(body))
+}
+
+/// A 200 with a JSON body already encoded.
+fn json_body(body: Bytes) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// The body last encoded for a shared `probe=false` listing, so the callers that share one
+/// directory pass share one encoding of it too.
+///
+/// Keyed by the listing's identity (the very `Arc` the pass handed out, held weakly so its
+/// address cannot be taken by another listing while the key lives) and by the status filter.
+/// A body is served again only to a caller holding that same listing: never for a newer
+/// reading, so it is exactly what encoding the caller's listing again would give.
+#[derive(Debug, Default)]
+pub struct ListingEncodings(Mutex<Option<Encoding>>);
+
+#[derive(Debug)]
+struct Encoding {
+    listing: Weak<Listing>,
+    filter: Option<Vec<SessionState>>,
+    body: Bytes,
+}
+
+impl ListingEncodings {
+    fn get(&self, listing: &Arc<Listing>, filter: Option<&[SessionState]>) -> Option<Bytes> {
+        let last = self.lock();
+        let last = last.as_ref()?;
+        (Weak::ptr_eq(&last.listing, &Arc::downgrade(listing)) && last.filter.as_deref() == filter)
+            .then(|| last.body.clone())
+    }
+
+    fn put(&self, listing: &Arc<Listing>, filter: Option<Vec<SessionState>>, body: Bytes) {
+        *self.lock() = Some(Encoding {
+            listing: Arc::downgrade(listing),
+            filter,
+            body,
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Encoding>> {
+        // One field replaced whole under the lock: a poisoned lock still holds a whole value.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// One session, verified.
