@@ -17,6 +17,10 @@
 //!   gone.
 //! - Stops of one session are serialised, so two concurrent stops never race each other's
 //!   escalation; the second finds the outcome of the first.
+//! - A listing ([`Registry::sessions`]) is answered by a directory pass (scan and layers 1–2)
+//!   that started after it was asked for. Listings that ask while a pass runs share the next
+//!   pass, never the running one, so sharing saves work without making any answer older than
+//!   a pass of its own would be (see `passes`).
 //! - Every verification goes through one path ([`Registry::sessions`], [`Registry::session`],
 //!   [`Registry::verify_records`], [`Registry::verify`]), where each record's door is probed
 //!   single-flight: concurrent callers verifying the same record share the probe in flight,

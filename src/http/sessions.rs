@@ -9,6 +9,9 @@
 //! - These GETs change nothing on disk; only DELETE, signal and stop remove a record, and only
 //!   on the evidence the registry returns. (`GET /events` is the exception, by design: while a
 //!   listener is connected the live view prunes gone records, on the same evidence.)
+//! - A list body is encoded again for every request, except that callers handed the very same
+//!   shared `probe=false` listing by the registry get the one encoding of it
+//!   ([`ListingEncodings`]): identical bytes, never a body of an older reading.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
