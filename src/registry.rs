@@ -34,7 +34,9 @@ mod passes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use crate::running::{
@@ -122,6 +124,9 @@ pub struct Listing {
     pub readings: Vec<Reading>,
     /// Entries that are not valid records.
     pub unreadable: Vec<UnreadableEntry>,
+    /// The whole listing as a client receives it, encoded by the first caller that needs it:
+    /// a listing shared by many callers is encoded once, and the bytes go with the listing.
+    pub encoded: OnceLock<Bytes>,
 }
 
 /// The door probes in flight at one moment ([`Registry::probes_in_flight`]).
@@ -374,6 +379,7 @@ impl Registry {
         Ok(Arc::new(Listing {
             readings,
             unreadable: lean.unreadable.clone(),
+            encoded: OnceLock::new(),
         }))
     }
 
@@ -403,6 +409,7 @@ impl Registry {
         Ok(Arc::new(Listing {
             readings: self.read_all(scan.records, states, false).await,
             unreadable: scan.unreadable,
+            encoded: OnceLock::new(),
         }))
     }
 

@@ -60,7 +60,6 @@ struct Shared {
     tokens: TokenStore,
     hosts: HostPolicy,
     cors_origins: Vec<String>,
-    listing_encodings: sessions::ListingEncodings,
 }
 
 impl AppState {
@@ -83,7 +82,6 @@ impl AppState {
                 tokens,
                 hosts: HostPolicy::new(bound, allow_hosts, allow_origins),
                 cors_origins: allow_origins.to_vec(),
-                listing_encodings: sessions::ListingEncodings::default(),
             }),
         }
     }
@@ -91,11 +89,6 @@ impl AppState {
     /// The registry.
     pub fn registry(&self) -> &Registry {
         &self.inner.registry
-    }
-
-    /// The encoding of the latest shared `probe=false` listing.
-    pub(crate) fn listing_encodings(&self) -> &sessions::ListingEncodings {
-        &self.inner.listing_encodings
     }
 
     /// The live view behind `/events` (idle until someone listens).

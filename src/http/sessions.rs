@@ -9,11 +9,10 @@
 //! - These GETs change nothing on disk; only DELETE, signal and stop remove a record, and only
 //!   on the evidence the registry returns. (`GET /events` is the exception, by design: while a
 //!   listener is connected the live view prunes gone records, on the same evidence.)
-//! - A list body is encoded again for every request, except that callers handed the very same
-//!   shared `probe=false` listing by the registry get the one encoding of it
-//!   ([`ListingEncodings`]): identical bytes, never a body of an older reading.
+//! - A list body is the encoding of the listing the registry handed this request; a listing
+//!   shared by several requests (`probe=false`) is encoded once, into the listing itself, so
+//!   no body outlives its listing or is served for another one.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use axum::Json;
@@ -550,33 +549,35 @@ pub async fn list_sessions(
         ));
     }
     let listing = state.registry().sessions(probe).await?;
-    // A `probe=false` listing is shared by every caller that waited for its pass; so is its
-    // encoding. A probed listing is each caller's own and is encoded once anyway.
-    let encodings = (!probe).then(|| state.listing_encodings());
-    if let Some(body) = encodings.and_then(|encodings| encodings.get(&listing, filter.as_deref())) {
-        return Ok(json_body(body));
+    if filter.is_some() {
+        return Ok(json_body(encode_list(&listing, filter.as_deref())?));
     }
-    let sessions = listing
-        .readings
-        .iter()
-        .map(SessionView::of)
-        .filter(|view| match &filter {
-            None => true,
-            Some(keep) => view.liveness.state.is_some_and(|s| keep.contains(&s)),
-        })
-        .collect();
+    // A `probe=false` listing is shared by every caller that waited for its pass: it is
+    // encoded once, by the first of them.
+    if let Some(body) = listing.encoded.get() {
+        return Ok(json_body(body.clone()));
+    }
+    let body = encode_list(&listing, None)?;
+    Ok(json_body(listing.encoded.get_or_init(|| body).clone()))
+}
+
+/// The list body of `listing`, keeping only the sessions whose state is in `keep`, if given.
+fn encode_list(listing: &Listing, keep: Option<&[SessionState]>) -> Result<Bytes, ApiError> {
     let list = SessionList {
-        sessions,
+        sessions: listing
+            .readings
+            .iter()
+            .map(SessionView::of)
+            .filter(|view| match keep {
+                None => true,
+                Some(keep) => view.liveness.state.is_some_and(|s| keep.contains(&s)),
+            })
+            .collect(),
         unreadable: listing.unreadable.len(),
     };
-    let body = Bytes::from(
-        serde_json::to_vec(&list)
-            .map_err(|e| ApiError::from(RegistryError::Task(format!("encoding the list: {e}"))))?,
-    );
-    if let Some(encodings) = encodings {
-        encodings.put(&listing, filter, body.clone());
-    }
-    Ok(json_body(body))
+    serde_json::to_vec(&list)
+        .map(Bytes::from)
+        .map_err(|e| RegistryError::Task(format!("encoding the session list: {e}")).into())
 }
 
 /// A 200 with a JSON body already encoded.
@@ -589,45 +590,6 @@ fn json_body(body: Bytes) -> Response {
         body,
     )
         .into_response()
-}
-
-/// The body last encoded for a shared `probe=false` listing, so the callers that share one
-/// directory pass share one encoding of it too.
-///
-/// Keyed by the listing's identity (the very `Arc` the pass handed out, held weakly so its
-/// address cannot be taken by another listing while the key lives) and by the status filter.
-/// A body is served again only to a caller holding that same listing: never for a newer
-/// reading, so it is exactly what encoding the caller's listing again would give.
-#[derive(Debug, Default)]
-pub struct ListingEncodings(Mutex<Option<Encoding>>);
-
-#[derive(Debug)]
-struct Encoding {
-    listing: Weak<Listing>,
-    filter: Option<Vec<SessionState>>,
-    body: Bytes,
-}
-
-impl ListingEncodings {
-    fn get(&self, listing: &Arc<Listing>, filter: Option<&[SessionState]>) -> Option<Bytes> {
-        let last = self.lock();
-        let last = last.as_ref()?;
-        (Weak::ptr_eq(&last.listing, &Arc::downgrade(listing)) && last.filter.as_deref() == filter)
-            .then(|| last.body.clone())
-    }
-
-    fn put(&self, listing: &Arc<Listing>, filter: Option<Vec<SessionState>>, body: Bytes) {
-        *self.lock() = Some(Encoding {
-            listing: Arc::downgrade(listing),
-            filter,
-            body,
-        });
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Encoding>> {
-        // One field replaced whole under the lock: a poisoned lock still holds a whole value.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 /// One session, verified.
