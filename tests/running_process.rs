@@ -138,6 +138,15 @@ fn a_process_whose_main_thread_exited_while_another_runs_is_alive() {
 }
 
 #[test]
+fn a_live_thread_whose_name_is_not_utf8_still_keeps_its_process_alive() {
+    let mut leader = ZombieLeader::spawn_with_non_utf8_thread_name();
+    let record = leader.record().parse();
+    assert_eq!(process_state(&record), ProcessState::Alive);
+    assert_eq!(proc_state(leader.pid()), Some('Z'), "the premise held");
+    assert!(leader.is_running());
+}
+
+#[test]
 fn signal_kill_on_a_process_whose_main_thread_exited_is_sent_and_it_dies_of_sigkill() {
     let mut leader = ZombieLeader::spawn();
     let record = leader.record().parse();

@@ -213,14 +213,23 @@ pub(crate) fn parse_stat(line: &str) -> Option<StatFields> {
     })
 }
 
+/// [`parse_stat`] of a stat line as read: the command name may hold any bytes, so only what
+/// follows its closing `)` is decoded (that part is ASCII on every kernel).
+fn parse_stat_bytes(line: &[u8]) -> Option<StatFields> {
+    let from_comm_end = line.iter().rposition(|b| *b == b')')?;
+    parse_stat(std::str::from_utf8(&line[from_comm_end..]).ok()?)
+}
+
 /// Whether any task of `pid`'s thread group is neither a zombie nor dead.
 fn live_threads_remain(pid: u32) -> std::io::Result<bool> {
     let tasks = PathBuf::from(format!("/proc/{pid}/task"));
     for entry in std::fs::read_dir(&tasks)? {
         let stat_path = entry?.path().join("stat");
-        match std::fs::read_to_string(&stat_path) {
+        // Bytes, not a string: a thread may name itself with any bytes, and a name that is not
+        // UTF-8 must not turn a live thread into an unreadable one.
+        match std::fs::read(&stat_path) {
             Ok(line) => {
-                if parse_stat(&line).is_some_and(|task| !task.is_dead()) {
+                if parse_stat_bytes(&line).is_some_and(|task| !task.is_dead()) {
                     return Ok(true);
                 }
             }
@@ -247,12 +256,7 @@ fn read_stat(pid: u32) -> std::io::Result<StatFields> {
             Err(e) => return Err(e.into()),
         }
     }
-    // The command name may hold any bytes; only what follows its closing `)` is parsed, and
-    // that is ASCII on every kernel.
-    let line = &buf[..len];
-    let from_comm_end = line.iter().rposition(|b| *b == b')').unwrap_or(0);
-    let content = std::str::from_utf8(&line[from_comm_end..]).unwrap_or("");
-    parse_stat(content).ok_or_else(|| {
+    parse_stat_bytes(&buf[..len]).ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("{} does not have the expected fields", path.display()),

@@ -624,9 +624,14 @@ pub fn task_states(pid: u32) -> Vec<char> {
     };
     tasks
         .filter_map(|task| {
-            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
-            let after_comm = &stat[stat.rfind(')')? + 1..];
-            after_comm.split_ascii_whitespace().next()?.chars().next()
+            // Bytes: a thread's name may be any bytes, UTF-8 or not.
+            let stat = std::fs::read(task.ok()?.path().join("stat")).ok()?;
+            let after_comm = &stat[stat.iter().rposition(|b| *b == b')')? + 1..];
+            after_comm
+                .split(u8::is_ascii_whitespace)
+                .find(|field| !field.is_empty())
+                .and_then(|state| state.first())
+                .map(|state| char::from(*state))
         })
         .collect()
 }
@@ -644,10 +649,40 @@ impl ZombieLeader {
         t=threading.Thread(target=time.sleep,args=(1000,)); t.start(); \
         ctypes.CDLL(None).pthread_exit(None)";
 
+    /// The same, but the thread that lives on names itself with bytes that are not UTF-8
+    /// (`prctl(PR_SET_NAME)` takes any bytes), as its `/proc` stat line then shows.
+    pub const SCRIPT_NON_UTF8_NAME: &str = "import threading,time,ctypes; \
+        libc=ctypes.CDLL(None); \
+        t=threading.Thread(target=lambda: (libc.prctl(15, b'\\xff\\xfew\\x80', 0, 0, 0), time.sleep(1000))); \
+        t.start(); libc.pthread_exit(None)";
+
     pub fn spawn() -> Self {
+        Self::spawn_script(Self::SCRIPT)
+    }
+
+    /// A zombie leader whose live thread's name is not UTF-8.
+    pub fn spawn_with_non_utf8_thread_name() -> Self {
+        let leader = Self::spawn_script(Self::SCRIPT_NON_UTF8_NAME);
+        let pid = leader.pid();
+        wait_until(
+            &format!("pid {pid}'s live thread to take a name that is not UTF-8"),
+            DEADLINE,
+            || {
+                std::fs::read_dir(format!("/proc/{pid}/task"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|task| std::fs::read(task.path().join("comm")).ok())
+                    .any(|name| std::str::from_utf8(&name).is_err())
+            },
+        );
+        leader
+    }
+
+    fn spawn_script(script: &str) -> Self {
         // Owned before the wait, so a child that never gets ready is still killed and reaped.
         let leader = Self {
-            child: python_child(Self::SCRIPT),
+            child: python_child(script),
         };
         let pid = leader.pid();
         wait_until(
