@@ -13,6 +13,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -677,7 +678,7 @@ async fn shutdown_finishes_an_in_flight_request_and_refuses_new_connections() {
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_dir_removed_or_replaced_by_a_file_is_a_503_until_it_is_back() {
+async fn a_running_dir_removed_replaced_or_opened_to_others_is_a_503_until_it_is_back() {
     let server = Server::default_registry().await;
     let capsule = SleepingChild::spawn();
     let record = capsule.record().no_door();
@@ -722,6 +723,15 @@ async fn a_running_dir_removed_or_replaced_by_a_file_is_a_503_until_it_is_back()
         .assert_problem(503, "running-dir-unavailable");
     std::fs::remove_file(&dir).expect("remove the symlink");
     std::fs::rename(&aside, &dir).expect("put the running dir back");
+    // Back, but opened to others (recreated under another umask, say): refused, not repaired.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod 755");
+    for path in &paths {
+        let answer = server.get(path).await;
+        answer.assert_problem(503, "running-dir-unavailable");
+        assert!(answer.body.contains("0755"), "{}", answer.body);
+    }
+    assert_eq!(mode_of(&dir), 0o755, "a reader repairs nothing");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod 700");
     let listing = server.get("/sessions?probe=false").await;
     assert_eq!(listing.status, 200, "{}", listing.body);
     assert_eq!(listing.json()["sessions"][0]["session_id"], id.as_str());

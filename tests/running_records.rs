@@ -15,7 +15,7 @@
 
 mod common;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -670,7 +670,8 @@ fn scan_changes_nothing_on_disk() {
     std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
     let readonly = RecordJson::fresh().write_in(dir.path());
     std::fs::set_permissions(&readonly, std::fs::Permissions::from_mode(0o400)).unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Private, with a setgid bit a reader has no business clearing.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o2700)).unwrap();
 
     let before = dir_snapshot(dir.path());
     let dir_mode = mode_of(dir.path());
@@ -684,6 +685,34 @@ fn scan_changes_nothing_on_disk() {
         std::fs::read_link(dir.path().join("link.json")).unwrap(),
         target
     );
+}
+
+#[test]
+fn a_running_dir_opened_to_group_or_others_is_refused_untouched_until_it_is_private_again() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    record.write_in(dir.path());
+    for wider in [0o755, 0o710, 0o701, 0o777, 0o1777] {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(wider)).unwrap();
+        let before = dir_snapshot(dir.path());
+        let error = scan(dir.path()).expect_err("a directory others may enter is refused");
+        assert!(
+            matches!(&error, RunningError::DirUnavailable { why, .. }
+                if why.contains(&format!("{wider:04o}")) && why.contains("chmod 700")),
+            "{wider:o}: {error}"
+        );
+        assert!(list(dir.path()).is_err(), "{wider:o}: list refuses too");
+        assert!(read_record(dir.path(), &record.session_id()).is_err());
+        assert_eq!(mode_of(dir.path()), wider, "a reader repairs nothing");
+        assert_eq!(
+            dir_snapshot(dir.path()),
+            before,
+            "nothing in it was touched"
+        );
+    }
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let found = scan(dir.path()).expect("private again: read");
+    assert_eq!(found.records.len(), 1);
 }
 
 #[test]
@@ -775,7 +804,7 @@ fn read_record_finds_a_present_record() {
 fn read_record_answers_none_for_an_absent_record_or_an_impossible_id() {
     let home = temp_dir();
     let dir = home.path().join("running");
-    std::fs::create_dir(&dir).unwrap();
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
     RecordJson::fresh().write_in(&dir);
     assert!(read_record(&dir, &session_id()).unwrap().is_none());
     // An id that would escape the directory names no file: a record beside it is not read.

@@ -154,12 +154,16 @@ fn registry_problem(error: RegistryError) -> Problem {
             ),
         ),
         RegistryError::Running(RunningError::DirUnavailable { path, why }) => {
-            // Where and what go to the log; the client learns only that it is temporary.
+            // The path goes to the log only; the client learns what is wrong (missing, not a
+            // directory, a foreign owner, a mode open to others: nothing secret) and that it is
+            // temporary.
             tracing::error!(path = %path.display(), %why, "running directory unavailable");
             Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "running-dir-unavailable",
-                "the running directory is missing or replaced; the registry answers again once it is back (its log says where)",
+                format!(
+                    "the running directory is unavailable: {why}; the registry answers again once it is back (its log says where)"
+                ),
             )
         }
         other => internal(&other),

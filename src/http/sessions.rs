@@ -239,7 +239,7 @@ pub enum GateProblems {
     /// is unusable.
     #[response(
         status = 503,
-        description = "Unavailable for now: too many requests in flight (`overloaded`, with Retry-After), the running directory is missing or replaced (`running-dir-unavailable`), or the token file is unusable (`token-file-unusable`)",
+        description = "Unavailable for now: too many requests in flight (`overloaded`, with Retry-After), the running directory is missing, replaced or open to others (`running-dir-unavailable`), or the token file is unusable (`token-file-unusable`)",
         content_type = "application/problem+json"
     )]
     Unavailable(Problem),

@@ -3,8 +3,10 @@
 //!
 //! Invariants kept here:
 //! - `~/.murmur` and `~/.murmur/running` are directories owned by the effective user, mode 0700.
-//!   A wider mode is narrowed; a symlink, a non-directory or a foreign owner is refused with the
-//!   path in the error. Checks and fixes go through one file descriptor opened with
+//!   A wider mode is narrowed when the directory is set up; a symlink, a non-directory or a
+//!   foreign owner is refused with the path in the error. Every later pass over the running
+//!   directory checks it again and refuses it (without touching it) while it is not a
+//!   directory we own at a mode that keeps group and others out. Checks and fixes go through one file descriptor opened with
 //!   `O_NOFOLLOW`, so what is checked is what is fixed.
 //! - Only `*.json` entries are records. A record is read through `O_NOFOLLOW | O_NONBLOCK`, only
 //!   when it is a regular file we own, and never past [`MAX_RECORD_BYTES`]: a symlink, a FIFO or
@@ -51,9 +53,9 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> RunningError + '_ {
 
 /// Open the running directory for one pass, without following a link.
 ///
-/// A directory that is missing, replaced by a file or a link, or owned by another user is
-/// [`RunningError::DirUnavailable`]: no record can be judged, and nothing is removed, until it
-/// is back. Each pass opens it anew, so a directory put back is used at once.
+/// A directory that is missing, replaced by a file or a link, owned by another user, or open
+/// to group or others is [`RunningError::DirUnavailable`]: no record can be judged, and nothing
+/// is removed, until it is back as it should be. Each pass opens it anew, so a directory put back is used at once.
 fn open_running_dir(dir: &Path) -> Result<OwnedFd, RunningError> {
     let unavailable = |why: String| RunningError::DirUnavailable {
         path: dir.to_path_buf(),
@@ -79,6 +81,15 @@ fn open_running_dir(dir: &Path) -> Result<OwnedFd, RunningError> {
     })?;
     if stat.st_uid != rustix::process::geteuid().as_raw() {
         return Err(unavailable(format!("it is owned by uid {}", stat.st_uid)));
+    }
+    // Held at 0700 when the registry started; a directory made wider since (recreated under
+    // another umask, or chmodded) is a change nobody here asked for. Reading is no time to
+    // repair it, so it is refused until someone does, with the fix in the message.
+    let mode = stat.st_mode & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(unavailable(format!(
+            "its mode {mode:04o} lets group or others in (chmod 700 it)"
+        )));
     }
     Ok(fd)
 }

@@ -66,12 +66,16 @@ pub const DEADLINE: Duration = Duration::from_secs(10);
 // Directories and files
 // ---------------------------------------------------------------------------------------------
 
-/// A fresh, private temporary directory for one test (a running directory, or a fake home).
+/// A fresh, private (0700, as murmur makes its running directory) temporary directory for one
+/// test (a running directory, or a fake home).
 pub fn temp_dir() -> TempDir {
-    tempfile::Builder::new()
+    let dir = tempfile::Builder::new()
         .prefix("murmur-registry-test-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
-        .expect("create a temporary directory")
+        .expect("create a temporary directory");
+    assert_eq!(mode_of(dir.path()), 0o700, "a private test directory");
+    dir
 }
 
 /// The permission bits of `path` (not following a symlink at its last component).
