@@ -115,6 +115,10 @@ struct ServeArgs {
     /// Requests handled at once; the next gets 503 with Retry-After.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     max_in_flight: u64,
+    /// `/events` streams open at once (below --max-connections); the next gets 503 with
+    /// Retry-After.
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_event_streams: u64,
     /// How long shutdown waits for in-flight requests before dropping them.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
@@ -311,11 +315,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     check_serve_timeouts(&args)?;
+    check_serve_caps(&args)?;
     let limits = http::ServeLimits {
         header_read_timeout: args.header_read_timeout,
         request_timeout: args.request_timeout,
         max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(usize::MAX),
+        max_event_streams: usize::try_from(args.max_event_streams).unwrap_or(usize::MAX),
         shutdown_grace: args.shutdown_grace,
     };
     raise_open_files_limit();
@@ -375,6 +381,19 @@ fn check_serve_timeouts(args: &ServeArgs) -> anyhow::Result<()> {
             humantime::format_duration(args.request_timeout),
             humantime::format_duration(probe),
             humantime::format_duration(needed)
+        );
+    }
+    Ok(())
+}
+
+/// Refuse a stream cap that would let event streams, which are never evicted, hold every
+/// connection: past that, every newcomer (`/healthz` included) would get 503.
+fn check_serve_caps(args: &ServeArgs) -> anyhow::Result<()> {
+    if args.max_event_streams >= args.max_connections {
+        bail!(
+            "--max-event-streams {} must be below --max-connections {}: open event streams are never closed to make room, so at least one connection must stay for other requests",
+            args.max_event_streams,
+            args.max_connections
         );
     }
     Ok(())
