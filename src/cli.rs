@@ -38,7 +38,8 @@ enum Command {
         after_help = "Example:\n  murmur-registry serve --bind 127.0.0.1:7420\n\n\
         The first line on stdout is `listening on http://ADDR` with the real port."
     )]
-    Serve(ServeArgs),
+    // Boxed: its many flags would otherwise make every other command's value as large.
+    Serve(Box<ServeArgs>),
     /// List running capsules, like `mur ps`; prunes records of capsules that are gone.
     #[command(
         after_help = "Example:\n  murmur-registry ps\n  murmur-registry ps --json | jq '.[].session_id'"
@@ -205,7 +206,7 @@ struct TokenArgs {
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Ps(args) => runtime()?.block_on(ps(args)),
         Command::Stop(args) => runtime()?.block_on(stop(args)),
         Command::Prune(args) => runtime()?.block_on(prune(args)),
