@@ -55,7 +55,9 @@ fn timeouts_that_would_fail_every_request_are_refused_before_serving() {
 }
 
 /// A stream cap that would let event streams (never evicted) hold every connection is refused
-/// with both flags named; so is a cap of zero, which would refuse every stream.
+/// with both flags named, and so is a connection cap no stream cap fits below; so is a stream
+/// cap of zero, which would refuse every stream. (A lowered `--max-connections` alone is
+/// accepted: `serve_binary`'s limit flags test serves with `--max-connections 8`.)
 #[test]
 fn an_event_stream_cap_not_below_the_connection_cap_is_refused_before_serving() {
     for (args, code, named) in [
@@ -66,6 +68,12 @@ fn an_event_stream_cap_not_below_the_connection_cap_is_refused_before_serving() 
         ),
         (
             &["--max-connections", "16", "--max-event-streams", "17"][..],
+            1,
+            &["--max-event-streams", "--max-connections"][..],
+        ),
+        // The default shrinks under a lowered --max-connections, but below 2 no cap fits.
+        (
+            &["--max-connections", "1"][..],
             1,
             &["--max-event-streams", "--max-connections"][..],
         ),

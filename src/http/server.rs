@@ -64,13 +64,18 @@ pub struct ServeLimits {
     pub max_connections: usize,
     /// Requests handled at once. Default 256.
     pub max_in_flight: usize,
-    /// `GET /events` streams open at once. Default 128: a hundred dashboard tabs still fit,
-    /// while 896 of the default 1,024 connections stay out of streams' reach. It only bounds
-    /// anything when below `max_connections`, which the CLI requires.
+    /// `GET /events` streams open at once. Default [`DEFAULT_MAX_EVENT_STREAMS`]. It keeps
+    /// connections for other requests only when below `max_connections`, which the CLI
+    /// requires.
     pub max_event_streams: usize,
     /// How long shutdown waits for in-flight requests before dropping them. Default 30 s.
     pub shutdown_grace: Duration,
 }
+
+/// The default cap on open event streams: a hundred dashboard tabs (or scripts) still fit,
+/// while 896 of the default 1,024 connections stay out of streams' reach, and with the 256
+/// requests in flight as well, 640 remain.
+pub const DEFAULT_MAX_EVENT_STREAMS: usize = 128;
 
 impl Default for ServeLimits {
     fn default() -> Self {
@@ -79,7 +84,7 @@ impl Default for ServeLimits {
             request_timeout: Duration::from_secs(30),
             max_connections: 1024,
             max_in_flight: 256,
-            max_event_streams: 128,
+            max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
             shutdown_grace: Duration::from_secs(30),
         }
     }
