@@ -38,7 +38,8 @@ enum Command {
         after_help = "Example:\n  murmur-registry serve --bind 127.0.0.1:7420\n\n\
         The first line on stdout is `listening on http://ADDR` with the real port."
     )]
-    Serve(ServeArgs),
+    // Boxed: its many flags would otherwise make every other command's value as large.
+    Serve(Box<ServeArgs>),
     /// List running capsules, like `mur ps`; prunes records of capsules that are gone.
     #[command(
         after_help = "Example:\n  murmur-registry ps\n  murmur-registry ps --json | jq '.[].session_id'"
@@ -115,6 +116,10 @@ struct ServeArgs {
     /// Requests handled at once; the next gets 503 with Retry-After.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     max_in_flight: u64,
+    /// `/events` streams open at once, below --max-connections; the next gets 503 with
+    /// Retry-After [default: 128, or one less than --max-connections if that is lower].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_event_streams: Option<u64>,
     /// How long shutdown waits for in-flight requests before dropping them.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
@@ -201,7 +206,7 @@ struct TokenArgs {
 pub fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Ps(args) => runtime()?.block_on(ps(args)),
         Command::Stop(args) => runtime()?.block_on(stop(args)),
         Command::Prune(args) => runtime()?.block_on(prune(args)),
@@ -311,11 +316,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     check_serve_timeouts(&args)?;
+    let max_event_streams = event_stream_cap(&args)?;
     let limits = http::ServeLimits {
         header_read_timeout: args.header_read_timeout,
         request_timeout: args.request_timeout,
         max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(usize::MAX),
+        max_event_streams: usize::try_from(max_event_streams).unwrap_or(usize::MAX),
         shutdown_grace: args.shutdown_grace,
     };
     raise_open_files_limit();
@@ -378,6 +385,26 @@ fn check_serve_timeouts(args: &ServeArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The cap on open event streams, always below `--max-connections`: streams are never evicted,
+/// so a cap that let them hold every connection would leave every newcomer (`/healthz`
+/// included) a 503. A value given that is not below is refused; the default shrinks under a
+/// lowered `--max-connections` rather than refuse a command line that never named it.
+fn event_stream_cap(args: &ServeArgs) -> anyhow::Result<u64> {
+    let default = u64::try_from(http::server::DEFAULT_MAX_EVENT_STREAMS).unwrap_or(u64::MAX);
+    match args.max_event_streams {
+        Some(given) if given >= args.max_connections => bail!(
+            "--max-event-streams {given} must be below --max-connections {}: open event streams are never closed to make room, so at least one connection must stay for other requests",
+            args.max_connections
+        ),
+        Some(given) => Ok(given),
+        None if args.max_connections < 2 => bail!(
+            "--max-connections {} leaves no connection for other requests once an event stream is open (streams are never closed to make room); give at least 2 (--max-event-streams must be below it)",
+            args.max_connections
+        ),
+        None => Ok(default.min(args.max_connections - 1)),
+    }
 }
 
 /// What a request needs beyond one door's probe deadlines: reading records and layers 1–2.

@@ -4,9 +4,10 @@
 //! the hardening branch says how each was checked): the Host/Origin gate and CORS for exact
 //! origins only; JSON-only bodies; the header-read timeout; the per-request timeout (408)
 //! that never cuts a streaming body; the connection cap that evicts stalled sockets rather
-//! than real clients; the in-flight cap (503); a drained shutdown that refuses newcomers; a
-//! running directory removed or replaced at runtime (503, then recovery); and a huge file or
-//! a FIFO among the records.
+//! than real clients; the in-flight cap (503); the cap on event streams (503), which hold no
+//! in-flight place while open; a drained shutdown that refuses newcomers; a running directory
+//! removed or replaced at runtime (503, then recovery); and a huge file or a FIFO among the
+//! records.
 //!
 //! Requests that a client library would tidy up (no `Host`, an empty one) are written byte for
 //! byte on a raw socket.
@@ -671,6 +672,167 @@ async fn shutdown_finishes_an_in_flight_request_and_refuses_new_connections() {
         .await
         .expect("join")
         .expect("serve");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Event streams: never evicted, so capped, and never in flight
+// ---------------------------------------------------------------------------------------------
+
+/// Ask for `/events` with the token on a fresh connection. A stream (200) is read up to its
+/// snapshot, so it is open and counted when this returns, and handed back still open; any
+/// other answer is read to its end.
+async fn try_stream(server: &Server) -> Result<TcpStream, Raw> {
+    let mut socket = TcpStream::connect(&server.addr).await.expect("connect");
+    socket
+        .write_all(
+            format!(
+                "GET /events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+                server.addr, server.token
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("write");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    within_async("the head of the answer to /events", async {
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = socket.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed mid-head: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    if !seen.starts_with(b"HTTP/1.1 200") {
+        let mut rest = Vec::new();
+        within_async("the rest of the answer", socket.read_to_end(&mut rest))
+            .await
+            .expect("read");
+        seen.extend_from_slice(&rest);
+        let text = String::from_utf8_lossy(&seen);
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        return Err(Raw {
+            status: head
+                .split(' ')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+            head: head.to_owned(),
+            body: if head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked")
+            {
+                dechunk(body)
+            } else {
+                body.to_owned()
+            },
+        });
+    }
+    within_async("the stream's snapshot", async {
+        while !String::from_utf8_lossy(&seen).contains("event: snapshot") {
+            let n = socket.read(&mut buf).await.expect("read");
+            assert!(
+                n > 0,
+                "the stream ended: {}",
+                String::from_utf8_lossy(&seen)
+            );
+            seen.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    Ok(socket)
+}
+
+async fn open_stream(server: &Server) -> TcpStream {
+    match try_stream(server).await {
+        Ok(stream) => stream,
+        Err(answer) => panic!("/events refused: {}{}", answer.head, answer.body),
+    }
+}
+
+/// Ordinary requests, each on a fresh connection, all answered 200.
+async fn ordinary_requests_answer(server: &Server) {
+    for path in ["/healthz", "/sessions", "/healthz", "/sessions"] {
+        let answer = server.get(path).await;
+        assert_eq!(answer.status, 200, "{path}: {}{}", answer.head, answer.body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_event_stream_cap_a_stream_gets_503_and_ordinary_requests_still_answer() {
+    // Without the stream cap, streams as many as the connection cap would hold every
+    // connection (they are never evicted) and every newcomer would get 503.
+    let limits = ServeLimits {
+        max_connections: 4,
+        max_event_streams: 2,
+        ..ServeLimits::default()
+    };
+    let server = Server::default_registry_with(limits).await;
+    let mut streams = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..limits.max_connections {
+        match try_stream(&server).await {
+            Ok(stream) => streams.push(stream),
+            Err(answer) => refused.push(answer),
+        }
+    }
+    assert_eq!(streams.len(), 2, "streams past the cap were accepted");
+    for answer in &refused {
+        answer.assert_problem(503, "too-many-event-streams");
+        assert_eq!(answer.header("retry-after").as_deref(), Some("5"));
+        assert_eq!(answer.header("connection").as_deref(), Some("close"));
+    }
+    ordinary_requests_answer(&server).await;
+
+    // A stream whose client leaves frees its place: a new stream gets in (no fixed wait; the
+    // server notices the close on its own).
+    drop(streams.pop());
+    let replacement = within_async("a new stream is accepted", async {
+        loop {
+            match try_stream(&server).await {
+                Ok(stream) => break stream,
+                Err(answer) => {
+                    answer.assert_problem(503, "too-many-event-streams");
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+    })
+    .await;
+    streams.push(replacement);
+    // Still capped.
+    try_stream(&server)
+        .await
+        .map(drop)
+        .expect_err("a third stream was accepted")
+        .assert_problem(503, "too-many-event-streams");
+    ordinary_requests_answer(&server).await;
+    // A drained shutdown still ends the open streams.
+    server.shut_down().await;
+    for mut stream in streams {
+        let mut rest = Vec::new();
+        within_async("the stream ends", stream.read_to_end(&mut rest))
+            .await
+            .expect("read");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_hold_no_in_flight_place() {
+    // Twice as many streams as requests may be in flight at once.
+    let limits = ServeLimits {
+        max_in_flight: 2,
+        max_event_streams: 4,
+        ..ServeLimits::default()
+    };
+    let server = Server::default_registry_with(limits).await;
+    let mut streams = Vec::new();
+    for _ in 0..limits.max_event_streams {
+        streams.push(open_stream(&server).await);
+    }
+    ordinary_requests_answer(&server).await;
+    drop(streams);
+    server.shut_down().await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-//! `serve`'s probe flags: out-of-range values are refused before anything starts, with the
-//! flag named, so an operator never runs a registry that cannot probe; values given are the
-//! ones the probes keep.
+//! `serve`'s probe and limit flags: out-of-range or inconsistent values are refused before
+//! anything starts, with the flags named, so an operator never runs a registry that cannot
+//! probe or that event streams could fill; values given are the ones the probes keep.
 
 mod common;
 
@@ -51,6 +51,47 @@ fn timeouts_that_would_fail_every_request_are_refused_before_serving() {
         assert_eq!(done.status.code(), Some(1), "{args:?}: {done:#?}");
         assert!(done.stdout.is_empty(), "{args:?}: {done:#?}");
         assert!(done.stderr.contains(named), "{args:?}: {done:#?}");
+    }
+}
+
+/// A stream cap that would let event streams (never evicted) hold every connection is refused
+/// with both flags named, and so is a connection cap no stream cap fits below; so is a stream
+/// cap of zero, which would refuse every stream. (A lowered `--max-connections` alone is
+/// accepted: `serve_binary`'s limit flags test serves with `--max-connections 8`.)
+#[test]
+fn an_event_stream_cap_not_below_the_connection_cap_is_refused_before_serving() {
+    for (args, code, named) in [
+        (
+            &["--max-event-streams", "1024"][..],
+            1,
+            &["--max-event-streams", "--max-connections"][..],
+        ),
+        (
+            &["--max-connections", "16", "--max-event-streams", "17"][..],
+            1,
+            &["--max-event-streams", "--max-connections"][..],
+        ),
+        // The default shrinks under a lowered --max-connections, but below 2 no cap fits.
+        (
+            &["--max-connections", "1"][..],
+            1,
+            &["--max-event-streams", "--max-connections"][..],
+        ),
+        (
+            &["--max-event-streams", "0"][..],
+            2,
+            &["--max-event-streams"][..],
+        ),
+    ] {
+        let home = Home::new();
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(args);
+        let done = run(cmd);
+        assert_eq!(done.status.code(), Some(code), "{args:?}: {done:#?}");
+        assert!(done.stdout.is_empty(), "{args:?}: {done:#?}");
+        for flag in named {
+            assert!(done.stderr.contains(flag), "{args:?}: {done:#?}");
+        }
     }
 }
 

@@ -102,7 +102,8 @@ pub struct SessionRemoved {
 /// already gone when the first listener arrives are pruned before its snapshot. Every session is re-verified each
 /// interval (`--events-interval`, 2 s by default) and at once when its record file changes.
 /// An idle stream carries a `: keep-alive` comment every 15 s. A client that falls more than
-/// 1,024 events behind is disconnected; on reconnecting it gets a fresh snapshot. Browsers'
+/// 1,024 events behind is disconnected; on reconnecting it gets a fresh snapshot. At most
+/// `--max-event-streams` streams (128 by default) are open at once. Browsers'
 /// `EventSource` cannot send the `Authorization` header: read the stream with `fetch`.
 #[utoipa::path(
     get, path = "/events", tag = TAG,
@@ -112,7 +113,7 @@ pub struct SessionRemoved {
     responses(
         (status = 200, description = "The event stream", content_type = "text/event-stream", body = String),
         GateProblems,
-        (status = 503, description = "The running directory cannot be read, the registry is shutting down, too many requests are in flight (`overloaded`, with Retry-After), or the token file is unusable", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The running directory cannot be read, the registry is shutting down, too many requests are in flight (`overloaded`, with Retry-After), as many event streams are open as `--max-event-streams` allows (`too-many-event-streams`, with Retry-After; answered before the token is checked), or the token file is unusable", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn events(

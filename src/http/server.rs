@@ -14,7 +14,15 @@
 //!   every held connection is inside a request (an open `/events` stream counts as one) is the
 //!   newcomer answered 503 and closed.
 //! - At most [`ServeLimits::max_in_flight`] requests are handled at once; the next gets 503
-//!   (with `Retry-After`) at once, not a place in a queue.
+//!   (with `Retry-After`) at once, not a place in a queue. A request holds its place only
+//!   until its response head is ready: an open `/events` stream holds none, so dashboards can
+//!   never make ordinary requests 503.
+//! - At most [`ServeLimits::max_event_streams`] `GET /events` streams are open at once; one
+//!   more gets 503 `too-many-event-streams` (with `Retry-After`) before any work is done. A
+//!   stream holds its place from its request head until its body ends or is dropped (the
+//!   client left, the listener lagged, shutdown). Since the CLI keeps this cap below
+//!   [`ServeLimits::max_connections`], streams (which can never be evicted) can never hold
+//!   every connection: the rest stay for ordinary requests, `/healthz` included.
 //! - On shutdown the listener is closed first (new connections are refused), idle connections
 //!   close, in-flight requests finish and their connections close after the answer; whatever
 //!   has not finished after [`ServeLimits::shutdown_grace`] is dropped.
@@ -56,9 +64,18 @@ pub struct ServeLimits {
     pub max_connections: usize,
     /// Requests handled at once. Default 256.
     pub max_in_flight: usize,
+    /// `GET /events` streams open at once. Default [`DEFAULT_MAX_EVENT_STREAMS`]. It keeps
+    /// connections for other requests only when below `max_connections`, which the CLI
+    /// requires.
+    pub max_event_streams: usize,
     /// How long shutdown waits for in-flight requests before dropping them. Default 30 s.
     pub shutdown_grace: Duration,
 }
+
+/// The default cap on open event streams: a hundred dashboard tabs (or scripts) still fit,
+/// while 896 of the default 1,024 connections stay out of streams' reach, and with the 256
+/// requests in flight as well, 640 remain.
+pub const DEFAULT_MAX_EVENT_STREAMS: usize = 128;
 
 impl Default for ServeLimits {
     fn default() -> Self {
@@ -67,6 +84,7 @@ impl Default for ServeLimits {
             request_timeout: Duration::from_secs(30),
             max_connections: 1024,
             max_in_flight: 256,
+            max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
             shutdown_grace: Duration::from_secs(30),
         }
     }
@@ -78,6 +96,16 @@ const STOP_DEADLINE: Duration = MAX_STOP_TIMEOUT.saturating_add(Duration::from_s
 /// How long a connection between requests gets to close cleanly (flush what it wrote) when
 /// it is evicted or the server shuts down, before it is dropped.
 const CLOSE_GRACE: Duration = Duration::from_millis(200);
+
+/// When a client refused for load is told to come back (`Retry-After`, seconds).
+const RETRY_OVERLOADED: HeaderValue = HeaderValue::from_static("1");
+
+/// When a client refused an event stream is told to come back: streams last for as long as a
+/// dashboard stays open, so a place rarely frees within a second.
+const RETRY_EVENT_STREAMS: HeaderValue = HeaderValue::from_static("5");
+
+/// The path whose answers are streams that stay open (see [`super::events`]).
+const EVENTS_PATH: &str = "/events";
 
 /// A pause after an accept error (such as running out of descriptors), so a full table does
 /// not spin the loop.
@@ -166,6 +194,16 @@ fn overloaded_problem() -> Problem {
     )
 }
 
+fn too_many_event_streams_problem(limit: usize) -> Problem {
+    Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too-many-event-streams",
+        format!(
+            "the registry already serves {limit} event streams (--max-event-streams); close one or retry later"
+        ),
+    )
+}
+
 fn overloaded_body() -> Vec<u8> {
     serde_json::to_vec(&overloaded_problem()).unwrap_or_default()
 }
@@ -246,13 +284,36 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
         Box::pin(async move {
             let Some(flight) = slot.begin_request() else {
                 // The connection goes back to waiting once the answer is written.
-                return Ok(close(overloaded_problem().into_response(), &slot, true));
+                return Ok(close(
+                    overloaded_problem().into_response(),
+                    &slot,
+                    Some(RETRY_OVERLOADED),
+                ));
+            };
+            // Taken before routing, so a refused stream costs no token check, no subscription
+            // and no directory pass; held by the body below for as long as the stream lasts.
+            let stream = if is_event_stream(&request) {
+                match slot.gate.begin_stream() {
+                    Some(stream) => Some(stream),
+                    None => {
+                        drop(flight);
+                        let limit = limits.max_event_streams.max(1);
+                        return Ok(close(
+                            too_many_event_streams_problem(limit).into_response(),
+                            &slot,
+                            Some(RETRY_EVENT_STREAMS),
+                        ));
+                    }
+                }
+            } else {
+                None
             };
             let request = request.map(Body::new);
             let deadline = deadline_for(&request, &limits);
             let answer =
                 tokio::time::timeout(deadline, tower_service::Service::call(&mut router, request))
                     .await;
+            // The head is ready: whatever the body takes (a stream, forever) is not in flight.
             drop(flight);
             let response = match answer {
                 Ok(Ok(response)) => response,
@@ -261,13 +322,20 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
                     return Ok(close(
                         request_timeout_problem().into_response(),
                         &slot,
-                        false,
+                        None,
                     ));
                 }
             };
-            Ok(response.map(|body| Body::new(IdleWhenDone::new(body, slot))))
+            Ok(response.map(|body| Body::new(IdleWhenDone::new(body, slot).holding(stream))))
         })
     }
+}
+
+/// Whether `request` asks for an event stream (axum answers `HEAD` with the `GET` handler).
+fn is_event_stream(request: &hyper::Request<Incoming>) -> bool {
+    let method = request.method();
+    (method == axum::http::Method::GET || method == axum::http::Method::HEAD)
+        && request.uri().path() == EVENTS_PATH
 }
 
 fn deadline_for(request: &Request, limits: &ServeLimits) -> Duration {
@@ -290,11 +358,11 @@ fn request_timeout_problem() -> Problem {
 }
 
 /// Mark `response` as the connection's last; for 503, tell the client when to come back.
-fn close(mut response: Response, slot: &Arc<Slot>, retry: bool) -> Response {
+fn close(mut response: Response, slot: &Arc<Slot>, retry_after: Option<HeaderValue>) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    if retry {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    if let Some(retry_after) = retry_after {
+        headers.insert(header::RETRY_AFTER, retry_after);
     }
     response.map(|body| Body::new(IdleWhenDone::new(body, slot.clone())))
 }
@@ -309,6 +377,8 @@ struct Gate {
 struct GateState {
     open: usize,
     in_flight: usize,
+    /// Event streams between their request head and the end of their body.
+    streams: usize,
     next_ticket: u64,
     /// Connections waiting for a request head, oldest ticket first.
     waiting: BTreeMap<u64, Arc<Notify>>,
@@ -352,6 +422,28 @@ impl Gate {
             ticket: Mutex::new(SlotState::Waiting(ticket)),
             answering: AtomicBool::new(false),
         }))
+    }
+
+    /// A place for one more event stream; `None` when the cap is reached.
+    fn begin_stream(self: &Arc<Self>) -> Option<StreamPlace> {
+        let mut state = self.lock();
+        if state.streams >= self.limits.max_event_streams.max(1) {
+            return None;
+        }
+        state.streams += 1;
+        Some(StreamPlace { gate: self.clone() })
+    }
+}
+
+/// An admitted event stream; dropping it (when its body ends or is dropped) frees its place.
+struct StreamPlace {
+    gate: Arc<Gate>,
+}
+
+impl Drop for StreamPlace {
+    fn drop(&mut self) {
+        let mut state = self.gate.lock();
+        state.streams = state.streams.saturating_sub(1);
     }
 }
 
@@ -448,10 +540,12 @@ impl Slot {
 }
 
 /// A response body that puts its connection back in line for eviction once it is written
-/// (or abandoned): a streaming answer is never evicted mid-stream.
+/// (or abandoned): a streaming answer is never evicted mid-stream. It also holds an event
+/// stream's place until then.
 struct IdleWhenDone {
     body: Body,
     slot: Option<Arc<Slot>>,
+    stream: Option<StreamPlace>,
 }
 
 impl IdleWhenDone {
@@ -459,10 +553,18 @@ impl IdleWhenDone {
         Self {
             body,
             slot: Some(slot),
+            stream: None,
         }
     }
 
+    /// Hold `stream`'s place until the body is done.
+    fn holding(mut self, stream: Option<StreamPlace>) -> Self {
+        self.stream = stream;
+        self
+    }
+
     fn done(&mut self) {
+        self.stream.take();
         if let Some(slot) = self.slot.take() {
             slot.end_request();
         }
