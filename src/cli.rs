@@ -315,16 +315,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             humantime::format_duration(crate::monitor::MIN_INTERVAL)
         );
     }
-    check_serve_timeouts(&args)?;
-    let max_event_streams = event_stream_cap(&args)?;
-    let limits = http::ServeLimits {
-        header_read_timeout: args.header_read_timeout,
-        request_timeout: args.request_timeout,
-        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
-        max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(usize::MAX),
-        max_event_streams: usize::try_from(max_event_streams).unwrap_or(usize::MAX),
-        shutdown_grace: args.shutdown_grace,
-    };
+    let limits = serve_limits(&args)?;
     raise_open_files_limit();
     let registry = Registry::new(resolve_running_dir(&args.dir)?, args.probe.door_probe());
     let token_path = resolve_token_file(args.token_file.as_ref())?;
@@ -385,6 +376,20 @@ fn check_serve_timeouts(args: &ServeArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The accept loop's limits from the flags, refused when they contradict one another.
+fn serve_limits(args: &ServeArgs) -> anyhow::Result<http::ServeLimits> {
+    check_serve_timeouts(args)?;
+    let max_event_streams = event_stream_cap(args)?;
+    Ok(http::ServeLimits {
+        header_read_timeout: args.header_read_timeout,
+        request_timeout: args.request_timeout,
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(usize::MAX),
+        max_event_streams: usize::try_from(max_event_streams).unwrap_or(usize::MAX),
+        shutdown_grace: args.shutdown_grace,
+    })
 }
 
 /// The cap on open event streams, always below `--max-connections`: streams are never evicted,
@@ -750,6 +755,28 @@ fn token_command(args: TokenArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The flags' defaults are written as clap literals; they must be the library's own.
+    #[test]
+    fn serve_defaults_are_the_librarys_defaults() {
+        let Command::Serve(args) = Cli::try_parse_from(["murmur-registry", "serve"])
+            .expect("serve parses without flags")
+            .command
+        else {
+            panic!("not the serve command");
+        };
+        assert_eq!(
+            serve_limits(&args).expect("the defaults agree with one another"),
+            http::ServeLimits::default()
+        );
+        assert_eq!(args.events_interval, crate::monitor::DEFAULT_INTERVAL);
+        assert_eq!(args.probe.probe_connect_timeout, running::CONNECT_DEADLINE);
+        assert_eq!(args.probe.probe_answer_timeout, running::ANSWER_DEADLINE);
+        assert_eq!(
+            args.probe.max_concurrent_probes,
+            running::MAX_CONCURRENT_PROBES
+        );
+    }
 
     #[test]
     fn uptime_is_clock_then_days() {
