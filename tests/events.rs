@@ -926,6 +926,113 @@ async fn a_pass_that_finds_nothing_changed_keeps_the_snapshot_it_had() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A running directory that becomes unreadable
+// ---------------------------------------------------------------------------------------------
+
+/// The running directory moved aside for a test, put back when dropped (even by a failing
+/// test: the server's temporary directory deletes only what is at its own path).
+struct MovedAside {
+    dir: std::path::PathBuf,
+    aside: std::path::PathBuf,
+}
+
+impl MovedAside {
+    /// Rename `dir` away; if `by_a_file`, a plain file takes its place.
+    fn take(dir: &Path, by_a_file: bool) -> Self {
+        let aside = dir.with_extension("aside");
+        std::fs::rename(dir, &aside).expect("rename the running directory away");
+        if by_a_file {
+            std::fs::write(dir, b"not a directory").expect("put a file in its place");
+        }
+        Self {
+            dir: dir.to_path_buf(),
+            aside,
+        }
+    }
+
+    /// Put the directory back where it was.
+    fn put_back(self) {
+        drop(self);
+    }
+}
+
+impl Drop for MovedAside {
+    fn drop(&mut self) {
+        if std::fs::symlink_metadata(&self.dir).is_ok_and(|m| !m.is_dir()) {
+            let _ = std::fs::remove_file(&self.dir);
+        }
+        let _ = std::fs::rename(&self.aside, &self.dir);
+    }
+}
+
+/// The status and problem type of a `GET` answer.
+fn status_and_type(answer: &(u16, Value)) -> (u16, &str) {
+    (answer.0, answer.1["type"].as_str().unwrap_or_default())
+}
+
+/// With a listener following a live capsule, the running directory taken away (`by_a_file`:
+/// replaced by a file): the stream ends without a word about the session, a new `/events` is
+/// refused as `GET /sessions` is, and once the directory is back a new `/events` starts with
+/// a snapshot in which the capsule is live.
+async fn an_unreadable_directory_ends_the_stream(by_a_file: bool) {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let (capsule, id) = announced_capsule(&server, &mut stream).await;
+
+    let moved = MovedAside::take(server.dir(), by_a_file);
+    // Read to the end: `next` fails the test if the stream neither ends nor carries an event
+    // within its deadline; a probe answering late may still report the capsule changing, but
+    // nothing may say it went.
+    while let Some(event) = stream.next().await {
+        assert!(
+            !is_removal(&event) && !is_change_to("gone")(&event),
+            "an unreadable directory is no evidence that a session ended: {event:?}"
+        );
+    }
+    assert!(
+        stream.raw.contains(
+            "\n: stream ended: the running directory is missing or replaced; the registry answers again once it is back"
+        ),
+        "the last words say why:\n{}",
+        stream.raw
+    );
+
+    let unavailable = (503, "urn:murmur-registry:problem:running-dir-unavailable");
+    let events = server.get("/events").await;
+    assert_eq!(status_and_type(&events), unavailable, "{events:?}");
+    let sessions = server.get("/sessions").await;
+    assert_eq!(status_and_type(&sessions), unavailable, "{sessions:?}");
+    assert_eq!(events.1["detail"], sessions.1["detail"]);
+
+    moved.put_back();
+    assert!(
+        server.dir().join(capsule.record().file_name()).exists(),
+        "the record is still there"
+    );
+    let (mut back, snapshot) = server.listen().await;
+    assert_eq!(
+        snapshot_ids(&snapshot),
+        std::slice::from_ref(&id),
+        "{snapshot:?}"
+    );
+    // A door slowed by the machine's load may answer the first picture's probe late.
+    if snapshot.data["sessions"][0]["liveness"]["state"] != "live" {
+        back.until("live", minor_change_of(id.clone()), is_change_to("live"))
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_renamed_away_ends_streams_and_refuses_new_ones_until_back() {
+    an_unreadable_directory_ends_the_stream(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_replaced_by_a_file_ends_streams_and_refuses_new_ones_until_back() {
+    an_unreadable_directory_ends_the_stream(true).await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Many listeners, one loop
 // ---------------------------------------------------------------------------------------------
 
