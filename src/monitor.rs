@@ -14,9 +14,9 @@
 //!   that fails is reported only to the listeners that waited on that loop. A listener that
 //!   arrives later starts a new loop rather than inheriting an old failure.
 //! - **A directory that stays unreadable ends the loop, and every stream with it.** When
-//!   [`FAILED_PASSES_TO_END`] passes in a row cannot read the running directory (it was
-//!   removed, replaced by a file or a link, handed to another uid, or an I/O error such as
-//!   `EMFILE` persists), the loop stops as it does when the last listener leaves, and every
+//!   [`FAILED_PASSES_TO_END`] periodic passes in a row (one interval apart) cannot read the
+//!   running directory (it was removed, replaced by a file or a link, handed to another uid,
+//!   or an I/O error such as `EMFILE` persists), the loop stops as it does when the last listener leaves, and every
 //!   listener's event channel closes after the events already published (so no event is lost
 //!   before the end). [`Subscription::ended_by`] then says why. Nothing is published for it:
 //!   the picture is not changed, no session is `removed` or `changed`. A listener that comes
@@ -25,8 +25,12 @@
 //!   error), and is a fresh snapshot once it is back. Why two passes and not one: a single
 //!   failed pass is often a blip (`EMFILE` during a burst of connections, a directory murmur
 //!   is recreating), and ending every stream on it would turn a blip into a reconnect storm
-//!   for every dashboard; a failure that persists into the next pass (at most one interval
-//!   later) is the directory's state, not a blip. Until then the picture is kept as it was.
+//!   for every dashboard; a failure still there one interval later is the directory's state,
+//!   not a blip. Only the periodic passes count, so two passes a moment apart (a nudge just
+//!   after a tick) cannot make a blip look persistent: a nudged pass that fails neither
+//!   counts nor resets the count, one that succeeds resets it. So the streams end one to two
+//!   intervals after the directory goes (2–4 s by default), and until then the picture is
+//!   kept as it was.
 //! - **No gap, no repeat.** A listener's snapshot and its receiver are taken under the lock the
 //!   loop publishes under, so it gets every event after the snapshot and none before it.
 //! - **Ids only grow.** Event ids increase by one per event for the life of the process; a
@@ -74,8 +78,9 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
 /// How many events a listener may fall behind before it is dropped.
 pub const EVENT_BUFFER: usize = 1024;
-/// How many passes in a row must fail to read the running directory before the loop ends
-/// every stream (one failed pass is kept as a blip; see the module docs).
+/// How many periodic passes in a row (one interval apart) must fail to read the running
+/// directory before the loop ends every stream (one failed pass is kept as a blip; see the
+/// module docs).
 pub const FAILED_PASSES_TO_END: u32 = 2;
 
 /// One change in the picture.
@@ -468,7 +473,8 @@ struct Looper {
     watch: Option<DirectoryWatch>,
     changes: mpsc::Receiver<()>,
     changes_sender: mpsc::Sender<()>,
-    /// How many passes in a row failed to read the directory (see [`FAILED_PASSES_TO_END`]).
+    /// How many periodic passes in a row failed to read the directory (see
+    /// [`FAILED_PASSES_TO_END`]).
     failed_passes: u32,
 }
 
@@ -573,8 +579,8 @@ impl Looper {
     /// A pass after the first: a full one (`full`, on every tick) re-probes every door and
     /// renews the watch; a nudged one probes only records not yet probed as they are.
     ///
-    /// `Break` when the loop has stopped: this pass was the [`FAILED_PASSES_TO_END`]th in a
-    /// row that could not read the directory.
+    /// `Break` when the loop has stopped: this pass was the [`FAILED_PASSES_TO_END`]th
+    /// periodic pass in a row that could not read the directory.
     async fn later_pass(&mut self, full: bool) -> ControlFlow<()> {
         if full {
             self.rewatch();
@@ -585,7 +591,9 @@ impl Looper {
         };
         // Not evidence that any session ended: the picture is kept either way.
         self.watch = None;
-        self.failed_passes += 1;
+        if full {
+            self.failed_passes += 1;
+        }
         if self.failed_passes < FAILED_PASSES_TO_END {
             tracing::warn!(%error, "cannot scan the running directory; keeping the last picture");
             return ControlFlow::Continue(());

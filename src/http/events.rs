@@ -111,9 +111,9 @@ pub struct SessionRemoved {
 ///
 /// A running directory that cannot be read (removed, replaced by a file or a link, owned by
 /// another user, or an I/O error) is never taken as evidence that sessions ended: no event is
-/// sent for it. If it stays unreadable for two passes in a row, every stream ends instead, so
-/// no client keeps showing a stale picture as live; a reconnect then gets the answer
-/// `GET /sessions` gives (503 `running-dir-unavailable` while the directory is missing or
+/// sent for it. If it is still unreadable one interval later (two periodic passes), every
+/// stream ends, so no client keeps showing a stale picture as live; a reconnect then gets the
+/// answer `GET /sessions` gives (503 `running-dir-unavailable` while the directory is missing or
 /// replaced), and a fresh snapshot once it is back. A stream the registry ends (for this, a
 /// shutdown, or a client too far behind) closes with a comment line saying why
 /// (`: stream ended: …`). Browsers' `EventSource` cannot send the `Authorization` header:
