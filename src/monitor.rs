@@ -56,6 +56,14 @@
 //!   publishing the first picture's sessions as the baseline rather than as `added` events.
 //! - **Bounded memory.** Events go through a fixed-size ring; a listener that falls more than
 //!   [`EVENT_BUFFER`] events behind is dropped (it reconnects and gets a fresh snapshot).
+//! - **A big change is one snapshot.** The events of one step of the loop (a pass, the probe
+//!   answers that are in, the prunes that follow either) are held back and published together
+//!   under the lock; when there are more than [`SNAPSHOT_OVER`] (half the ring), one
+//!   [`EventKind::Snapshot`] of the picture after them is published instead, with one id, so a
+//!   thousand doors turning unreachable at once do not drop every listener at once (and bring
+//!   them all back reconnecting). A listener replaces everything it knows with it. Ids still
+//!   grow by one per event and nothing is lost or repeated: the snapshot includes every change
+//!   it stands for, and the ones held back never had ids.
 //! - **Stale answers are dropped.** A probe's verdict is applied only if the record it probed is
 //!   still the one on disk and its process was not found gone in the meantime.
 
@@ -78,6 +86,9 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
 /// How many events a listener may fall behind before it is dropped.
 pub const EVENT_BUFFER: usize = 1024;
+/// A step of the loop that would publish more events than this publishes one snapshot
+/// instead (half the ring: a listener that is a little behind still has room for it).
+pub const SNAPSHOT_OVER: usize = EVENT_BUFFER / 2;
 /// How many periodic passes in a row (one interval apart) must fail to read the running
 /// directory before the loop ends every stream (one failed pass is kept as a blip; see the
 /// module docs).
@@ -122,14 +133,20 @@ pub enum EventKind {
         /// The evidence, when there is some (e.g. "no process holds pid 4242").
         detail: Option<String>,
     },
+    /// Too many changes at once (more than [`SNAPSHOT_OVER`]): the whole picture after them,
+    /// to replace everything the listener knows. Its `id` is the event's.
+    Snapshot(Snapshot),
 }
 
 impl EventKind {
-    /// The session the event is about.
-    pub fn session_id(&self) -> &str {
+    /// The session the event is about (none for a snapshot).
+    pub fn session_id(&self) -> Option<&str> {
         match self {
-            Self::Added(reading) | Self::Changed { now: reading, .. } => &reading.record.session_id,
-            Self::Removed { session_id, .. } => session_id,
+            Self::Added(reading) | Self::Changed { now: reading, .. } => {
+                Some(&reading.record.session_id)
+            }
+            Self::Removed { session_id, .. } => Some(session_id),
+            Self::Snapshot(_) => None,
         }
     }
 }
@@ -264,6 +281,8 @@ struct Picture {
     events: Option<broadcast::Sender<Arc<Event>>>,
     /// Why the running loop ended, for its listeners.
     ended: LoopEnd,
+    /// Events held back by [`Shared::hold`] until [`Shared::flush`] (no ids yet).
+    held: Option<Vec<EventKind>>,
 }
 
 impl Monitor {
@@ -365,11 +384,16 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Record `kind` under the lock and send it to every listener.
+    /// Record `kind` under the lock and send it to every listener (or hold it back, between
+    /// [`Shared::hold`] and [`Shared::flush`]).
     fn publish(&self, picture: &mut Picture, kind: EventKind) {
+        picture.snapshot = None;
+        if let Some(held) = &mut picture.held {
+            held.push(kind);
+            return;
+        }
         let id = picture.next_id;
         picture.next_id += 1;
-        picture.snapshot = None;
         tracing::debug!(id, session_id = kind.session_id(), "event");
         // No receiver (or no channel, the loop just stopped) is not an error: the loop runs for
         // listeners that may all just have left.
@@ -377,6 +401,41 @@ impl Shared {
             let _ = events.send(Arc::new(Event {
                 id,
                 kind,
+                encoded: OnceLock::new(),
+            }));
+        }
+    }
+
+    /// Hold back what is published from now until [`Shared::flush`], under the same lock.
+    fn hold(picture: &mut Picture) {
+        picture.held.get_or_insert_with(Vec::new);
+    }
+
+    /// Publish what was held back: each event, or, when there are more than
+    /// [`SNAPSHOT_OVER`], one snapshot of the picture as it is now, in their place.
+    fn flush(&self, picture: &mut Picture) {
+        let Some(held) = picture.held.take() else {
+            return;
+        };
+        if held.len() <= SNAPSHOT_OVER {
+            for kind in held {
+                self.publish(picture, kind);
+            }
+            return;
+        }
+        tracing::info!(
+            events = held.len(),
+            "many changes at once: publishing one snapshot in their place"
+        );
+        // The id is taken first, so the snapshot carries it (the last event it includes), and
+        // listeners arriving later share its encoding.
+        picture.next_id += 1;
+        picture.snapshot = None;
+        let snapshot = picture.snapshot();
+        if let Some(events) = &picture.events {
+            let _ = events.send(Arc::new(Event {
+                id: snapshot.id,
+                kind: EventKind::Snapshot(snapshot),
                 encoded: OnceLock::new(),
             }));
         }
@@ -532,9 +591,13 @@ async fn run(shared: Arc<Shared>, generation: u64) {
                 }
             }
             Some(joined) = looper.probes.join_next(), if !looper.probes.is_empty() => {
-                if let Ok(answer) = joined {
-                    looper.apply_probe(answer).await;
+                // Every answer already in is applied as one step, so doors that time out
+                // together make one batch of events (or one snapshot), not one each.
+                let mut answers: Vec<ProbeAnswer> = joined.into_iter().collect();
+                while let Some(joined) = looper.probes.try_join_next() {
+                    answers.extend(joined);
                 }
+                looper.apply_probes(answers).await;
             }
         }
     }
@@ -621,6 +684,7 @@ impl Looper {
         let mut to_probe = Vec::new();
         {
             let mut picture = self.shared.lock();
+            Shared::hold(&mut picture);
             if first {
                 // A fresh baseline: nothing from an earlier loop carries over.
                 picture.sessions.clear();
@@ -698,6 +762,7 @@ impl Looper {
                     },
                 );
             }
+            self.shared.flush(&mut picture);
         }
         self.on_disk = on_disk;
         for record in to_probe {
@@ -728,35 +793,47 @@ impl Looper {
         });
     }
 
-    /// Apply a probe's verdict, unless the record changed or its process went since.
-    async fn apply_probe(&mut self, (record, reading): ProbeAnswer) {
-        if self.probing.get(&record.session_id) == Some(&record) {
-            self.probing.remove(&record.session_id);
-        }
-        if self.on_disk.get(&record.session_id) != Some(&record) || reading.liveness.is_none() {
-            return;
-        }
-        let gone = matches!(reading.liveness, Some(Liveness::Gone { .. }));
+    /// Apply probes' verdicts as one step, each unless its record changed or its process went
+    /// since.
+    async fn apply_probes(&mut self, answers: Vec<ProbeAnswer>) {
+        let mut gone = Vec::new();
         {
             let mut picture = self.shared.lock();
-            let known_gone = picture
-                .sessions
-                .get(&record.session_id)
-                .is_some_and(|known| {
-                    known.record == record && matches!(known.liveness, Some(Liveness::Gone { .. }))
-                });
-            if known_gone {
-                return;
+            Shared::hold(&mut picture);
+            for (record, reading) in answers {
+                if self.probing.get(&record.session_id) == Some(&record) {
+                    self.probing.remove(&record.session_id);
+                }
+                if self.on_disk.get(&record.session_id) != Some(&record)
+                    || reading.liveness.is_none()
+                {
+                    continue;
+                }
+                let known_gone = picture
+                    .sessions
+                    .get(&record.session_id)
+                    .is_some_and(|known| {
+                        known.record == record
+                            && matches!(known.liveness, Some(Liveness::Gone { .. }))
+                    });
+                if known_gone {
+                    continue;
+                }
+                if matches!(reading.liveness, Some(Liveness::Gone { .. })) {
+                    gone.push(record.session_id.clone());
+                }
+                self.shared.apply(&mut picture, reading);
             }
-            self.shared.apply(&mut picture, reading);
+            self.shared.flush(&mut picture);
         }
-        if gone {
-            self.prune(vec![record.session_id]).await;
-        }
+        self.prune(gone).await;
     }
 
-    /// Prune the records of `session_ids` on fresh evidence, and report each one removed.
+    /// Prune the records of `session_ids` on fresh evidence, and report each one removed: all
+    /// at once at the end, as one step, so that many prunes can make one snapshot. Until then
+    /// the picture keeps them (as gone), so no listener sees a removal before its event.
     async fn prune(&mut self, session_ids: Vec<String>) {
+        let mut removed = Vec::new();
         for id in session_ids {
             match self.registry().prune_session(&id).await {
                 Ok(PruneOutcome::Pruned { reason }) => {
@@ -767,16 +844,11 @@ impl Looper {
                         .take_removal(&id)
                         .map_or(RemovedBecause::Pruned, |note| note.cause.into());
                     self.on_disk.remove(&id);
-                    let mut picture = self.shared.lock();
-                    picture.sessions.remove(&id);
-                    self.shared.publish(
-                        &mut picture,
-                        EventKind::Removed {
-                            session_id: id,
-                            because,
-                            detail: Some(reason),
-                        },
-                    );
+                    removed.push(EventKind::Removed {
+                        session_id: id,
+                        because,
+                        detail: Some(reason),
+                    });
                 }
                 // Rewritten for a live process since, or removed by someone else: the next
                 // pass reports what is there.
@@ -786,6 +858,18 @@ impl Looper {
                 }
             }
         }
+        if removed.is_empty() {
+            return;
+        }
+        let mut picture = self.shared.lock();
+        Shared::hold(&mut picture);
+        for kind in removed {
+            if let Some(id) = kind.session_id() {
+                picture.sessions.remove(id);
+            }
+            self.shared.publish(&mut picture, kind);
+        }
+        self.shared.flush(&mut picture);
     }
 }
 

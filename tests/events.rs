@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use common::server::TestServer;
 use common::*;
 use murmur_registry::http::AppState;
-use murmur_registry::monitor::{Monitor, SubscribeError};
+use murmur_registry::monitor::{Monitor, SNAPSHOT_OVER, SubscribeError};
 use murmur_registry::registry::Registry;
 use murmur_registry::running::{DoorProbe, MURMUR_CAPSULE_EXTENSION};
 use reqwest::header;
@@ -1098,31 +1098,42 @@ async fn probes_per_interval_do_not_grow_with_listeners() {
 /// Add `count` doorless records with bulky fields (each event about 8 KiB) and wait until
 /// `reader` has seen every one added; then remove them all and wait until it has seen every one
 /// removed. Answers the id of the last event read.
+///
+/// Written and removed in chunks no pass can see more than [`SNAPSHOT_OVER`] of, waiting for
+/// each chunk's events, so every change comes as its own event (more at once would come as one
+/// snapshot, and flood nobody).
 async fn flood(server: &Server, reader: &mut EventStream, count: usize) -> u64 {
+    const CHUNK: usize = SNAPSHOT_OVER / 2;
     let bulky = format!("/tmp/murmur-test/{}", "w".repeat(8 * 1024));
     let records: Vec<RecordJson> = (0..count)
         .map(|_| RecordJson::fresh().no_door().set("workdir", bulky.clone()))
         .collect();
-    for record in &records {
-        record.write_in(server.dir());
-    }
     let mut added = std::collections::BTreeSet::new();
-    while added.len() < count {
-        let event = reader.expect_event().await;
-        assert_eq!(event.name, "session.added", "{}", event.session_id());
-        added.insert(event.session_id().to_owned());
-    }
-    for record in &records {
-        std::fs::remove_file(server.dir().join(record.file_name())).unwrap();
+    for chunk in records.chunks(CHUNK) {
+        for record in chunk {
+            record.write_in(server.dir());
+        }
+        let target = added.len() + chunk.len();
+        while added.len() < target {
+            let event = reader.expect_event().await;
+            assert_eq!(event.name, "session.added", "{}", event.session_id());
+            added.insert(event.session_id().to_owned());
+        }
     }
     let mut removed = std::collections::BTreeSet::new();
     let mut last = 0;
-    while removed.len() < count {
-        let event = reader.expect_event().await;
-        assert_eq!(event.name, "session.removed", "{event:?}");
-        assert_eq!(event.data["reason"], "record_removed");
-        removed.insert(event.session_id().to_owned());
-        last = event.id;
+    for chunk in records.chunks(CHUNK) {
+        for record in chunk {
+            std::fs::remove_file(server.dir().join(record.file_name())).unwrap();
+        }
+        let target = removed.len() + chunk.len();
+        while removed.len() < target {
+            let event = reader.expect_event().await;
+            assert_eq!(event.name, "session.removed", "{} {}", event.id, event.name);
+            assert_eq!(event.data["reason"], "record_removed");
+            removed.insert(event.session_id().to_owned());
+            last = event.id;
+        }
     }
     assert_eq!(added, removed);
     last
@@ -1173,6 +1184,105 @@ async fn a_listener_more_than_1024_events_behind_is_dropped_and_others_go_on() {
     );
     // The others are still served.
     announced_doorless(&server, &mut reader).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many changes at once
+// ---------------------------------------------------------------------------------------------
+
+/// More sessions than the ring holds events, all naming one process (doorless, so live on
+/// layers 1–2 alone, with no door to probe).
+const MANY: usize = murmur_registry::monitor::EVENT_BUFFER + 76;
+
+/// The state of every session a snapshot lists.
+fn states_in(snapshot: &SseEvent) -> std::collections::HashMap<String, String> {
+    snapshot.data["sessions"]
+        .as_array()
+        .expect("a snapshot lists sessions")
+        .iter()
+        .map(|s| {
+            let id = s["session_id"].as_str().unwrap_or_default().to_owned();
+            let state = s["liveness"]["state"].as_str().unwrap_or_default();
+            (id, state.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_changes_at_once_than_half_the_ring_come_as_one_snapshot_and_keep_listeners() {
+    let server = Server::start().await;
+    let child = SleepingChild::spawn();
+    for _ in 0..MANY {
+        child.record().no_door().write_in(server.dir());
+    }
+    let (mut stream, first) = server.listen().await;
+    let mut known = states_in(&first);
+    assert_eq!(known.len(), MANY);
+    assert!(known.values().all(|state| state == "live"), "{first:?}");
+
+    // Every session's process goes at once: a pass finds them gone (more changes than the
+    // ring holds), then they are pruned. A pass the kill lands in the middle of sees only some
+    // of them gone (the rest still live, to be found gone by the next pass); whichever of the
+    // two passes has more than half the ring's worth of changes sends a snapshot.
+    drop(child);
+    let mut snapshots = Vec::new();
+    let mut events = 0;
+    while !known.is_empty() {
+        let event = stream.next().await.unwrap_or_else(|| {
+            panic!("the listener was dropped after {events} events and {snapshots:?}")
+        });
+        events += 1;
+        match event.name.as_str() {
+            "snapshot" => {
+                known = states_in(&event);
+                snapshots.push((event.id, known.len()));
+            }
+            "session.changed" => {
+                assert_eq!(event.state(), "gone", "{event:?}");
+                known.insert(event.session_id().to_owned(), "gone".to_owned());
+            }
+            "session.removed" => {
+                assert_eq!(event.data["reason"], "pruned", "{event:?}");
+                known.remove(event.session_id());
+            }
+            other => panic!("unexpected {other}: {event:?}"),
+        }
+        assert!(
+            known
+                .values()
+                .all(|state| state == "live" || state == "gone"),
+            "every session is live or gone (event {} {})",
+            event.id,
+            event.name
+        );
+    }
+    assert!(
+        !snapshots.is_empty(),
+        "the changes came as {events} separate events, not as a snapshot"
+    );
+    assert!(events < MANY, "{events} events for {MANY} sessions");
+    assert!(
+        std::fs::read_dir(server.dir()).unwrap().next().is_none(),
+        "every record was pruned"
+    );
+
+    // Still connected: the next change comes as an event, with an id after the snapshot's.
+    let last = stream.parser.last_id.expect("events had ids");
+    let record = RecordJson::fresh().no_door();
+    record.write_in(server.dir());
+    let added = stream.expect_event().await;
+    assert_eq!(added.name, "session.added", "{added:?}");
+    assert_eq!(added.session_id(), record.session_id());
+    assert_eq!(
+        added.id,
+        last + 1,
+        "ids grow by one per event, a snapshot included"
+    );
+
+    // A listener arriving now gets the same picture as the one that stayed.
+    let (_, now) = server.listen().await;
+    assert_eq!(snapshot_ids(&now), [record.session_id()]);
+    assert_eq!(now.id, added.id);
 }
 
 // ---------------------------------------------------------------------------------------------

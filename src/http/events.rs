@@ -3,7 +3,8 @@
 //! Invariants kept here:
 //! - Every connection starts with a `snapshot` event (the whole picture), with or without
 //!   `Last-Event-ID`, so a client that reconnects never has a silent gap: whatever it missed is
-//!   in the snapshot.
+//!   in the snapshot. A `snapshot` may also come mid-stream, in place of too many changes at
+//!   once (see [`crate::monitor::SNAPSHOT_OVER`]); it means the same: replace everything.
 //! - Every event carries an `id` that only grows (the snapshot's is that of the last event it
 //!   includes), an `event` name, and one line of JSON built from the same [`SessionView`] as
 //!   `GET /sessions`: no secret has a place in it.
@@ -96,7 +97,7 @@ pub struct SessionRemoved {
 ///
 /// | event | data |
 /// |---|---|
-/// | `snapshot` | `SessionList`: every session, newest first, and the count of unreadable entries. Always the first event of a connection, with or without `Last-Event-ID`; its `id` is that of the last change it includes. Replace your whole table with it. |
+/// | `snapshot` | `SessionList`: every session, newest first, and the count of unreadable entries. Always the first event of a connection, with or without `Last-Event-ID`; its `id` is that of the last change it includes. Replace your whole table with it. It also comes mid-stream, with the next `id`, in place of more than 512 changes at once (e.g. a thousand doors turning unreachable together): replace your whole table then too. |
 /// | `session.added` | `SessionAdded`: a new session, with its first complete verdict |
 /// | `session.changed` | `SessionChanged`: its `state` moved (e.g. `live` → `unreachable`), or its record was rewritten |
 /// | `session.removed` | `SessionRemoved`: it left, and why (`pruned`, `stopped`, `record_removed`, `unreadable`) |
@@ -199,16 +200,19 @@ fn last_words(why: &str) -> SseEvent {
 }
 
 fn snapshot_event(snapshot: &Snapshot) -> SseEvent {
-    let data = snapshot.encoded(|snapshot| {
+    SseEvent::default()
+        .id(snapshot.id.to_string())
+        .event("snapshot")
+        .data(snapshot_event_data(snapshot))
+}
+
+fn snapshot_event_data(snapshot: &Snapshot) -> &str {
+    snapshot.encoded(|snapshot| {
         encode(&SessionList {
             sessions: snapshot.readings.iter().map(SessionView::of).collect(),
             unreadable: snapshot.unreadable,
         })
-    });
-    SseEvent::default()
-        .id(snapshot.id.to_string())
-        .event("snapshot")
-        .data(data)
+    })
 }
 
 fn sse_event(event: &Arc<Event>) -> SseEvent {
@@ -216,8 +220,12 @@ fn sse_event(event: &Arc<Event>) -> SseEvent {
         EventKind::Added(_) => "session.added",
         EventKind::Changed { .. } => "session.changed",
         EventKind::Removed { .. } => "session.removed",
+        // Many changes at once: the whole picture, encoded once (and shared with the
+        // snapshots of listeners arriving after it).
+        EventKind::Snapshot(snapshot) => return snapshot_event(snapshot),
     };
     let data = event.encoded(|kind| match kind {
+        EventKind::Snapshot(snapshot) => snapshot_event_data(snapshot).to_owned(),
         EventKind::Added(reading) => encode(&SessionAdded {
             session_id: reading.record.session_id.clone(),
             session: SessionView::of(reading),

@@ -9,6 +9,8 @@
 // - EventSource cannot send an Authorization header, so the stream is read with fetch and
 //   parsed here. Every connection starts with a `snapshot` that replaces the whole table, so a
 //   reconnect (after the server dropped us, or went away) needs no bookkeeping of missed events.
+//   A `snapshot` may also arrive mid-stream (in place of many changes at once): it replaces
+//   the whole table the same way.
 // - When the registry cannot serve the stream (a 503 problem, e.g. its running directory is
 //   missing) or ends it (saying why in a last comment line), the page says so in the
 //   registry's own words, keeps the last table greyed out, and retries with its backoff.
