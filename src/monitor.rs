@@ -14,23 +14,22 @@
 //!   that fails is reported only to the listeners that waited on that loop. A listener that
 //!   arrives later starts a new loop rather than inheriting an old failure.
 //! - **A directory that stays unreadable ends the loop, and every stream with it.** When
-//!   [`FAILED_PASSES_TO_END`] periodic passes in a row (one interval apart) cannot read the
-//!   running directory (it was removed, replaced by a file or a link, handed to another uid,
-//!   or an I/O error such as `EMFILE` persists), the loop stops as it does when the last listener leaves, and every
-//!   listener's event channel closes after the events already published (so no event is lost
-//!   before the end). [`Subscription::ended_by`] then says why. Nothing is published for it:
-//!   the picture is not changed, no session is `removed` or `changed`. A listener that comes
-//!   back starts a new loop, whose first picture fails the same way `GET /sessions` does while
-//!   the directory is unreadable ([`SubscribeError::Unavailable`] carries the registry's
-//!   error), and is a fresh snapshot once it is back. Why two passes and not one: a single
-//!   failed pass is often a blip (`EMFILE` during a burst of connections, a directory murmur
-//!   is recreating), and ending every stream on it would turn a blip into a reconnect storm
-//!   for every dashboard; a failure still there one interval later is the directory's state,
-//!   not a blip. Only the periodic passes count, so two passes a moment apart (a nudge just
-//!   after a tick) cannot make a blip look persistent: a nudged pass that fails neither
-//!   counts nor resets the count, one that succeeds resets it. So the streams end one to two
-//!   intervals after the directory goes (2–4 s by default), and until then the picture is
-//!   kept as it was.
+//!   [`FAILED_PASSES_TO_END`] periodic passes in a row (one interval apart) cannot read the running
+//!   directory (it was removed, replaced by a file or a link, handed to another uid, or an I/O
+//!   error such as `EMFILE` persists), the loop stops as it does when the last listener leaves, and
+//!   every listener's event channel closes after the events already published (so no event is lost
+//!   before the end). [`Subscription::ended_by`] then says why. Nothing is published for it: the
+//!   picture is not changed, no session is `removed` or `changed`. A listener that comes back
+//!   starts a new loop, whose first picture fails the same way `GET /sessions` does while the
+//!   directory is unreadable ([`SubscribeError::Unavailable`] carries the registry's error), and is
+//!   a fresh snapshot once it is back. Why two passes and not one: a single failed pass is often a
+//!   blip (`EMFILE` during a burst of connections, a directory murmur is recreating), and ending
+//!   every stream on it would turn a blip into a reconnect storm for every dashboard; a failure
+//!   still there one interval later is the directory's state, not a blip. Only the periodic passes
+//!   count, so two passes a moment apart (a nudge just after a tick) cannot make a blip look
+//!   persistent: a nudged pass that fails neither counts nor resets the count, one that succeeds
+//!   resets it. So the streams end one to two intervals after the directory goes (2–4 s by
+//!   default), and until then the picture is kept as it was.
 //! - **No gap, no repeat.** A listener's snapshot and its receiver are taken under the lock the
 //!   loop publishes under, so it gets every event after the snapshot and none before it.
 //! - **Ids only grow.** Event ids increase by one per event for the life of the process; a
