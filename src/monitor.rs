@@ -13,6 +13,23 @@
 //! - **A failure belongs to its loop.** Each loop started has a generation; a first picture
 //!   that fails is reported only to the listeners that waited on that loop. A listener that
 //!   arrives later starts a new loop rather than inheriting an old failure.
+//! - **A directory that stays unreadable ends the loop, and every stream with it.** When
+//!   [`FAILED_PASSES_TO_END`] periodic passes in a row (one interval apart) cannot read the running
+//!   directory (it was removed, replaced by a file or a link, handed to another uid, or an I/O
+//!   error such as `EMFILE` persists), the loop stops as it does when the last listener leaves, and
+//!   every listener's event channel closes after the events already published (so no event is lost
+//!   before the end). [`Subscription::ended_by`] then says why. Nothing is published for it: the
+//!   picture is not changed, no session is `removed` or `changed`. A listener that comes back
+//!   starts a new loop, whose first picture fails the same way `GET /sessions` does while the
+//!   directory is unreadable ([`SubscribeError::Unavailable`] carries the registry's error), and is
+//!   a fresh snapshot once it is back. Why two passes and not one: a single failed pass is often a
+//!   blip (`EMFILE` during a burst of connections, a directory murmur is recreating), and ending
+//!   every stream on it would turn a blip into a reconnect storm for every dashboard; a failure
+//!   still there one interval later is the directory's state, not a blip. Only the periodic passes
+//!   count, so two passes a moment apart (a nudge just after a tick) cannot make a blip look
+//!   persistent: a nudged pass that fails neither counts nor resets the count, one that succeeds
+//!   resets it. So the streams end one to two intervals after the directory goes (2–4 s by
+//!   default), and until then the picture is kept as it was.
 //! - **No gap, no repeat.** A listener's snapshot and its receiver are taken under the lock the
 //!   loop publishes under, so it gets every event after the snapshot and none before it.
 //! - **Ids only grow.** Event ids increase by one per event for the life of the process; a
@@ -38,10 +55,19 @@
 //!   publishing the first picture's sessions as the baseline rather than as `added` events.
 //! - **Bounded memory.** Events go through a fixed-size ring; a listener that falls more than
 //!   [`EVENT_BUFFER`] events behind is dropped (it reconnects and gets a fresh snapshot).
+//! - **A big change is one snapshot.** The events of one step of the loop (a pass, the probe
+//!   answers that are in, the prunes that follow either) are held back and published together
+//!   under the lock; when there are more than [`SNAPSHOT_OVER`] (half the ring), one
+//!   [`EventKind::Snapshot`] of the picture after them is published instead, with one id, so a
+//!   thousand doors turning unreachable at once do not drop every listener at once (and bring
+//!   them all back reconnecting). A listener replaces everything it knows with it. Ids still
+//!   grow by one per event and nothing is lost or repeated: the snapshot includes every change
+//!   it stands for, and the ones held back never had ids.
 //! - **Stale answers are dropped.** A probe's verdict is applied only if the record it probed is
 //!   still the one on disk and its process was not found gone in the meantime.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
@@ -50,7 +76,7 @@ use notify::Watcher;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::registry::{PruneOutcome, Reading, Registry, RegistryError, RemovalCause};
+use crate::registry::{PruneOutcome, Reading, Registry, RegistryError, RemovalCause, copy_error};
 use crate::running::{Liveness, ProcessState, RECORD_SUFFIX, RunningRecord, UnreadableEntry};
 
 /// How often every session is re-verified when nothing else asks for it (the default).
@@ -59,6 +85,13 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
 /// How many events a listener may fall behind before it is dropped.
 pub const EVENT_BUFFER: usize = 1024;
+/// A step of the loop that would publish more events than this publishes one snapshot
+/// instead (half the ring: a listener that is a little behind still has room for it).
+pub const SNAPSHOT_OVER: usize = EVENT_BUFFER / 2;
+/// How many periodic passes in a row (one interval apart) must fail to read the running
+/// directory before the loop ends every stream (one failed pass is kept as a blip; see the
+/// module docs).
+pub const FAILED_PASSES_TO_END: u32 = 2;
 
 /// One change in the picture.
 #[derive(Debug)]
@@ -99,14 +132,20 @@ pub enum EventKind {
         /// The evidence, when there is some (e.g. "no process holds pid 4242").
         detail: Option<String>,
     },
+    /// Too many changes at once (more than [`SNAPSHOT_OVER`]): the whole picture after them,
+    /// to replace everything the listener knows. Its `id` is the event's.
+    Snapshot(Snapshot),
 }
 
 impl EventKind {
-    /// The session the event is about.
-    pub fn session_id(&self) -> &str {
+    /// The session the event is about (none for a snapshot).
+    pub fn session_id(&self) -> Option<&str> {
         match self {
-            Self::Added(reading) | Self::Changed { now: reading, .. } => &reading.record.session_id,
-            Self::Removed { session_id, .. } => session_id,
+            Self::Added(reading) | Self::Changed { now: reading, .. } => {
+                Some(&reading.record.session_id)
+            }
+            Self::Removed { session_id, .. } => Some(session_id),
+            Self::Snapshot(_) => None,
         }
     }
 }
@@ -169,9 +208,10 @@ impl Snapshot {
 #[derive(Debug, thiserror::Error)]
 pub enum SubscribeError {
     /// The running directory could not be read for the first picture of the loop this
-    /// listener waited on.
+    /// listener waited on: the registry's own error, so that it is answered as `GET /sessions`
+    /// answers it.
     #[error("the running directory cannot be read: {0}")]
-    Unavailable(String),
+    Unavailable(RegistryError),
     /// The monitor is shutting down.
     #[error("the registry is shutting down")]
     Closing,
@@ -183,12 +223,27 @@ pub struct Subscription {
     /// The picture at the moment of subscribing.
     pub snapshot: Snapshot,
     /// Every event after the snapshot. `Lagged` means the listener fell behind and must be
-    /// dropped; `Closed` means the monitor stopped.
+    /// dropped; `Closed` (after every event already published) means the loop stopped: see
+    /// [`Subscription::ended_by`].
     pub events: broadcast::Receiver<Arc<Event>>,
     /// Becomes `true` when the registry shuts down: the listener must end.
     pub closing: watch::Receiver<bool>,
+    ended: LoopEnd,
     _listener: ListenerGuard,
 }
+
+impl Subscription {
+    /// Why the loop ended this listener's stream, once `events` is `Closed`: the error of the
+    /// passes that could not read the running directory. `None` when the loop stopped for the
+    /// registry's shutdown (or has not stopped).
+    pub fn ended_by(&self) -> Option<&RegistryError> {
+        self.ended.get().map(|error| &**error)
+    }
+}
+
+/// Why one loop stopped, set (once) before its event channel closes, so a listener that finds
+/// the channel closed reads it.
+type LoopEnd = Arc<OnceLock<Arc<RegistryError>>>;
 
 /// The live view over one registry. Cheap to clone; clones share the loop.
 #[derive(Debug, Clone)]
@@ -199,7 +254,6 @@ pub struct Monitor {
 #[derive(Debug)]
 struct Shared {
     registry: Arc<Registry>,
-    events: broadcast::Sender<Arc<Event>>,
     state: Mutex<Picture>,
     /// Bumped whenever the loop starts, finishes its first pass, or stops, so subscribers
     /// waiting for a first picture wake up.
@@ -219,18 +273,23 @@ struct Picture {
     /// The generation of the latest loop started (0: none yet).
     generation: u64,
     /// Why the first picture of the loop of that generation failed, for its waiters only.
-    failure: Option<(u64, String)>,
+    failure: Option<(u64, Arc<RegistryError>)>,
     snapshot: Option<Snapshot>,
+    /// The running loop's event channel. Each loop has its own, dropped when it stops, so its
+    /// listeners' receivers close (after the events already sent) whenever the loop ends.
+    events: Option<broadcast::Sender<Arc<Event>>>,
+    /// Why the running loop ended, for its listeners.
+    ended: LoopEnd,
+    /// Events held back by [`Shared::hold`] until [`Shared::flush`] (no ids yet).
+    held: Option<Vec<EventKind>>,
 }
 
 impl Monitor {
     /// A monitor over `registry`, not running until someone subscribes.
     pub fn new(registry: Arc<Registry>) -> Self {
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
         Self {
             shared: Arc::new(Shared {
                 registry,
-                events,
                 state: Mutex::new(Picture {
                     next_id: 1,
                     ..Picture::default()
@@ -264,12 +323,13 @@ impl Monitor {
             {
                 let mut picture = self.shared.lock();
                 if picture.running && picture.ready {
-                    let events = self.shared.events.subscribe();
+                    let events = picture.events.get_or_insert_with(channel).subscribe();
                     let snapshot = picture.snapshot();
                     return Ok(Subscription {
                         snapshot,
                         events,
                         closing: self.shared.closing.subscribe(),
+                        ended: Arc::clone(&picture.ended),
                         _listener: guard,
                     });
                 }
@@ -280,7 +340,7 @@ impl Monitor {
                         && waited_on == Some(*generation)
                     {
                         // Left in place: every listener that waited on this loop gets it.
-                        return Err(SubscribeError::Unavailable(failure.clone()));
+                        return Err(SubscribeError::Unavailable(copy_error(failure)));
                     }
                     // Any failure on record is from a loop nobody here waited on, perhaps long
                     // ago: it says nothing about the directory now. Try again.
@@ -288,6 +348,8 @@ impl Monitor {
                     picture.failure = None;
                     picture.running = true;
                     picture.ready = false;
+                    picture.events = Some(channel());
+                    picture.ended = LoopEnd::default();
                     waited_on = Some(picture.generation);
                     let shared = Arc::clone(&self.shared);
                     tokio::spawn(run(shared, picture.generation));
@@ -321,31 +383,84 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Record `kind` under the lock and send it to every listener.
+    /// Record `kind` under the lock and send it to every listener (or hold it back, between
+    /// [`Shared::hold`] and [`Shared::flush`]).
     fn publish(&self, picture: &mut Picture, kind: EventKind) {
+        picture.snapshot = None;
+        if let Some(held) = &mut picture.held {
+            held.push(kind);
+            return;
+        }
         let id = picture.next_id;
         picture.next_id += 1;
-        picture.snapshot = None;
         tracing::debug!(id, session_id = kind.session_id(), "event");
-        // No receiver is not an error: the loop runs for listeners that may all just have left.
-        let _ = self.events.send(Arc::new(Event {
-            id,
-            kind,
-            encoded: OnceLock::new(),
-        }));
+        // No receiver (or no channel, the loop just stopped) is not an error: the loop runs for
+        // listeners that may all just have left.
+        if let Some(events) = &picture.events {
+            let _ = events.send(Arc::new(Event {
+                id,
+                kind,
+                encoded: OnceLock::new(),
+            }));
+        }
+    }
+
+    /// Hold back what is published from now until [`Shared::flush`], under the same lock.
+    fn hold(picture: &mut Picture) {
+        picture.held.get_or_insert_with(Vec::new);
+    }
+
+    /// Publish what was held back: each event, or, when there are more than
+    /// [`SNAPSHOT_OVER`], one snapshot of the picture as it is now, in their place.
+    fn flush(&self, picture: &mut Picture) {
+        let Some(held) = picture.held.take() else {
+            return;
+        };
+        if held.len() <= SNAPSHOT_OVER {
+            for kind in held {
+                self.publish(picture, kind);
+            }
+            return;
+        }
+        tracing::info!(
+            events = held.len(),
+            "many changes at once: publishing one snapshot in their place"
+        );
+        // The id is taken first, so the snapshot carries it (the last event it includes), and
+        // listeners arriving later share its encoding.
+        picture.next_id += 1;
+        picture.snapshot = None;
+        let snapshot = picture.snapshot();
+        if let Some(events) = &picture.events {
+            let _ = events.send(Arc::new(Event {
+                id: snapshot.id,
+                kind: EventKind::Snapshot(snapshot),
+                encoded: OnceLock::new(),
+            }));
+        }
     }
 
     fn bump_progress(&self) {
         self.progress.send_modify(|n| *n += 1);
     }
 
-    /// Mark the loop stopped and forget its picture; the next loop builds a fresh one.
+    /// Mark the loop stopped and forget its picture; the next loop builds a fresh one. Its
+    /// event channel is dropped, so every listener's stream ends after the events already sent.
     fn stop(&self, picture: &mut Picture) {
         picture.running = false;
         picture.ready = false;
         picture.sessions.clear();
         picture.snapshot = None;
+        picture.events = None;
         self.bump_progress();
+    }
+
+    /// Stop the loop because the running directory stayed unreadable, telling its listeners
+    /// why before their channels close. Publishes nothing: it is no evidence about sessions.
+    fn end(&self, picture: &mut Picture, error: RegistryError) {
+        // Set before the channel is dropped, so a listener that finds it closed can read it.
+        let _ = picture.ended.set(Arc::new(error));
+        self.stop(picture);
     }
 }
 
@@ -363,6 +478,11 @@ impl Picture {
         self.snapshot = Some(snapshot.clone());
         snapshot
     }
+}
+
+/// A loop's event channel (its receiver is made per listener).
+fn channel() -> broadcast::Sender<Arc<Event>> {
+    broadcast::channel(EVENT_BUFFER).0
 }
 
 /// Counts a listener from the moment it asks until its subscription is dropped.
@@ -411,6 +531,9 @@ struct Looper {
     watch: Option<DirectoryWatch>,
     changes: mpsc::Receiver<()>,
     changes_sender: mpsc::Sender<()>,
+    /// How many periodic passes in a row failed to read the directory (see
+    /// [`FAILED_PASSES_TO_END`]).
+    failed_passes: u32,
 }
 
 /// The verification loop of `generation`: a first picture, then a pass on every tick and every
@@ -425,23 +548,24 @@ async fn run(shared: Arc<Shared>, generation: u64) {
         watch: None,
         changes,
         changes_sender,
+        failed_passes: 0,
     };
     let interval = shared.lock().interval.unwrap_or(DEFAULT_INTERVAL);
     let mut closing = shared.closing.subscribe();
     looper.rewatch();
     let first = tokio::select! {
-        first = looper.pass(Pass::First) => first.map_err(|e| e.to_string()),
-        () = closed(&mut closing) => Err("the registry is shutting down".to_owned()),
+        first = looper.pass(Pass::First) => first.map_err(Some),
+        // Its waiters see the registry closing and answer that; there is no failure to keep.
+        () = closed(&mut closing) => Err(None),
     };
     {
         let mut picture = shared.lock();
         match first {
             Ok(()) => picture.ready = true,
             Err(failure) => {
-                picture.running = false;
-                picture.failure = Some((generation, failure));
-                drop(picture);
-                shared.bump_progress();
+                picture.failure = failure.map(|error| (generation, Arc::new(error)));
+                // Nobody subscribed to this loop's channel yet: stopping drops it unused.
+                shared.stop(&mut picture);
                 return;
             }
         }
@@ -456,16 +580,23 @@ async fn run(shared: Arc<Shared>, generation: u64) {
                 break;
             }
             _ = ticks.tick() => {
-                if looper.stop_if_nobody_listens() {
+                if looper.stop_if_nobody_listens() || looper.later_pass(true).await.is_break() {
                     break;
                 }
-                looper.later_pass(true).await;
             }
-            Some(()) = looper.changes.recv() => looper.later_pass(false).await,
-            Some(joined) = looper.probes.join_next(), if !looper.probes.is_empty() => {
-                if let Ok(answer) = joined {
-                    looper.apply_probe(answer).await;
+            Some(()) = looper.changes.recv() => {
+                if looper.later_pass(false).await.is_break() {
+                    break;
                 }
+            }
+            Some(joined) = looper.probes.join_next(), if !looper.probes.is_empty() => {
+                // Every answer already in is applied as one step, so doors that time out
+                // together make one batch of events (or one snapshot), not one each.
+                let mut answers: Vec<ProbeAnswer> = joined.into_iter().collect();
+                while let Some(joined) = looper.probes.try_join_next() {
+                    answers.extend(joined);
+                }
+                looper.apply_probes(answers).await;
             }
         }
     }
@@ -509,15 +640,33 @@ impl Looper {
 
     /// A pass after the first: a full one (`full`, on every tick) re-probes every door and
     /// renews the watch; a nudged one probes only records not yet probed as they are.
-    async fn later_pass(&mut self, full: bool) {
+    ///
+    /// `Break` when the loop has stopped: this pass was the [`FAILED_PASSES_TO_END`]th
+    /// periodic pass in a row that could not read the directory.
+    async fn later_pass(&mut self, full: bool) -> ControlFlow<()> {
         if full {
             self.rewatch();
         }
-        if let Err(error) = self.pass(Pass::Later { full }).await {
-            // Not evidence that any session ended: keep the picture and try again.
-            tracing::warn!(%error, "cannot scan the running directory; keeping the last picture");
-            self.watch = None;
+        let Err(error) = self.pass(Pass::Later { full }).await else {
+            self.failed_passes = 0;
+            return ControlFlow::Continue(());
+        };
+        // Not evidence that any session ended: the picture is kept either way.
+        self.watch = None;
+        if full {
+            self.failed_passes += 1;
         }
+        if self.failed_passes < FAILED_PASSES_TO_END {
+            tracing::warn!(%error, "cannot scan the running directory; keeping the last picture");
+            return ControlFlow::Continue(());
+        }
+        tracing::warn!(
+            %error,
+            passes = self.failed_passes,
+            "the running directory stays unreadable; ending every event stream"
+        );
+        self.shared.end(&mut self.shared.lock(), error);
+        ControlFlow::Break(())
     }
 
     /// Scan the directory, judge every record (layers 1–2, and 3 for the first picture), and
@@ -534,6 +683,7 @@ impl Looper {
         let mut to_probe = Vec::new();
         {
             let mut picture = self.shared.lock();
+            Shared::hold(&mut picture);
             if first {
                 // A fresh baseline: nothing from an earlier loop carries over.
                 picture.sessions.clear();
@@ -611,6 +761,7 @@ impl Looper {
                     },
                 );
             }
+            self.shared.flush(&mut picture);
         }
         self.on_disk = on_disk;
         for record in to_probe {
@@ -641,35 +792,47 @@ impl Looper {
         });
     }
 
-    /// Apply a probe's verdict, unless the record changed or its process went since.
-    async fn apply_probe(&mut self, (record, reading): ProbeAnswer) {
-        if self.probing.get(&record.session_id) == Some(&record) {
-            self.probing.remove(&record.session_id);
-        }
-        if self.on_disk.get(&record.session_id) != Some(&record) || reading.liveness.is_none() {
-            return;
-        }
-        let gone = matches!(reading.liveness, Some(Liveness::Gone { .. }));
+    /// Apply probes' verdicts as one step, each unless its record changed or its process went
+    /// since.
+    async fn apply_probes(&mut self, answers: Vec<ProbeAnswer>) {
+        let mut gone = Vec::new();
         {
             let mut picture = self.shared.lock();
-            let known_gone = picture
-                .sessions
-                .get(&record.session_id)
-                .is_some_and(|known| {
-                    known.record == record && matches!(known.liveness, Some(Liveness::Gone { .. }))
-                });
-            if known_gone {
-                return;
+            Shared::hold(&mut picture);
+            for (record, reading) in answers {
+                if self.probing.get(&record.session_id) == Some(&record) {
+                    self.probing.remove(&record.session_id);
+                }
+                if self.on_disk.get(&record.session_id) != Some(&record)
+                    || reading.liveness.is_none()
+                {
+                    continue;
+                }
+                let known_gone = picture
+                    .sessions
+                    .get(&record.session_id)
+                    .is_some_and(|known| {
+                        known.record == record
+                            && matches!(known.liveness, Some(Liveness::Gone { .. }))
+                    });
+                if known_gone {
+                    continue;
+                }
+                if matches!(reading.liveness, Some(Liveness::Gone { .. })) {
+                    gone.push(record.session_id.clone());
+                }
+                self.shared.apply(&mut picture, reading);
             }
-            self.shared.apply(&mut picture, reading);
+            self.shared.flush(&mut picture);
         }
-        if gone {
-            self.prune(vec![record.session_id]).await;
-        }
+        self.prune(gone).await;
     }
 
-    /// Prune the records of `session_ids` on fresh evidence, and report each one removed.
+    /// Prune the records of `session_ids` on fresh evidence, and report each one removed: all
+    /// at once at the end, as one step, so that many prunes can make one snapshot. Until then
+    /// the picture keeps them (as gone), so no listener sees a removal before its event.
     async fn prune(&mut self, session_ids: Vec<String>) {
+        let mut removed = Vec::new();
         for id in session_ids {
             match self.registry().prune_session(&id).await {
                 Ok(PruneOutcome::Pruned { reason }) => {
@@ -680,16 +843,11 @@ impl Looper {
                         .take_removal(&id)
                         .map_or(RemovedBecause::Pruned, |note| note.cause.into());
                     self.on_disk.remove(&id);
-                    let mut picture = self.shared.lock();
-                    picture.sessions.remove(&id);
-                    self.shared.publish(
-                        &mut picture,
-                        EventKind::Removed {
-                            session_id: id,
-                            because,
-                            detail: Some(reason),
-                        },
-                    );
+                    removed.push(EventKind::Removed {
+                        session_id: id,
+                        because,
+                        detail: Some(reason),
+                    });
                 }
                 // Rewritten for a live process since, or removed by someone else: the next
                 // pass reports what is there.
@@ -699,6 +857,18 @@ impl Looper {
                 }
             }
         }
+        if removed.is_empty() {
+            return;
+        }
+        let mut picture = self.shared.lock();
+        Shared::hold(&mut picture);
+        for kind in removed {
+            if let Some(id) = kind.session_id() {
+                picture.sessions.remove(id);
+            }
+            self.shared.publish(&mut picture, kind);
+        }
+        self.shared.flush(&mut picture);
     }
 }
 

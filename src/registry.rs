@@ -82,7 +82,7 @@ type PassResult = Result<Arc<Listing>, Arc<RegistryError>>;
 
 /// A caller's own copy of an error a shared pass met, so each caller can own (and convert)
 /// the error it is answered with.
-fn copy_error(error: &RegistryError) -> RegistryError {
+pub(crate) fn copy_error(error: &RegistryError) -> RegistryError {
     match error {
         RegistryError::NotFound(id) => RegistryError::NotFound(id.clone()),
         RegistryError::InvalidSessionId => RegistryError::InvalidSessionId,

@@ -15,6 +15,10 @@
 //! - Kill, then Escape: nothing happens; Stop, confirmed with the keyboard: the capsule process
 //!   really ends, the outcome is shown and the row goes; Kill, confirmed with the mouse: the
 //!   process dies of SIGKILL and its row goes when the registry finds it gone;
+//! - a snapshot arriving mid-stream replaces the whole table;
+//! - the running directory moved away: the page says the registry is unavailable, in the
+//!   registry's words (its 503 problem's detail), keeps the table greyed out and retries; the
+//!   directory back: the page is live again by itself;
 //! - the registry killed: the page says it is unreachable and reconnecting; the registry back
 //!   on the same port: the page reconnects by itself.
 //!
@@ -869,6 +873,64 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         )
         .await;
 
+    // --- A snapshot mid-stream replaces the whole table ----------------------------------------
+    // The registry sends one in place of many changes at once. Fed to the page's own handler
+    // (listing only the mute session), it drops the other rows and the page stays live; the
+    // reconnect below brings the real picture back.
+    let replaced = browser
+        .js(
+            "dispatch('snapshot', JSON.stringify({ sessions: [model.sessions.get(arguments[0])], unreadable: 0 }));
+             return { rows: [...document.querySelectorAll('#rows tr')].map(tr => tr.dataset.sessionId),
+                      connection: document.getElementById('connection-text').textContent };",
+            json!([mute_id]),
+        )
+        .await;
+    assert_eq!(
+        replaced,
+        json!({ "rows": [mute_id], "connection": "Connected, live" }),
+        "a mid-stream snapshot replaces the table"
+    );
+
+    // --- The running directory goes away, and comes back ---------------------------------------
+    // The registry ends the stream and answers 503 while it is gone: the page says so in the
+    // registry's words, keeps the table greyed out, and keeps retrying until it is back.
+    let running = home.running_dir();
+    let aside = running.with_extension("aside");
+    std::fs::rename(&running, &aside).expect("move the running directory aside");
+    let unavailable = browser
+        .wait_for(
+            "the page says the running directory is unavailable",
+            "const status = document.getElementById('connection-text').textContent;
+             const banner = document.getElementById('banner-text').textContent;
+             return status === 'Registry unavailable, retrying…'
+                 && document.body.classList.contains('stale')
+                 && !document.getElementById('banner').hidden
+                 && document.querySelector(`tr[data-session-id='${arguments[0]}']`) !== null
+                 ? banner : null;",
+            json!([mute_id]),
+        )
+        .await;
+    let dir_shot = browser
+        .screenshot("dashboard-running-dir-unavailable.png")
+        .await;
+    assert!(
+        unavailable.as_str().is_some_and(|t| t.starts_with(
+            "The registry is unavailable: the running directory is unavailable: it does not exist"
+        )),
+        "{unavailable}"
+    );
+    std::fs::rename(&aside, &running).expect("put the running directory back");
+    browser
+        .wait_for(
+            "the page is live again once the directory is back, with the whole picture",
+            "return document.getElementById('connection-text').textContent === 'Connected, live'
+                 && !document.body.classList.contains('stale')
+                 && document.querySelector(`tr[data-session-id='${arguments[0]}']`) !== null
+                 && document.querySelector(`tr[data-session-id='${arguments[1]}']`) !== null;",
+            json!([mute_id, hostile_id]),
+        )
+        .await;
+
     // --- The registry goes away, and comes back on the same port ------------------------------
     let addr = server.addr;
     server.kill();
@@ -899,7 +961,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     eprintln!(
         "dashboard browser test: {:.1} s; screenshots: {}",
         began.elapsed().as_secs_f64(),
-        [wide, narrow, refused_shot, down_shot]
+        [wide, narrow, refused_shot, dir_shot, down_shot]
             .iter()
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use common::server::TestServer;
 use common::*;
 use murmur_registry::http::AppState;
-use murmur_registry::monitor::{Monitor, SubscribeError};
+use murmur_registry::monitor::{Monitor, SNAPSHOT_OVER, SubscribeError};
 use murmur_registry::registry::Registry;
 use murmur_registry::running::{DoorProbe, MURMUR_CAPSULE_EXTENSION};
 use reqwest::header;
@@ -926,6 +926,118 @@ async fn a_pass_that_finds_nothing_changed_keeps_the_snapshot_it_had() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A running directory that becomes unreadable
+// ---------------------------------------------------------------------------------------------
+
+/// The running directory moved aside for a test, put back when dropped (even by a failing
+/// test: the server's temporary directory deletes only what is at its own path).
+struct MovedAside {
+    dir: std::path::PathBuf,
+    aside: std::path::PathBuf,
+}
+
+impl MovedAside {
+    /// Rename `dir` away; if `by_a_file`, a plain file takes its place.
+    fn take(dir: &Path, by_a_file: bool) -> Self {
+        let aside = dir.with_extension("aside");
+        std::fs::rename(dir, &aside).expect("rename the running directory away");
+        if by_a_file {
+            std::fs::write(dir, b"not a directory").expect("put a file in its place");
+        }
+        Self {
+            dir: dir.to_path_buf(),
+            aside,
+        }
+    }
+
+    /// Put the directory back where it was.
+    fn put_back(self) {
+        drop(self);
+    }
+}
+
+impl Drop for MovedAside {
+    fn drop(&mut self) {
+        if std::fs::symlink_metadata(&self.dir).is_ok_and(|m| !m.is_dir()) {
+            let _ = std::fs::remove_file(&self.dir);
+        }
+        let _ = std::fs::rename(&self.aside, &self.dir);
+    }
+}
+
+/// The status and problem type of a `GET` answer.
+fn status_and_type(answer: &(u16, Value)) -> (u16, &str) {
+    (answer.0, answer.1["type"].as_str().unwrap_or_default())
+}
+
+/// With a listener following a live capsule, the running directory taken away (`by_a_file`:
+/// replaced by a file): the stream ends without a word about the session, a new `/events` is
+/// refused as `GET /sessions` is, and once the directory is back a new `/events` starts with
+/// a snapshot in which the capsule is live.
+async fn an_unreadable_directory_ends_the_stream(by_a_file: bool) {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let (capsule, id) = announced_capsule(&server, &mut stream).await;
+
+    let moved = MovedAside::take(server.dir(), by_a_file);
+    // Read to the end: `next` fails the test if the stream neither ends nor carries an event
+    // within its deadline; a probe answering late may still report the capsule changing, but
+    // nothing may say it went.
+    while let Some(event) = stream.next().await {
+        assert!(
+            !is_removal(&event) && !is_change_to("gone")(&event),
+            "an unreadable directory is no evidence that a session ended: {event:?}"
+        );
+    }
+    let why = if by_a_file {
+        "it is not a directory"
+    } else {
+        "it does not exist"
+    };
+    assert!(
+        stream.raw.contains(&format!(
+            "\n: stream ended: the running directory is unavailable: {why}; the registry answers again once it is back"
+        )),
+        "the last words say why:\n{}",
+        stream.raw
+    );
+
+    let unavailable = (503, "urn:murmur-registry:problem:running-dir-unavailable");
+    let events = server.get("/events").await;
+    assert_eq!(status_and_type(&events), unavailable, "{events:?}");
+    let sessions = server.get("/sessions").await;
+    assert_eq!(status_and_type(&sessions), unavailable, "{sessions:?}");
+    assert_eq!(events.1["detail"], sessions.1["detail"]);
+
+    moved.put_back();
+    assert!(
+        server.dir().join(capsule.record().file_name()).exists(),
+        "the record is still there"
+    );
+    let (mut back, snapshot) = server.listen().await;
+    assert_eq!(
+        snapshot_ids(&snapshot),
+        std::slice::from_ref(&id),
+        "{snapshot:?}"
+    );
+    // A door slowed by the machine's load may answer the first picture's probe late.
+    if snapshot.data["sessions"][0]["liveness"]["state"] != "live" {
+        back.until("live", minor_change_of(id.clone()), is_change_to("live"))
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_renamed_away_ends_streams_and_refuses_new_ones_until_back() {
+    an_unreadable_directory_ends_the_stream(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_replaced_by_a_file_ends_streams_and_refuses_new_ones_until_back() {
+    an_unreadable_directory_ends_the_stream(true).await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Many listeners, one loop
 // ---------------------------------------------------------------------------------------------
 
@@ -991,31 +1103,42 @@ async fn probes_per_interval_do_not_grow_with_listeners() {
 /// Add `count` doorless records with bulky fields (each event about 8 KiB) and wait until
 /// `reader` has seen every one added; then remove them all and wait until it has seen every one
 /// removed. Answers the id of the last event read.
+///
+/// Written and removed in chunks no pass can see more than [`SNAPSHOT_OVER`] of, waiting for
+/// each chunk's events, so every change comes as its own event (more at once would come as one
+/// snapshot, and flood nobody).
 async fn flood(server: &Server, reader: &mut EventStream, count: usize) -> u64 {
+    const CHUNK: usize = SNAPSHOT_OVER / 2;
     let bulky = format!("/tmp/murmur-test/{}", "w".repeat(8 * 1024));
     let records: Vec<RecordJson> = (0..count)
         .map(|_| RecordJson::fresh().no_door().set("workdir", bulky.clone()))
         .collect();
-    for record in &records {
-        record.write_in(server.dir());
-    }
     let mut added = std::collections::BTreeSet::new();
-    while added.len() < count {
-        let event = reader.expect_event().await;
-        assert_eq!(event.name, "session.added", "{}", event.session_id());
-        added.insert(event.session_id().to_owned());
-    }
-    for record in &records {
-        std::fs::remove_file(server.dir().join(record.file_name())).unwrap();
+    for chunk in records.chunks(CHUNK) {
+        for record in chunk {
+            record.write_in(server.dir());
+        }
+        let target = added.len() + chunk.len();
+        while added.len() < target {
+            let event = reader.expect_event().await;
+            assert_eq!(event.name, "session.added", "{}", event.session_id());
+            added.insert(event.session_id().to_owned());
+        }
     }
     let mut removed = std::collections::BTreeSet::new();
     let mut last = 0;
-    while removed.len() < count {
-        let event = reader.expect_event().await;
-        assert_eq!(event.name, "session.removed", "{event:?}");
-        assert_eq!(event.data["reason"], "record_removed");
-        removed.insert(event.session_id().to_owned());
-        last = event.id;
+    for chunk in records.chunks(CHUNK) {
+        for record in chunk {
+            std::fs::remove_file(server.dir().join(record.file_name())).unwrap();
+        }
+        let target = removed.len() + chunk.len();
+        while removed.len() < target {
+            let event = reader.expect_event().await;
+            assert_eq!(event.name, "session.removed", "{} {}", event.id, event.name);
+            assert_eq!(event.data["reason"], "record_removed");
+            removed.insert(event.session_id().to_owned());
+            last = event.id;
+        }
     }
     assert_eq!(added, removed);
     last
@@ -1066,6 +1189,105 @@ async fn a_listener_more_than_1024_events_behind_is_dropped_and_others_go_on() {
     );
     // The others are still served.
     announced_doorless(&server, &mut reader).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many changes at once
+// ---------------------------------------------------------------------------------------------
+
+/// More sessions than the ring holds events, all naming one process (doorless, so live on
+/// layers 1–2 alone, with no door to probe).
+const MANY: usize = murmur_registry::monitor::EVENT_BUFFER + 76;
+
+/// The state of every session a snapshot lists.
+fn states_in(snapshot: &SseEvent) -> std::collections::HashMap<String, String> {
+    snapshot.data["sessions"]
+        .as_array()
+        .expect("a snapshot lists sessions")
+        .iter()
+        .map(|s| {
+            let id = s["session_id"].as_str().unwrap_or_default().to_owned();
+            let state = s["liveness"]["state"].as_str().unwrap_or_default();
+            (id, state.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_changes_at_once_than_half_the_ring_come_as_one_snapshot_and_keep_listeners() {
+    let server = Server::start().await;
+    let child = SleepingChild::spawn();
+    for _ in 0..MANY {
+        child.record().no_door().write_in(server.dir());
+    }
+    let (mut stream, first) = server.listen().await;
+    let mut known = states_in(&first);
+    assert_eq!(known.len(), MANY);
+    assert!(known.values().all(|state| state == "live"), "{first:?}");
+
+    // Every session's process goes at once: a pass finds them gone (more changes than the
+    // ring holds), then they are pruned. A pass the kill lands in the middle of sees only some
+    // of them gone (the rest still live, to be found gone by the next pass); whichever of the
+    // two passes has more than half the ring's worth of changes sends a snapshot.
+    drop(child);
+    let mut snapshots = Vec::new();
+    let mut events = 0;
+    while !known.is_empty() {
+        let event = stream.next().await.unwrap_or_else(|| {
+            panic!("the listener was dropped after {events} events and {snapshots:?}")
+        });
+        events += 1;
+        match event.name.as_str() {
+            "snapshot" => {
+                known = states_in(&event);
+                snapshots.push((event.id, known.len()));
+            }
+            "session.changed" => {
+                assert_eq!(event.state(), "gone", "{event:?}");
+                known.insert(event.session_id().to_owned(), "gone".to_owned());
+            }
+            "session.removed" => {
+                assert_eq!(event.data["reason"], "pruned", "{event:?}");
+                known.remove(event.session_id());
+            }
+            other => panic!("unexpected {other}: {event:?}"),
+        }
+        assert!(
+            known
+                .values()
+                .all(|state| state == "live" || state == "gone"),
+            "every session is live or gone (event {} {})",
+            event.id,
+            event.name
+        );
+    }
+    assert!(
+        !snapshots.is_empty(),
+        "the changes came as {events} separate events, not as a snapshot"
+    );
+    assert!(events < MANY, "{events} events for {MANY} sessions");
+    assert!(
+        std::fs::read_dir(server.dir()).unwrap().next().is_none(),
+        "every record was pruned"
+    );
+
+    // Still connected: the next change comes as an event, with an id after the snapshot's.
+    let last = stream.parser.last_id.expect("events had ids");
+    let record = RecordJson::fresh().no_door();
+    record.write_in(server.dir());
+    let added = stream.expect_event().await;
+    assert_eq!(added.name, "session.added", "{added:?}");
+    assert_eq!(added.session_id(), record.session_id());
+    assert_eq!(
+        added.id,
+        last + 1,
+        "ids grow by one per event, a snapshot included"
+    );
+
+    // A listener arriving now gets the same picture as the one that stayed.
+    let (_, now) = server.listen().await;
+    assert_eq!(snapshot_ids(&now), [record.session_id()]);
+    assert_eq!(now.id, added.id);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -134,6 +134,20 @@ fn invalid_session_id_problem() -> Problem {
 }
 
 fn registry_problem(error: RegistryError) -> Problem {
+    let problem = problem_for(&error);
+    match &error {
+        RegistryError::Running(RunningError::DirUnavailable { path, why }) => {
+            tracing::error!(path = %path.display(), %why, "running directory unavailable");
+        }
+        _ if problem.status >= 500 => tracing::error!(%error, "request failed"),
+        _ => {}
+    }
+    problem
+}
+
+/// The problem a registry failure is answered with, without logging it: for a caller that has
+/// logged it already, or tells it again (the last words of an `/events` stream).
+pub fn problem_for(error: &RegistryError) -> Problem {
     match error {
         RegistryError::NotFound(id) => Problem::new(
             StatusCode::NOT_FOUND,
@@ -143,7 +157,7 @@ fn registry_problem(error: RegistryError) -> Problem {
         RegistryError::InvalidSessionId => invalid_session_id_problem(),
         // A file that could not be read says nothing about the session: that is our failure.
         RegistryError::Running(RunningError::Unreadable(entry)) if entry.why.is_read_failure() => {
-            internal(&RegistryError::Running(RunningError::Unreadable(entry)))
+            internal()
         }
         RegistryError::Running(RunningError::Unreadable(entry)) => Problem::new(
             StatusCode::NOT_FOUND,
@@ -153,26 +167,22 @@ fn registry_problem(error: RegistryError) -> Problem {
                 entry.file_name, entry.why
             ),
         ),
-        RegistryError::Running(RunningError::DirUnavailable { path, why }) => {
-            // The path goes to the log only; the client learns what is wrong (missing, not a
-            // directory, a foreign owner, a mode open to others: nothing secret) and that it is
-            // temporary.
-            tracing::error!(path = %path.display(), %why, "running directory unavailable");
-            Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "running-dir-unavailable",
-                format!(
-                    "the running directory is unavailable: {why}; the registry answers again once it is back (its log says where)"
-                ),
-            )
-        }
-        other => internal(&other),
+        // The path goes to the log only; the client learns what is wrong (missing, not a
+        // directory, a foreign owner, a mode open to others: nothing secret) and that it is
+        // temporary.
+        RegistryError::Running(RunningError::DirUnavailable { why, .. }) => Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "running-dir-unavailable",
+            format!(
+                "the running directory is unavailable: {why}; the registry answers again once it is back (its log says where)"
+            ),
+        ),
+        _ => internal(),
     }
 }
 
-/// A 500 that says where to look, never what happened; the log gets the error.
-fn internal(error: &RegistryError) -> Problem {
-    tracing::error!(%error, "request failed");
+/// A 500 that says where to look, never what happened (the caller logs the error).
+fn internal() -> Problem {
     Problem::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",

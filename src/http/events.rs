@@ -3,7 +3,8 @@
 //! Invariants kept here:
 //! - Every connection starts with a `snapshot` event (the whole picture), with or without
 //!   `Last-Event-ID`, so a client that reconnects never has a silent gap: whatever it missed is
-//!   in the snapshot.
+//!   in the snapshot. A `snapshot` may also come mid-stream, in place of too many changes at
+//!   once (see [`crate::monitor::SNAPSHOT_OVER`]); it means the same: replace everything.
 //! - Every event carries an `id` that only grows (the snapshot's is that of the last event it
 //!   includes), an `event` name, and one line of JSON built from the same [`SessionView`] as
 //!   `GET /sessions`: no secret has a place in it.
@@ -11,6 +12,11 @@
 //!   the number of listeners.
 //! - A listener that falls behind is disconnected, never buffered without bound; a shutdown
 //!   ends every stream, so a graceful shutdown does not wait on them.
+//! - A running directory that stays unreadable ends every stream (see [`crate::monitor`]), and
+//!   a stream opened while it is unreadable is refused with the problem `GET /sessions` gives
+//!   (503 `running-dir-unavailable`), so a dashboard never shows a stale picture as live.
+//! - A stream the registry ends says why in a last comment line (`: stream ended: …`), for a
+//!   human reading it with curl; clients need not parse it.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,7 +31,7 @@ use tokio::sync::broadcast::error::RecvError;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, problem_for};
 use super::sessions::{GateProblems, SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Snapshot, SubscribeError, Subscription};
 
@@ -91,7 +97,7 @@ pub struct SessionRemoved {
 ///
 /// | event | data |
 /// |---|---|
-/// | `snapshot` | `SessionList`: every session, newest first, and the count of unreadable entries. Always the first event of a connection, with or without `Last-Event-ID`; its `id` is that of the last change it includes. Replace your whole table with it. |
+/// | `snapshot` | `SessionList`: every session, newest first, and the count of unreadable entries. Always the first event of a connection, with or without `Last-Event-ID`; its `id` is that of the last change it includes. Replace your whole table with it. It also comes mid-stream, with the next `id`, in place of more than 512 changes at once (e.g. a thousand doors turning unreachable together): replace your whole table then too. |
 /// | `session.added` | `SessionAdded`: a new session, with its first complete verdict |
 /// | `session.changed` | `SessionChanged`: its `state` moved (e.g. `live` → `unreachable`), or its record was rewritten |
 /// | `session.removed` | `SessionRemoved`: it left, and why (`pruned`, `stopped`, `record_removed`, `unreadable`) |
@@ -101,10 +107,19 @@ pub struct SessionRemoved {
 /// `pruned`: while anyone listens, the registry prunes gone records as `DELETE` would. Records
 /// already gone when the first listener arrives are pruned before its snapshot. Every session is re-verified each
 /// interval (`--events-interval`, 2 s by default) and at once when its record file changes.
-/// An idle stream carries a `: keep-alive` comment every 15 s. A client that falls more than
-/// 1,024 events behind is disconnected; on reconnecting it gets a fresh snapshot. At most
-/// `--max-event-streams` streams (128 by default) are open at once. Browsers'
-/// `EventSource` cannot send the `Authorization` header: read the stream with `fetch`.
+/// An idle stream carries an empty comment line (`:`) every 15 s. A client that falls more
+/// than 1,024 events behind is disconnected; on reconnecting it gets a fresh snapshot. At most
+/// `--max-event-streams` streams (128 by default) are open at once.
+///
+/// A running directory that cannot be read (removed, replaced by a file or a link, owned by
+/// another user, opened to group or others, or an I/O error) is never taken as evidence that
+/// sessions ended: no event is sent for it. If it is still unreadable one interval later (two
+/// periodic passes), every stream ends, so no client keeps showing a stale picture as live; a
+/// reconnect then gets the answer `GET /sessions` gives (503 `running-dir-unavailable`, whose
+/// detail says what is wrong), and a fresh snapshot once it is back. A stream the registry
+/// ends (for this, a shutdown, or a client too far behind) closes with a comment line saying
+/// why (`: stream ended: …`). Browsers' `EventSource` cannot send the `Authorization` header:
+/// read the stream with `fetch`.
 #[utoipa::path(
     get, path = "/events", tag = TAG,
     security(("bearer" = [])),
@@ -113,7 +128,7 @@ pub struct SessionRemoved {
     responses(
         (status = 200, description = "The event stream", content_type = "text/event-stream", body = String),
         GateProblems,
-        (status = 503, description = "The running directory cannot be read, the registry is shutting down, too many requests are in flight (`overloaded`, with Retry-After), as many event streams are open as `--max-event-streams` allows (`too-many-event-streams`, with Retry-After; answered before the token is checked), or the token file is unusable", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Unavailable for now: the running directory is missing, replaced or open to others (`running-dir-unavailable`, as for `GET /sessions`), the registry is shutting down (`events-unavailable`), too many requests are in flight (`overloaded`, with Retry-After), as many event streams are open as `--max-event-streams` allows (`too-many-event-streams`, with Retry-After; answered before the token is checked), or the token file is unusable (`token-file-unusable`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn events(
@@ -123,61 +138,82 @@ pub async fn events(
     if let Some(last) = headers.get("last-event-id") {
         tracing::debug!(last_event_id = ?last, "a client resumes; it gets a snapshot first");
     }
-    let subscription = state.events().subscribe().await.map_err(|error| {
-        let detail = match &error {
-            SubscribeError::Unavailable(_) => {
-                tracing::warn!(%error, "cannot start an event stream");
-                "the running directory cannot be read; see the registry's log".to_owned()
-            }
-            SubscribeError::Closing => error.to_string(),
-        };
-        ApiError::from(Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "events-unavailable",
-            detail,
-        ))
-    })?;
+    let subscription = state
+        .events()
+        .subscribe()
+        .await
+        .map_err(|error| match error {
+            // Answered as `GET /sessions` answers the same failure, and logged the same way.
+            SubscribeError::Unavailable(error) => ApiError::from(error),
+            SubscribeError::Closing => ApiError::from(Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "events-unavailable",
+                SubscribeError::Closing.to_string(),
+            )),
+        })?;
     Ok(Sse::new(stream(subscription)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }
 
 /// The snapshot, then every event, until the listener lags, the monitor stops or the registry
-/// shuts down.
+/// shuts down; then a last comment saying which.
 fn stream(subscription: Subscription) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let first = snapshot_event(&subscription.snapshot);
-    futures_util::stream::unfold(
-        (Some(first), subscription),
-        |(first, mut subscription)| async move {
-            if let Some(first) = first {
-                return Some((Ok(first), (None, subscription)));
+    futures_util::stream::unfold(Some((Some(first), subscription)), |state| async move {
+        // `None`: the last comment went out; the stream is over.
+        let (first, mut subscription) = state?;
+        if let Some(first) = first {
+            return Some((Ok(first), Some((None, subscription))));
+        }
+        let next = tokio::select! {
+            // `wait_for` also ends the stream if the monitor is dropped.
+            () = crate::monitor::closed(&mut subscription.closing) => {
+                Err(SubscribeError::Closing.to_string())
             }
-            let next = tokio::select! {
-                // `wait_for` also ends the stream if the monitor is dropped.
-                () = crate::monitor::closed(&mut subscription.closing) => None,
-                received = subscription.events.recv() => match received {
-                    Ok(event) => Some(sse_event(&event)),
-                    Err(RecvError::Lagged(missed)) => {
-                        tracing::info!(missed, "dropping an event listener that fell behind");
-                        None
-                    }
-                    Err(RecvError::Closed) => None,
-                },
-            };
-            next.map(|event| (Ok(event), (None, subscription)))
-        },
-    )
+            received = subscription.events.recv() => match received {
+                Ok(event) => Ok(sse_event(&event)),
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::info!(missed, "dropping an event listener that fell behind");
+                    Err(format!(
+                        "this listener fell more than {} events behind",
+                        crate::monitor::EVENT_BUFFER
+                    ))
+                }
+                Err(RecvError::Closed) => Err(match subscription.ended_by() {
+                    Some(error) => problem_for(error).detail,
+                    None => SubscribeError::Closing.to_string(),
+                }),
+            },
+        };
+        Some(match next {
+            Ok(event) => (Ok(event), Some((None, subscription))),
+            Err(why) => (Ok(last_words(&why)), None),
+        })
+    })
+}
+
+/// The comment that ends a stream: why, and what a reconnect gets.
+fn last_words(why: &str) -> SseEvent {
+    // A comment is one line; the reasons are, but a newline would make axum panic.
+    let why = why.replace(['\r', '\n'], " ");
+    SseEvent::default().comment(format!(
+        "stream ended: {why}; a reconnect gets a fresh snapshot, or the reason it cannot"
+    ))
 }
 
 fn snapshot_event(snapshot: &Snapshot) -> SseEvent {
-    let data = snapshot.encoded(|snapshot| {
+    SseEvent::default()
+        .id(snapshot.id.to_string())
+        .event("snapshot")
+        .data(snapshot_event_data(snapshot))
+}
+
+fn snapshot_event_data(snapshot: &Snapshot) -> &str {
+    snapshot.encoded(|snapshot| {
         encode(&SessionList {
             sessions: snapshot.readings.iter().map(SessionView::of).collect(),
             unreadable: snapshot.unreadable,
         })
-    });
-    SseEvent::default()
-        .id(snapshot.id.to_string())
-        .event("snapshot")
-        .data(data)
+    })
 }
 
 fn sse_event(event: &Arc<Event>) -> SseEvent {
@@ -185,8 +221,12 @@ fn sse_event(event: &Arc<Event>) -> SseEvent {
         EventKind::Added(_) => "session.added",
         EventKind::Changed { .. } => "session.changed",
         EventKind::Removed { .. } => "session.removed",
+        // Many changes at once: the whole picture, encoded once (and shared with the
+        // snapshots of listeners arriving after it).
+        EventKind::Snapshot(snapshot) => return snapshot_event(snapshot),
     };
     let data = event.encoded(|kind| match kind {
+        EventKind::Snapshot(snapshot) => snapshot_event_data(snapshot).to_owned(),
         EventKind::Added(reading) => encode(&SessionAdded {
             session_id: reading.record.session_id.clone(),
             session: SessionView::of(reading),

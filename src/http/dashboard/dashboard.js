@@ -9,6 +9,11 @@
 // - EventSource cannot send an Authorization header, so the stream is read with fetch and
 //   parsed here. Every connection starts with a `snapshot` that replaces the whole table, so a
 //   reconnect (after the server dropped us, or went away) needs no bookkeeping of missed events.
+//   A `snapshot` may also arrive mid-stream (in place of many changes at once): it replaces
+//   the whole table the same way.
+// - When the registry cannot serve the stream (a 503 problem, e.g. its running directory is
+//   missing) or ends it (saying why in a last comment line), the page says so in the
+//   registry's own words, keeps the last table greyed out, and retries with its backoff.
 'use strict';
 
 const TOKEN_KEY = 'murmur-registry.token';
@@ -168,17 +173,25 @@ async function connect() {
   }
   if (!response.ok || !response.body) {
     const detail = await problemDetail(response);
-    lost(`The registry answered ${response.status}${detail ? ': ' + detail : '.'}`,
-      'Registry error, retrying…');
+    if (response.status === 503 && detail) {
+      // Temporary by definition (its running directory is gone, it is overloaded or shutting
+      // down): say what the registry says, and keep trying.
+      lost(`The registry is unavailable: ${detail}.`, 'Registry unavailable, retrying…');
+    } else {
+      lost(`The registry answered ${response.status}${detail ? ': ' + detail : '.'}`,
+        'Registry error, retrying…');
+    }
     return;
   }
+  let lastWords = null;
   try {
-    await readEvents(response.body, controller, dispatch);
+    lastWords = await readEvents(response.body, controller, dispatch);
   } catch {
     // A reset connection, an aborted read or the stall watchdog: handled below.
   }
   if (controller.signal.aborted && stream.controller !== controller) return;
-  lost('The connection to the registry closed.');
+  lost(lastWords ? `The registry ended the stream: ${lastWords.replace(/^stream ended:\s*/, '')}.`
+    : 'The connection to the registry closed.');
 }
 
 // The stream ended or never started: keep the table (marked stale) and try again later, each
@@ -209,6 +222,8 @@ function tokenRefused() {
 
 // Read server-sent events from `body` until it ends, calling `onEvent(name, data, id)` for each.
 // Lines end in LF, CRLF or CR; `:` lines are comments (keep-alives); an empty line ends an event.
+// Answers the last comment with text, if the stream ended cleanly: the registry's reason for
+// ending it (keep-alives are empty comments).
 async function readEvents(body, controller, onEvent) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
@@ -217,6 +232,7 @@ async function readEvents(body, controller, onEvent) {
   let data = [];
   let id = null;
   let skipLF = false;
+  let comment = null;
   let watchdog = null;
   const feedWatchdog = () => {
     clearTimeout(watchdog);
@@ -227,7 +243,7 @@ async function readEvents(body, controller, onEvent) {
   try {
     for (;;) {
       const { value, done } = await reader.read();
-      if (done) return;
+      if (done) return comment;
       feedWatchdog();
       let text = decoder.decode(value, { stream: true });
       // A chunk that ended in CR has ended its line already; if this one starts with the LF
@@ -250,7 +266,11 @@ async function readEvents(body, controller, onEvent) {
           data = [];
           continue;
         }
-        if (line.startsWith(':')) continue;
+        if (line.startsWith(':')) {
+          const text = line.slice(1).trim();
+          if (text) comment = text;
+          continue;
+        }
         const colon = line.indexOf(':');
         const field = colon < 0 ? line : line.slice(0, colon);
         let value = colon < 0 ? '' : line.slice(colon + 1);
