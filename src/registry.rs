@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 
+use crate::private_fs::PrivateDirError;
 use crate::running::{
     self, DoorProbe, Liveness, ProcessState, Pruned, RunningError, RunningRecord, SignalOutcome,
     UnreadableEntry, Verdict,
@@ -81,28 +82,46 @@ pub enum RegistryError {
 type PassResult = Result<Arc<Listing>, Arc<RegistryError>>;
 
 /// A caller's own copy of an error a shared pass met, so each caller can own (and convert)
-/// the error it is answered with.
+/// the error it is answered with. Every variant is copied as itself (an `io::Error` keeps its
+/// errno, or its kind and message), so a copy maps to the same answer as the original.
 pub(crate) fn copy_error(error: &RegistryError) -> RegistryError {
+    let io = |cause: &std::io::Error| {
+        cause.raw_os_error().map_or_else(
+            || std::io::Error::new(cause.kind(), cause.to_string()),
+            std::io::Error::from_raw_os_error,
+        )
+    };
     match error {
         RegistryError::NotFound(id) => RegistryError::NotFound(id.clone()),
         RegistryError::InvalidSessionId => RegistryError::InvalidSessionId,
-        RegistryError::Running(RunningError::DirUnavailable { path, why }) => {
-            RegistryError::Running(RunningError::DirUnavailable {
+        RegistryError::Task(what) => RegistryError::Task(what.clone()),
+        RegistryError::Running(running) => RegistryError::Running(match running {
+            RunningError::NoHome => RunningError::NoHome,
+            RunningError::Dir(PrivateDirError::Insecure { path, problem }) => {
+                RunningError::Dir(PrivateDirError::Insecure {
+                    path: path.clone(),
+                    problem: problem.clone(),
+                })
+            }
+            RunningError::Dir(PrivateDirError::Io { path, cause }) => {
+                RunningError::Dir(PrivateDirError::Io {
+                    path: path.clone(),
+                    cause: io(cause),
+                })
+            }
+            RunningError::Io { path, cause } => RunningError::Io {
+                path: path.clone(),
+                cause: io(cause),
+            },
+            RunningError::DirUnavailable { path, why } => RunningError::DirUnavailable {
                 path: path.clone(),
                 why: why.clone(),
-            })
-        }
-        RegistryError::Running(RunningError::Io { path, cause }) => {
-            RegistryError::Running(RunningError::Io {
-                path: path.clone(),
-                cause: cause.raw_os_error().map_or_else(
-                    || std::io::Error::new(cause.kind(), cause.to_string()),
-                    std::io::Error::from_raw_os_error,
-                ),
-            })
-        }
-        RegistryError::Running(other) => RegistryError::Task(other.to_string()),
-        RegistryError::Task(what) => RegistryError::Task(what.clone()),
+            },
+            RunningError::InvalidSessionId(id) => RunningError::InvalidSessionId(id.clone()),
+            RunningError::Unreadable(entry) => RunningError::Unreadable(entry.clone()),
+            RunningError::NotGone(id) => RunningError::NotGone(id.clone()),
+            RunningError::NotFromDisk(id) => RunningError::NotFromDisk(id.clone()),
+        }),
     }
 }
 
@@ -124,9 +143,30 @@ pub struct Listing {
     pub readings: Vec<Reading>,
     /// Entries that are not valid records.
     pub unreadable: Vec<UnreadableEntry>,
-    /// The whole listing as a client receives it, encoded by the first caller that needs it:
-    /// a listing shared by many callers is encoded once, and the bytes go with the listing.
-    pub encoded: OnceLock<Bytes>,
+    /// The listing as a client receives it, once encoded ([`Listing::encoded`]).
+    encoded: OnceLock<Bytes>,
+}
+
+impl Listing {
+    fn new(readings: Vec<Reading>, unreadable: Vec<UnreadableEntry>) -> Self {
+        Self {
+            readings,
+            unreadable,
+            encoded: OnceLock::new(),
+        }
+    }
+
+    /// This listing as `encode` makes it, made once: a listing shared by many callers (the
+    /// `probe=false` one of a shared pass) is encoded by the first of them and the bytes are
+    /// handed to the rest. The bytes are always this listing's own: the slot is private, it
+    /// is filled from `self` only, and the readings cannot change while the listing is shared.
+    pub fn encoded<E>(&self, encode: impl FnOnce(&Self) -> Result<Bytes, E>) -> Result<Bytes, E> {
+        if let Some(bytes) = self.encoded.get() {
+            return Ok(bytes.clone());
+        }
+        let bytes = encode(self)?;
+        Ok(self.encoded.get_or_init(|| bytes).clone())
+    }
 }
 
 /// The door probes in flight at one moment ([`Registry::probes_in_flight`]).
@@ -239,14 +279,10 @@ pub struct Registry {
     dir: PathBuf,
     door: DoorProbe,
     flights: Flights,
-    records: Arc<running::RecordCache>,
+    /// What listings read the directory with (its cache is the monitor's scans' too).
+    reader: PassReader,
     /// The directory passes listings share.
-    passes: SharedPasses<PassResult>,
-    /// Entries the latest scan found; `usize::MAX` before the first.
-    last_scan_entries: AtomicUsize,
-    /// Whether a small directory may be listed on the calling task (it is on a local
-    /// filesystem; decided once, when the registry is made).
-    inline_scans: bool,
+    passes: Arc<SharedPasses<PassResult>>,
     stopping: StopsInProgress,
     removals: RemovalNotes,
 }
@@ -339,10 +375,13 @@ impl Registry {
         Self {
             door,
             flights: Flights::default(),
-            records: Arc::default(),
-            passes: SharedPasses::default(),
-            last_scan_entries: AtomicUsize::new(usize::MAX),
-            inline_scans: on_local_filesystem(&dir),
+            reader: PassReader {
+                dir: dir.clone(),
+                cache: Arc::default(),
+                last_scan_entries: Arc::new(AtomicUsize::new(usize::MAX)),
+                inline_scans: on_local_filesystem(&dir),
+            },
+            passes: Arc::default(),
             stopping: StopsInProgress::default(),
             removals: RemovalNotes::default(),
             dir,
@@ -362,9 +401,10 @@ impl Registry {
     /// concurrently, at most the prober's limit at once, and a door already being probed for
     /// an identical record (by any caller) is not asked again: its probe's answer is shared.
     pub async fn sessions(&self, probe: bool) -> Result<Arc<Listing>, RegistryError> {
+        let reader = self.reader.clone();
         let lean = self
             .passes
-            .run(|| self.pass())
+            .run(move || reader.clone().pass(), pass_panicked)
             .await
             .map_err(|shared| copy_error(&shared))?;
         if !probe {
@@ -376,41 +416,7 @@ impl Registry {
             .map(|reading| (reading.record.clone(), reading.process.clone()))
             .unzip();
         let readings = self.read_all(records, states, true).await;
-        Ok(Arc::new(Listing {
-            readings,
-            unreadable: lean.unreadable.clone(),
-            encoded: OnceLock::new(),
-        }))
-    }
-
-    /// One pass: scan the directory and read layers 1–2 for every record, in one trip to the
-    /// blocking pool if it takes one.
-    async fn pass(&self) -> PassResult {
-        let dir = self.dir.clone();
-        let cache = Arc::clone(&self.records);
-        let read = move || {
-            let scan = running::scan_cached(&dir, &cache)?;
-            let states: Vec<ProcessState> =
-                scan.records.iter().map(running::process_state).collect();
-            Ok::<_, RegistryError>((scan, states))
-        };
-        let read = if self.inline_scans
-            && self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES
-        {
-            read()
-        } else {
-            blocking(read).await.and_then(|read| read)
-        };
-        let (scan, states) = read.map_err(Arc::new)?;
-        self.last_scan_entries.store(
-            scan.records.len() + scan.unreadable.len(),
-            Ordering::Relaxed,
-        );
-        Ok(Arc::new(Listing {
-            readings: self.read_all(scan.records, states, false).await,
-            unreadable: scan.unreadable,
-            encoded: OnceLock::new(),
-        }))
+        Ok(Arc::new(Listing::new(readings, lean.unreadable.clone())))
     }
 
     /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.
@@ -444,7 +450,7 @@ impl Registry {
     /// Every entry of the directory, read but not verified. Changes nothing on disk.
     pub async fn scan(&self) -> Result<running::Scan, RegistryError> {
         let dir = self.dir.clone();
-        let cache = Arc::clone(&self.records);
+        let cache = Arc::clone(&self.reader.cache);
         blocking(move || running::scan_cached(&dir, &cache))
             .await?
             .map_err(Into::into)
@@ -534,18 +540,7 @@ impl Registry {
         probe: bool,
     ) -> Vec<Reading> {
         if !probe {
-            return records
-                .into_iter()
-                .zip(states)
-                .map(|(record, process)| {
-                    let liveness = running::decided_by_process(&record, &process);
-                    Reading {
-                        record,
-                        process,
-                        liveness,
-                    }
-                })
-                .collect();
+            return lean_readings(records, states);
         }
         // Every flight is joined (and so started) before any answer is awaited: the probes run
         // side by side, and awaiting them in order costs only the slowest one.
@@ -890,6 +885,72 @@ fn on_local_filesystem(dir: &Path) -> bool {
         let kind = stat.f_type as u32;
         !REMOTE.contains(&kind)
     })
+}
+
+/// Readings from layers 1–2 alone: a verdict only where they decide it.
+fn lean_readings(records: Vec<RunningRecord>, states: Vec<ProcessState>) -> Vec<Reading> {
+    records
+        .into_iter()
+        .zip(states)
+        .map(|(record, process)| {
+            let liveness = running::decided_by_process(&record, &process);
+            Reading {
+                record,
+                process,
+                liveness,
+            }
+        })
+        .collect()
+}
+
+/// What a directory pass reads with, owned, so that a pass runs as a task of its own and to
+/// its end whoever started it (see `passes`).
+#[derive(Debug, Clone)]
+struct PassReader {
+    dir: PathBuf,
+    cache: Arc<running::RecordCache>,
+    /// Entries the latest scan found; `usize::MAX` before the first.
+    last_scan_entries: Arc<AtomicUsize>,
+    /// Whether a small directory may be listed on the calling task (it is on a local
+    /// filesystem; decided once, when the registry is made).
+    inline_scans: bool,
+}
+
+impl PassReader {
+    /// One pass: scan the directory and read layers 1–2 for every record, in one trip to the
+    /// blocking pool if it takes one; the `probe=false` listing of what it read.
+    async fn pass(self) -> PassResult {
+        let inline = self.inline_scans
+            && self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES;
+        let (dir, cache) = (self.dir, self.cache);
+        let read = move || {
+            let scan = running::scan_cached(&dir, &cache)?;
+            let states: Vec<ProcessState> =
+                scan.records.iter().map(running::process_state).collect();
+            Ok::<_, RegistryError>((scan, states))
+        };
+        let read = if inline {
+            read()
+        } else {
+            blocking(read).await.and_then(|read| read)
+        };
+        let (scan, states) = read.map_err(Arc::new)?;
+        self.last_scan_entries.store(
+            scan.records.len() + scan.unreadable.len(),
+            Ordering::Relaxed,
+        );
+        Ok(Arc::new(Listing::new(
+            lean_readings(scan.records, states),
+            scan.unreadable,
+        )))
+    }
+}
+
+/// The result of a pass that panicked: its waiters are told, as for a blocking task that did.
+fn pass_panicked(why: String) -> PassResult {
+    Err(Arc::new(RegistryError::Task(format!(
+        "the directory pass panicked: {why}"
+    ))))
 }
 
 /// Run blocking work on tokio's blocking pool.

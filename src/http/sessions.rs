@@ -10,8 +10,8 @@
 //!   on the evidence the registry returns. (`GET /events` is the exception, by design: while a
 //!   listener is connected the live view prunes gone records, on the same evidence.)
 //! - A list body is the encoding of the listing the registry handed this request; a listing
-//!   shared by several requests (`probe=false`) is encoded once, into the listing itself, so
-//!   no body outlives its listing or is served for another one.
+//!   shared by several requests (`probe=false`) is encoded once, by the first of them, into
+//!   the listing itself ([`Listing::encoded`]), so the bytes are always that listing's own.
 
 use std::time::Duration;
 
@@ -554,11 +554,9 @@ pub async fn list_sessions(
     }
     // A `probe=false` listing is shared by every caller that waited for its pass: it is
     // encoded once, by the first of them.
-    if let Some(body) = listing.encoded.get() {
-        return Ok(json_body(body.clone()));
-    }
-    let body = encode_list(&listing, None)?;
-    Ok(json_body(listing.encoded.get_or_init(|| body).clone()))
+    Ok(json_body(
+        listing.encoded(|listing| encode_list(listing, None))?,
+    ))
 }
 
 /// The list body of `listing`, keeping only the sessions whose state is in `keep`, if given.

@@ -9,25 +9,27 @@
 //! - Nobody is answered with a reading older than their question: a caller takes the result of
 //!   a pass only if that pass started after the caller arrived. A caller that arrives while a
 //!   pass runs never joins it (it may have read the directory already); it waits for the pass
-//!   after, which one of the waiters starts as soon as the running one ends. So sharing makes
-//!   no answer staler than a pass of the caller's own, and nothing is cached: a result is
-//!   handed only to callers that were already waiting when it was published, and let go of
-//!   when the last of them has taken it.
-//! - At most one pass runs at a time, so concurrent listings cost one pass in flight plus one
-//!   waiting, whatever their number.
-//! - A leader that goes away mid-pass (its client hung up) hands over: the pass is marked
-//!   ended without a result and the waiters wake, so one of them leads a pass of its own.
-//!   Nobody waits on a pass that nobody runs.
+//!   after, which it or another waiter starts as soon as the running one ends. So sharing makes
+//!   no answer staler than a pass of the caller's own.
+//! - Nothing is cached for later callers: a result is kept only while callers wait for a pass
+//!   to end, so only they can take it, and it is let go of when the last of them leaves.
+//! - At most one pass runs at a time. A pass runs as a task of its own, to its end, whoever
+//!   started it: a caller that goes away (its client hung up, its deadline passed) takes
+//!   nothing from those still waiting, and its pass is never begun again beside itself.
+//! - A pass that panics ends with the failure its caller supplied, so its waiters are answered
+//!   rather than left to start it again and again.
 
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use futures_util::FutureExt;
 use tokio::sync::Notify;
 
 /// Passes over one directory, one at a time, each result shared by everyone who waited for it.
 pub(super) struct SharedPasses<T> {
     state: Mutex<State<T>>,
-    /// Woken whenever a pass ends, with a result or abandoned.
+    /// Woken whenever a pass ends.
     ended: Notify,
 }
 
@@ -36,7 +38,7 @@ struct State<T> {
     running: bool,
     /// How many passes have started; the running one (if any) is number `started`.
     started: u64,
-    /// Callers waiting for a pass to end (not the one running it).
+    /// Callers waiting for a pass to end.
     waiting: usize,
     /// The newest pass's number and result, while callers wait that may take it.
     latest: Option<(u64, T)>,
@@ -62,19 +64,24 @@ impl<T> std::fmt::Debug for SharedPasses<T> {
         f.debug_struct("SharedPasses")
             .field("running", &state.running)
             .field("started", &state.started)
+            .field("waiting", &state.waiting)
             .finish()
     }
 }
 
-impl<T: Clone> SharedPasses<T> {
-    /// The result of a pass that starts no earlier than this call: `pass` run now if no pass
-    /// is running, else the result of the next pass, which this caller may end up running.
+impl<T: Clone + Send + 'static> SharedPasses<T> {
+    /// The result of a pass that starts no earlier than this call: one started now if no pass
+    /// is running, else the next one, started as soon as the running one ends.
     ///
-    /// `pass` is run at most once, by this caller, and only when this caller leads.
-    pub(super) async fn run<F, Fut>(&self, pass: F) -> T
+    /// `pass` makes the pass when this caller is the one to start it; it runs as a task of its
+    /// own. `failed` makes the result of a pass that panicked, from the panic's message.
+    pub(super) async fn run<Fut>(
+        self: &Arc<Self>,
+        pass: impl Fn() -> Fut,
+        failed: fn(String) -> T,
+    ) -> T
     where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = T>,
+        Fut: Future<Output = T> + Send + 'static,
     {
         // Any pass numbered above the ones started so far starts after this moment.
         let first_acceptable = self.lock().started + 1;
@@ -87,43 +94,41 @@ impl<T: Clone> SharedPasses<T> {
             let ended = self.ended.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
-            let step = {
+            let lead = {
                 let mut state = self.lock();
-                match &state.latest {
-                    Some((number, result)) if *number >= first_acceptable => {
-                        Step::Take(result.clone())
-                    }
-                    _ if state.running => {
-                        if !waiter.counted {
-                            waiter.counted = true;
-                            state.waiting += 1;
-                        }
-                        Step::Wait
-                    }
-                    _ => {
-                        state.running = true;
-                        state.started += 1;
-                        Step::Lead(state.started)
-                    }
+                if let Some((number, result)) = &state.latest
+                    && *number >= first_acceptable
+                {
+                    return result.clone();
+                }
+                if !waiter.counted {
+                    waiter.counted = true;
+                    state.waiting += 1;
+                }
+                if state.running {
+                    None
+                } else {
+                    state.running = true;
+                    state.started += 1;
+                    // Made under the lock, so the pass is marked ended whatever happens next.
+                    Some(Lead {
+                        passes: Arc::clone(self),
+                        number: state.started,
+                        result: None,
+                    })
                 }
             };
-            match step {
-                Step::Take(result) => return result,
-                Step::Wait => ended.await,
-                Step::Lead(number) => {
-                    // A leader waits no more: the result it makes needs no keeping for it.
-                    drop(waiter);
-                    let mut lead = Lead {
-                        passes: self,
-                        number,
-                        result: None,
-                    };
-                    let result = pass().await;
-                    lead.result = Some(result.clone());
-                    drop(lead);
-                    return result;
-                }
+            if let Some(lead) = lead {
+                let work = pass();
+                tokio::spawn(async move {
+                    let result = AssertUnwindSafe(work)
+                        .catch_unwind()
+                        .await
+                        .unwrap_or_else(|panic| failed(panic_message(panic.as_ref())));
+                    lead.publish(result);
+                });
             }
+            ended.await;
         }
     }
 }
@@ -136,18 +141,17 @@ impl<T> SharedPasses<T> {
     }
 }
 
-/// What a caller does next.
-enum Step<T> {
-    /// A pass that started after the caller arrived has ended: its result is the answer.
-    Take(T),
-    /// A pass is running: wait for it to end.
-    Wait,
-    /// No pass is running: run pass number `.0`.
-    Lead(u64),
+/// What a panic said, for the failure its pass ends with.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a directory pass panicked".to_owned())
 }
 
-/// A caller counted among the waiting until it leaves, however it leaves (answered, leading,
-/// or dropped by its own caller). The last one to leave lets go of the latest result.
+/// A caller counted among the waiting until it leaves, however it leaves (answered, or dropped
+/// by its own caller). The last one to leave lets go of the latest result.
 struct Waiter<'a, T> {
     passes: &'a SharedPasses<T>,
     counted: bool,
@@ -166,14 +170,24 @@ impl<T> Drop for Waiter<'_, T> {
     }
 }
 
-/// The running pass, ended when dropped: published if it has a result, else abandoned.
-struct Lead<'a, T> {
-    passes: &'a SharedPasses<T>,
+/// The running pass, ended when dropped: its result published if it has one (it has none
+/// only if its task was dropped unfinished, as when the runtime shuts down).
+struct Lead<T> {
+    passes: Arc<SharedPasses<T>>,
     number: u64,
     result: Option<T>,
 }
 
-impl<T> Drop for Lead<'_, T> {
+impl<T> Lead<T> {
+    /// End the pass with `result`.
+    fn publish(mut self, result: T) {
+        self.result = Some(result);
+        // Dropped here: the end is published by `drop`, which also covers a pass that never
+        // gets this far.
+    }
+}
+
+impl<T> Drop for Lead<T> {
     fn drop(&mut self) {
         {
             let mut state = self.passes.lock();
@@ -191,75 +205,90 @@ impl<T> Drop for Lead<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
-
-    use tokio::sync::oneshot;
 
     use super::*;
 
+    fn failed(why: String) -> String {
+        format!("failed: {why}")
+    }
+
+    /// A pass that counts how many passes started and answers `answer` once `release` fires.
+    fn held(
+        runs: &Arc<AtomicU64>,
+        release: &Arc<tokio::sync::Semaphore>,
+        answer: &'static str,
+    ) -> impl Fn() -> std::pin::Pin<Box<dyn Future<Output = String> + Send>> + Send + use<> {
+        let (runs, release) = (Arc::clone(runs), Arc::clone(release));
+        move || {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let release = Arc::clone(&release);
+            Box::pin(async move {
+                let _held = release.acquire().await;
+                answer.to_owned()
+            })
+        }
+    }
+
+    /// Let every spawned task run up to where it waits (the test runtime has one thread).
+    async fn settle() {
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn a_lone_caller_runs_its_own_pass_every_time() {
-        let passes = SharedPasses::<u64>::default();
-        let runs = AtomicU64::new(0);
+        let passes = Arc::new(SharedPasses::<String>::default());
+        let runs = Arc::new(AtomicU64::new(0));
         for expected in 1..=3 {
+            let runs = Arc::clone(&runs);
             let got = passes
-                .run(|| async { runs.fetch_add(1, Ordering::SeqCst) + 1 })
+                .run(
+                    move || {
+                        let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                        async move { n.to_string() }
+                    },
+                    failed,
+                )
                 .await;
-            assert_eq!(got, expected, "no result is reused for a later caller");
+            assert_eq!(got, expected.to_string(), "no result is reused");
         }
-        assert!(
-            passes.lock().latest.is_none(),
-            "nobody waited: nothing is kept"
-        );
+        assert!(passes.lock().latest.is_none(), "nothing is kept");
     }
 
     #[tokio::test]
     async fn callers_arriving_during_a_pass_share_the_next_one_not_the_running_one() {
-        let passes = Arc::new(SharedPasses::<&'static str>::default());
-        let (release, hold) = oneshot::channel::<()>();
-        let (started, running) = oneshot::channel::<()>();
-        let leader = tokio::spawn({
-            let passes = Arc::clone(&passes);
-            async move {
-                passes
-                    .run(|| async move {
-                        let _ = started.send(());
-                        let _ = hold.await;
-                        "first"
-                    })
-                    .await
-            }
-        });
-        running.await.expect("the first pass started");
+        let passes = Arc::new(SharedPasses::<String>::default());
         let runs = Arc::new(AtomicU64::new(0));
+        let first_gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let open = Arc::new(tokio::sync::Semaphore::new(100));
+        let leader = tokio::spawn({
+            let (passes, pass) = (Arc::clone(&passes), held(&runs, &first_gate, "first"));
+            async move { passes.run(pass, failed).await }
+        });
+        settle().await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "the first pass started");
         let waiters: Vec<_> = (0..8)
             .map(|_| {
-                let passes = Arc::clone(&passes);
-                let runs = Arc::clone(&runs);
-                tokio::spawn(async move {
-                    passes
-                        .run(|| async move {
-                            runs.fetch_add(1, Ordering::SeqCst);
-                            "second"
-                        })
-                        .await
-                })
+                let (passes, pass) = (Arc::clone(&passes), held(&runs, &open, "second"));
+                tokio::spawn(async move { passes.run(pass, failed).await })
             })
             .collect();
-        // The test runtime has one thread: yielding lets every spawned waiter run up to its
-        // wait, so all of them arrive before the first pass ends.
-        for _ in 0..100 {
-            tokio::task::yield_now().await;
-        }
-        release.send(()).expect("the first pass waits");
+        settle().await;
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "nobody starts a pass beside it"
+        );
+        first_gate.add_permits(1);
         assert_eq!(leader.await.expect("leader"), "first");
         for waiter in waiters {
             assert_eq!(waiter.await.expect("waiter"), "second");
         }
         assert_eq!(
             runs.load(Ordering::SeqCst),
-            1,
+            2,
             "the waiters shared one pass"
         );
         let state = passes.lock();
@@ -268,31 +297,51 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_leader_that_goes_away_hands_the_pass_to_a_waiter() {
-        let passes = Arc::new(SharedPasses::<&'static str>::default());
-        let (started, running) = oneshot::channel::<()>();
+    async fn a_pass_outlives_the_caller_that_started_it_and_is_never_run_twice_at_once() {
+        let passes = Arc::new(SharedPasses::<String>::default());
+        let runs = Arc::new(AtomicU64::new(0));
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
         let leader = tokio::spawn({
-            let passes = Arc::clone(&passes);
-            async move {
-                passes
-                    .run(|| async move {
-                        let _ = started.send(());
-                        std::future::pending::<&'static str>().await
-                    })
-                    .await
-            }
+            let (passes, pass) = (Arc::clone(&passes), held(&runs, &gate, "first"));
+            async move { passes.run(pass, failed).await }
         });
-        running.await.expect("the first pass started");
+        settle().await;
         let waiter = tokio::spawn({
-            let passes = Arc::clone(&passes);
-            async move { passes.run(|| async { "own" }).await }
+            let (passes, pass) = (Arc::clone(&passes), held(&runs, &gate, "second"));
+            async move { passes.run(pass, failed).await }
         });
-        for _ in 0..100 {
-            tokio::task::yield_now().await;
-        }
+        settle().await;
         leader.abort();
         assert!(leader.await.expect_err("aborted").is_cancelled());
-        assert_eq!(waiter.await.expect("waiter"), "own");
-        assert!(!passes.lock().running, "no pass is left marked running");
+        settle().await;
+        assert!(passes.lock().running, "the pass runs on without its caller");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "and nobody starts another beside it"
+        );
+        gate.add_permits(2);
+        assert_eq!(waiter.await.expect("waiter"), "second");
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        assert!(!passes.lock().running);
+    }
+
+    #[tokio::test]
+    async fn a_pass_that_panics_answers_its_waiters_with_the_failure() {
+        let passes = Arc::new(SharedPasses::<String>::default());
+        let got = passes
+            .run(
+                || async {
+                    panic!("the disk caught fire");
+                    #[allow(unreachable_code)]
+                    String::new()
+                },
+                failed,
+            )
+            .await;
+        assert_eq!(got, "failed: the disk caught fire");
+        assert!(!passes.lock().running, "the pass is over");
+        let again = passes.run(|| async { "fine".to_owned() }, failed).await;
+        assert_eq!(again, "fine", "the next caller runs a pass of its own");
     }
 }
