@@ -875,6 +875,49 @@ fn an_unprivileged_server_reports_eperm_and_leaves_the_process_and_record() {
 }
 
 #[test]
+fn a_running_dir_its_owner_may_not_open_is_a_503_saying_so_until_it_may_again() {
+    // Root opens anything: only an unprivileged server meets EACCES on its own directory.
+    let home = Home::for_nobody();
+    let server = Server::start(home.path(), User::Nobody);
+    let token = home.token();
+    let running = home.running_dir();
+    let record = RecordJson::fresh().no_door();
+    chown_nobody(&record.write_in(&running));
+    assert_eq!(
+        server.get("/sessions?probe=false", Some(&token)).status,
+        200
+    );
+
+    // Write and search, but not read: private still, and unlistable.
+    std::fs::set_permissions(&running, std::fs::Permissions::from_mode(0o300)).unwrap();
+    for path in ["/sessions", "/sessions?probe=false"] {
+        let answer = server.get(path, Some(&token));
+        assert_eq!(answer.status, 503, "{path}: {answer:?}");
+        let problem = answer.json();
+        assert_eq!(
+            problem["type"], "urn:murmur-registry:problem:running-dir-unavailable",
+            "{problem}"
+        );
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("it cannot be opened") && d.contains("denied")),
+            "{problem}"
+        );
+    }
+    let prune = http(server.addr, "DELETE", "/sessions", Some(&token), None);
+    assert_eq!(prune.status, 503, "{prune:?}");
+
+    std::fs::set_permissions(&running, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let listing = server.get("/sessions?probe=false", Some(&token));
+    assert_eq!(listing.status, 200, "{listing:?}");
+    assert_eq!(
+        listing.json()["sessions"][0]["session_id"],
+        record.session_id().as_str()
+    );
+}
+
+#[test]
 fn a_stop_whose_sigkill_is_refused_after_sigterm_got_through_says_what_was_sent() {
     let home = Home::for_nobody();
     let server = Server::start(home.path(), User::Nobody);

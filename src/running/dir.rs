@@ -53,8 +53,8 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> RunningError + '_ {
 
 /// Open the running directory for one pass, without following a link.
 ///
-/// A directory that is missing, replaced by a file or a link, owned by another user, or open
-/// to group or others is [`RunningError::DirUnavailable`]: no record can be judged, and nothing
+/// A directory that is missing, replaced by a file or a link, owned by another user, open to
+/// group or others, or closed to us (`EACCES`, `EPERM`) is [`RunningError::DirUnavailable`]: no record can be judged, and nothing
 /// is removed, until it is back as it should be. Each pass opens it anew, so a directory put back is used at once.
 fn open_running_dir(dir: &Path) -> Result<OwnedFd, RunningError> {
     let unavailable = |why: String| RunningError::DirUnavailable {
@@ -68,6 +68,11 @@ fn open_running_dir(dir: &Path) -> Result<OwnedFd, RunningError> {
                 Some(Errno::NOENT) => unavailable("it does not exist".to_owned()),
                 Some(Errno::NOTDIR) => unavailable("it is not a directory".to_owned()),
                 Some(Errno::LOOP) => unavailable("it is a symlink".to_owned()),
+                // Our own directory that we may not open (its owner's read bit taken away, a
+                // security module's refusal): as unusable as a missing one, and as temporary.
+                Some(Errno::ACCESS | Errno::PERM) => {
+                    unavailable(format!("it cannot be opened ({cause})"))
+                }
                 _ => RunningError::Io {
                     path: dir.to_path_buf(),
                     cause,

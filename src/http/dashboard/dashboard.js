@@ -175,8 +175,9 @@ async function connect() {
     const detail = await problemDetail(response);
     if (response.status === 503 && detail) {
       // Temporary by definition (its running directory is gone, it is overloaded or shutting
-      // down): say what the registry says, and keep trying.
-      lost(`The registry is unavailable: ${detail}.`, 'Registry unavailable, retrying…');
+      // down): say what the registry says, and keep trying, no sooner than it asks.
+      lost(`The registry is unavailable: ${detail}.`, 'Registry unavailable, retrying…',
+        retryAfterMs(response));
     } else {
       lost(`The registry answered ${response.status}${detail ? ': ' + detail : '.'}`,
         'Registry error, retrying…');
@@ -196,12 +197,12 @@ async function connect() {
 
 // The stream ended or never started: keep the table (marked stale) and try again later, each
 // failure waiting longer (with some jitter, so many tabs do not retry in step).
-function lost(why, status = 'Registry unreachable, reconnecting…') {
+function lost(why, status = 'Registry unreachable, reconnecting…', notBeforeMs = 0) {
   if (stream.controller) stream.controller.abort();
   stream.controller = null;
   model.live = false;
   document.body.classList.add('stale');
-  const delay = Math.round(stream.backoff * (1 + Math.random() * 0.3));
+  const delay = Math.max(notBeforeMs, Math.round(stream.backoff * (1 + Math.random() * 0.3)));
   stream.backoff = Math.min(stream.backoff * 2, BACKOFF_MAX_MS);
   setConnection('down', status);
   showBanner(`${why} Reconnecting automatically (next try in ${Math.ceil(delay / 1000)} s); ` +
@@ -209,6 +210,14 @@ function lost(why, status = 'Registry unreachable, reconnecting…') {
   applyFilter();
   clearTimeout(stream.retryTimer);
   stream.retryTimer = setTimeout(connect, delay);
+}
+
+// The wait a refusal asks for (`Retry-After` in seconds; an HTTP date is not sent by the
+// registry and counts as none), capped like the backoff.
+function retryAfterMs(response) {
+  const seconds = Number(response.headers.get('Retry-After'));
+  return Number.isFinite(seconds) && seconds > 0
+    ? Math.min(seconds * 1000, BACKOFF_MAX_MS) : 0;
 }
 
 function tokenRefused() {
