@@ -123,6 +123,10 @@ struct ServeArgs {
     /// How long shutdown waits for in-flight requests before dropping them.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
+    /// How long a client may take nothing the registry writes to it (an `/events` stream
+    /// nobody reads) before its connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    write_stall_timeout: Duration,
     #[command(flatten)]
     probe: ProbeArgs,
 }
@@ -360,6 +364,7 @@ fn check_serve_timeouts(args: &ServeArgs) -> anyhow::Result<()> {
         ("--header-read-timeout", args.header_read_timeout),
         ("--request-timeout", args.request_timeout),
         ("--shutdown-grace", args.shutdown_grace),
+        ("--write-stall-timeout", args.write_stall_timeout),
     ] {
         if value.is_zero() {
             bail!("{flag} must be above zero");
@@ -389,6 +394,7 @@ fn serve_limits(args: &ServeArgs) -> anyhow::Result<http::ServeLimits> {
         max_in_flight: usize::try_from(args.max_in_flight).unwrap_or(usize::MAX),
         max_event_streams: usize::try_from(max_event_streams).unwrap_or(usize::MAX),
         shutdown_grace: args.shutdown_grace,
+        write_stall_timeout: args.write_stall_timeout,
     })
 }
 

@@ -818,6 +818,82 @@ async fn past_the_event_stream_cap_a_stream_gets_503_and_ordinary_requests_still
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_client_reads_nothing_is_closed_once_writes_stall_and_frees_its_place() {
+    let limits = ServeLimits {
+        max_event_streams: 1,
+        write_stall_timeout: Duration::from_millis(500),
+        ..ServeLimits::default()
+    };
+    let server = Server::default_registry_with(limits).await;
+    // A snapshot of some 12 MB (200 live records with long working directories): far more
+    // than the kernel buffers between the registry and a client that reads nothing.
+    for _ in 0..200 {
+        RecordJson::fresh()
+            .no_door()
+            .set("workdir", format!("/srv/{}", "w".repeat(60_000)))
+            .write_in(server.dir());
+    }
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .set_recv_buffer_size(4096)
+        .expect("a small receive buffer");
+    let mut stalled = socket
+        .connect(server.addr.parse().expect("addr"))
+        .await
+        .expect("connect");
+    stalled
+        .write_all(
+            format!(
+                "GET /events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+                server.addr, server.token
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("write");
+    // It holds the only stream place until the registry gives up on it; then another client
+    // gets its stream. Without the stall limit the place is held for as long as the socket is.
+    let mut stream = within_async("the stalled stream's place to be freed", async {
+        loop {
+            match try_stream(&server).await {
+                Ok(stream) => break stream,
+                Err(answer) => {
+                    answer.assert_problem(503, "too-many-event-streams");
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+    })
+    .await;
+    // The newcomer, which reads, is served its snapshot (head already read by `try_stream`).
+    let mut read = 0;
+    let mut buf = [0u8; 1 << 16];
+    within_async("a megabyte of the newcomer's snapshot", async {
+        while read < 1 << 20 {
+            let n = stream.read(&mut buf).await.expect("read");
+            assert!(n > 0, "the newcomer's stream ended after {read} bytes");
+            read += n;
+        }
+    })
+    .await;
+    drop(stream);
+    // The stalled client finds its connection closed by the registry once it reads at last.
+    let mut rest = Vec::new();
+    within_async(
+        "the stalled connection to be closed",
+        stalled.read_to_end(&mut rest),
+    )
+    .await
+    .map(drop)
+    .or_else(|e| match e.kind() {
+        std::io::ErrorKind::ConnectionReset => Ok(()),
+        _ => Err(e),
+    })
+    .expect("read the stalled connection");
+    server.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_streams_hold_no_in_flight_place() {
     // Twice as many streams as requests may be in flight at once.
     let limits = ServeLimits {

@@ -38,6 +38,10 @@ fn timeouts_that_would_fail_every_request_are_refused_before_serving() {
             "--header-read-timeout",
         ),
         (&["--shutdown-grace", "0s"][..], "--shutdown-grace"),
+        (
+            &["--write-stall-timeout", "0s"][..],
+            "--write-stall-timeout",
+        ),
         (&["--request-timeout", "5s"][..], "--request-timeout"),
         (
             &["--probe-answer-timeout", "40s", "--request-timeout", "30s"][..],

@@ -23,6 +23,10 @@
 //!   client left, the listener lagged, shutdown). Since the CLI keeps this cap below
 //!   [`ServeLimits::max_connections`], streams (which can never be evicted) can never hold
 //!   every connection: the rest stay for ordinary requests, `/healthz` included.
+//! - A connection whose peer takes nothing written to it for
+//!   [`ServeLimits::write_stall_timeout`] is closed (`write_stall`): a client that opens an
+//!   `/events` stream and stops reading cannot hold its stream place, its connection and the
+//!   events queued for it for ever. A slow reader that keeps reading is never cut.
 //! - On shutdown the listener is closed first (new connections are refused), idle connections
 //!   close, in-flight requests finish and their connections close after the answer; whatever
 //!   has not finished after [`ServeLimits::shutdown_grace`] is dropped.
@@ -50,6 +54,9 @@ use tokio::task::JoinSet;
 
 use super::error::Problem;
 use crate::registry::MAX_STOP_TIMEOUT;
+use write_stall::WriteStallGuard;
+
+mod write_stall;
 
 /// The limits the accept loop enforces. [`Default`] gives the values `serve` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +77,9 @@ pub struct ServeLimits {
     pub max_event_streams: usize,
     /// How long shutdown waits for in-flight requests before dropping them. Default 30 s.
     pub shutdown_grace: Duration,
+    /// How long a connection's writes may make no progress (its peer reads nothing) before it
+    /// is closed. Default 60 s.
+    pub write_stall_timeout: Duration,
 }
 
 /// The default cap on open event streams: a hundred dashboard tabs (or scripts) still fit,
@@ -86,6 +96,7 @@ impl Default for ServeLimits {
             max_in_flight: 256,
             max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
             shutdown_grace: Duration::from_secs(30),
+            write_stall_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -224,6 +235,7 @@ async fn serve_connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
+    let stream = WriteStallGuard::new(stream, limits.write_stall_timeout);
     let connection = builder.serve_connection(TokioIo::new(stream), service);
     let mut connection = std::pin::pin!(connection);
     let mut closing = false;
