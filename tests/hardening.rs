@@ -750,6 +750,23 @@ async fn open_stream(server: &Server) -> TcpStream {
     }
 }
 
+/// A stream, asked for again while the cap refuses it (each refusal checked), until a place
+/// frees; the server notices on its own when one does, so there is no fixed wait.
+async fn stream_once_a_place_frees(server: &Server, what: &str) -> TcpStream {
+    within_async(what, async {
+        loop {
+            match try_stream(server).await {
+                Ok(stream) => break stream,
+                Err(answer) => {
+                    answer.assert_problem(503, "too-many-event-streams");
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+    })
+    .await
+}
+
 /// Ordinary requests, each on a fresh connection, all answered 200.
 async fn ordinary_requests_answer(server: &Server) {
     for path in ["/healthz", "/sessions", "/healthz", "/sessions"] {
@@ -787,18 +804,7 @@ async fn past_the_event_stream_cap_a_stream_gets_503_and_ordinary_requests_still
     // A stream whose client leaves frees its place: a new stream gets in (no fixed wait; the
     // server notices the close on its own).
     drop(streams.pop());
-    let replacement = within_async("a new stream is accepted", async {
-        loop {
-            match try_stream(&server).await {
-                Ok(stream) => break stream,
-                Err(answer) => {
-                    answer.assert_problem(503, "too-many-event-streams");
-                    tokio::task::yield_now().await;
-                }
-            }
-        }
-    })
-    .await;
+    let replacement = stream_once_a_place_frees(&server, "a new stream is accepted").await;
     streams.push(replacement);
     // Still capped.
     try_stream(&server)
@@ -853,18 +859,8 @@ async fn a_stream_whose_client_reads_nothing_is_closed_once_writes_stall_and_fre
         .expect("write");
     // It holds the only stream place until the registry gives up on it; then another client
     // gets its stream. Without the stall limit the place is held for as long as the socket is.
-    let mut stream = within_async("the stalled stream's place to be freed", async {
-        loop {
-            match try_stream(&server).await {
-                Ok(stream) => break stream,
-                Err(answer) => {
-                    answer.assert_problem(503, "too-many-event-streams");
-                    tokio::task::yield_now().await;
-                }
-            }
-        }
-    })
-    .await;
+    let mut stream =
+        stream_once_a_place_frees(&server, "the stalled stream's place to be freed").await;
     // The newcomer, which reads, is served its snapshot (head already read by `try_stream`).
     let mut read = 0;
     let mut buf = [0u8; 1 << 16];
