@@ -33,7 +33,9 @@
 //! - **No gap, no repeat.** A listener's snapshot and its receiver are taken under the lock the
 //!   loop publishes under, so it gets every event after the snapshot and none before it.
 //! - **Ids only grow.** Event ids increase by one per event for the life of the process; a
-//!   snapshot carries the id of the last event it includes.
+//!   snapshot carries the id of the last event it includes. A listener sees them one by one,
+//!   except where it skips to a later snapshot (see *Bounded memory*), whose id covers the ones
+//!   it skipped.
 //! - **Verdicts are complete.** A session is announced (`added`) only with a three-layer verdict;
 //!   a record still waiting for its first probe is not in the picture yet. A new record whose
 //!   process is already gone is announced `added` (state `gone`), then pruned and `removed`.
@@ -54,11 +56,17 @@
 //!   through the same step (`Looper::pass`); they differ only in probing every door and in
 //!   publishing the first picture's sessions as the baseline rather than as `added` events.
 //! - **Bounded memory.** Events go through a fixed-size ring; a listener that falls more than
-//!   [`EVENT_BUFFER`] events behind is dropped (it reconnects and gets a fresh snapshot).
+//!   [`EVENT_BUFFER`] events behind is dropped (it reconnects and gets a fresh snapshot). The
+//!   ring never holds a whole picture: a snapshot in it is a weak link ([`SnapshotLink`]), and
+//!   only the latest one published is held, by the monitor, until the next one replaces it. A
+//!   listener that never reads (a stalled client is never polled, so it never even lags) thus
+//!   pins at most [`EVENT_BUFFER`] single changes, never one picture per big step. A listener
+//!   that reaches a snapshot whose picture is gone skips it, and the events after it, up to the
+//!   later snapshot that replaced it, which includes them all ([`Subscription::recv`]).
 //! - **A big change is one snapshot.** The events of one step of the loop (a pass, the probe
 //!   answers that are in, the prunes that follow either) are held back and published together
 //!   under the lock; when there are more than [`SNAPSHOT_OVER`] (half the ring), one
-//!   [`EventKind::Snapshot`] of the picture after them is published instead, with one id, so a
+//!   [`Published::Snapshot`] of the picture after them is published instead, with one id, so a
 //!   thousand doors turning unreachable at once do not drop every listener at once (and bring
 //!   them all back reconnecting). A listener replaces everything it knows with it. Ids still
 //!   grow by one per event and nothing is lost or repeated: the snapshot includes every change
@@ -69,7 +77,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use notify::Watcher;
@@ -132,22 +140,58 @@ pub enum EventKind {
         /// The evidence, when there is some (e.g. "no process holds pid 4242").
         detail: Option<String>,
     },
-    /// Too many changes at once (more than [`SNAPSHOT_OVER`]): the whole picture after them,
-    /// to replace everything the listener knows. Its `id` is the event's.
-    Snapshot(Snapshot),
 }
 
 impl EventKind {
-    /// The session the event is about (none for a snapshot).
-    pub fn session_id(&self) -> Option<&str> {
+    /// The session the event is about.
+    pub fn session_id(&self) -> &str {
         match self {
-            Self::Added(reading) | Self::Changed { now: reading, .. } => {
-                Some(&reading.record.session_id)
-            }
-            Self::Removed { session_id, .. } => Some(session_id),
-            Self::Snapshot(_) => None,
+            Self::Added(reading) | Self::Changed { now: reading, .. } => &reading.record.session_id,
+            Self::Removed { session_id, .. } => session_id,
         }
     }
+}
+
+/// What the event ring carries: a change, or a snapshot in place of many.
+#[derive(Debug, Clone)]
+pub enum Published {
+    /// One change.
+    Event(Arc<Event>),
+    /// Too many changes at once (more than [`SNAPSHOT_OVER`] in one step): the whole picture
+    /// after them, to replace everything the listener knows, as a weak link (see
+    /// [`SnapshotLink`]).
+    Snapshot(SnapshotLink),
+}
+
+/// A mid-stream snapshot as the ring carries it: its id and a weak link to its picture.
+///
+/// Weak because the ring keeps every value until every receiver has read it, and a stalled
+/// listener (a client whose socket stopped draining, so its stream is never polled) never
+/// reads nor lags: a strong picture per snapshot would let it pin up to [`EVENT_BUFFER`] whole
+/// pictures. The monitor holds the latest one it published strongly, until it publishes the
+/// next one or its loop stops; so a link that is dead has a later snapshot behind it in the
+/// same ring (which includes everything the dead one did), or the ring is closing.
+#[derive(Debug, Clone)]
+pub struct SnapshotLink {
+    /// The snapshot's id: that of the last event it includes.
+    pub id: u64,
+    picture: Weak<Snapshot>,
+}
+
+impl SnapshotLink {
+    /// The picture, while it is the latest snapshot this loop published.
+    pub fn upgrade(&self) -> Option<Snapshot> {
+        self.picture.upgrade().map(|snapshot| (*snapshot).clone())
+    }
+}
+
+/// What [`Subscription::recv`] hands over.
+#[derive(Debug)]
+pub enum Next {
+    /// One change.
+    Event(Arc<Event>),
+    /// Many changes at once: the whole picture after them. Replace everything with it.
+    Snapshot(Snapshot),
 }
 
 /// Why a session left the picture.
@@ -185,7 +229,10 @@ impl RemovedBecause {
 }
 
 /// The whole picture at one moment, for a listener that just arrived.
-#[derive(Debug, Clone)]
+///
+/// The default is an empty picture (id 0), for a listener that has sent its snapshot and need
+/// not keep it.
+#[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// The id of the last event the snapshot includes (0 before any event).
     pub id: u64,
@@ -222,17 +269,43 @@ pub enum SubscribeError {
 pub struct Subscription {
     /// The picture at the moment of subscribing.
     pub snapshot: Snapshot,
-    /// Every event after the snapshot. `Lagged` means the listener fell behind and must be
-    /// dropped; `Closed` (after every event already published) means the loop stopped: see
-    /// [`Subscription::ended_by`].
-    pub events: broadcast::Receiver<Arc<Event>>,
+    /// Every event after the snapshot, as the ring carries them: read it through
+    /// [`Subscription::recv`], which follows a snapshot's weak link (see [`SnapshotLink`]).
+    pub events: broadcast::Receiver<Published>,
     /// Becomes `true` when the registry shuts down: the listener must end.
     pub closing: watch::Receiver<bool>,
+    /// Set while skipping to the next snapshot, past one whose picture is gone; kept here so
+    /// that a cancelled [`Subscription::recv`] resumes where it was.
+    skipping: bool,
     ended: LoopEnd,
     _listener: ListenerGuard,
 }
 
 impl Subscription {
+    /// The next change, or the next snapshot in place of many.
+    ///
+    /// A snapshot whose picture is gone (a later snapshot replaced it while this listener was
+    /// behind) is skipped, and so is every event after it, up to the later snapshot, which
+    /// includes all of them: no gap, no repeat, and ids still only grow. `Lagged` means the
+    /// listener fell more than [`EVENT_BUFFER`] behind and must be dropped; `Closed` (after
+    /// every event already published) means the loop stopped: see [`Subscription::ended_by`].
+    /// Cancel-safe.
+    pub async fn recv(&mut self) -> Result<Next, broadcast::error::RecvError> {
+        loop {
+            match self.events.recv().await? {
+                Published::Snapshot(link) => match link.upgrade() {
+                    Some(snapshot) => {
+                        self.skipping = false;
+                        return Ok(Next::Snapshot(snapshot));
+                    }
+                    None => self.skipping = true,
+                },
+                Published::Event(event) if !self.skipping => return Ok(Next::Event(event)),
+                Published::Event(_) => {}
+            }
+        }
+    }
+
     /// Why the loop ended this listener's stream, once `events` is `Closed`: the error of the
     /// passes that could not read the running directory. `None` when the loop stopped for the
     /// registry's shutdown (or has not stopped).
@@ -274,10 +347,15 @@ struct Picture {
     generation: u64,
     /// Why the first picture of the loop of that generation failed, for its waiters only.
     failure: Option<(u64, Arc<RegistryError>)>,
-    snapshot: Option<Snapshot>,
+    /// The picture as it is now, built for the first listener that asks and kept until it
+    /// changes.
+    snapshot: Option<Arc<Snapshot>>,
+    /// The latest mid-stream snapshot published, the only strong hold on it: the ring carries
+    /// weak links (see [`SnapshotLink`]). Replaced by the next one; dropped when the loop stops.
+    published: Option<Arc<Snapshot>>,
     /// The running loop's event channel. Each loop has its own, dropped when it stops, so its
     /// listeners' receivers close (after the events already sent) whenever the loop ends.
-    events: Option<broadcast::Sender<Arc<Event>>>,
+    events: Option<broadcast::Sender<Published>>,
     /// Why the running loop ended, for its listeners.
     ended: LoopEnd,
     /// Events held back by [`Shared::hold`] until [`Shared::flush`] (no ids yet).
@@ -324,11 +402,12 @@ impl Monitor {
                 let mut picture = self.shared.lock();
                 if picture.running && picture.ready {
                     let events = picture.events.get_or_insert_with(channel).subscribe();
-                    let snapshot = picture.snapshot();
+                    let snapshot = Snapshot::clone(&picture.snapshot());
                     return Ok(Subscription {
                         snapshot,
                         events,
                         closing: self.shared.closing.subscribe(),
+                        skipping: false,
                         ended: Arc::clone(&picture.ended),
                         _listener: guard,
                     });
@@ -397,11 +476,11 @@ impl Shared {
         // No receiver (or no channel, the loop just stopped) is not an error: the loop runs for
         // listeners that may all just have left.
         if let Some(events) = &picture.events {
-            let _ = events.send(Arc::new(Event {
+            let _ = events.send(Published::Event(Arc::new(Event {
                 id,
                 kind,
                 encoded: OnceLock::new(),
-            }));
+            })));
         }
     }
 
@@ -431,12 +510,14 @@ impl Shared {
         picture.next_id += 1;
         picture.snapshot = None;
         let snapshot = picture.snapshot();
+        let link = SnapshotLink {
+            id: snapshot.id,
+            picture: Arc::downgrade(&snapshot),
+        };
+        // Replacing the one before lets it go: listeners still behind it skip to this one.
+        picture.published = Some(snapshot);
         if let Some(events) = &picture.events {
-            let _ = events.send(Arc::new(Event {
-                id: snapshot.id,
-                kind: EventKind::Snapshot(snapshot),
-                encoded: OnceLock::new(),
-            }));
+            let _ = events.send(Published::Snapshot(link));
         }
     }
 
@@ -451,6 +532,7 @@ impl Shared {
         picture.ready = false;
         picture.sessions.clear();
         picture.snapshot = None;
+        picture.published = None;
         picture.events = None;
         self.bump_progress();
     }
@@ -465,23 +547,23 @@ impl Shared {
 }
 
 impl Picture {
-    fn snapshot(&mut self) -> Snapshot {
+    fn snapshot(&mut self) -> Arc<Snapshot> {
         if let Some(snapshot) = &self.snapshot {
-            return snapshot.clone();
+            return Arc::clone(snapshot);
         }
-        let snapshot = Snapshot {
+        let snapshot = Arc::new(Snapshot {
             id: self.next_id - 1,
             readings: self.sessions.values().rev().cloned().collect(),
             unreadable: self.unreadable,
             encoded: Arc::default(),
-        };
-        self.snapshot = Some(snapshot.clone());
+        });
+        self.snapshot = Some(Arc::clone(&snapshot));
         snapshot
     }
 }
 
 /// A loop's event channel (its receiver is made per listener).
-fn channel() -> broadcast::Sender<Arc<Event>> {
+fn channel() -> broadcast::Sender<Published> {
     broadcast::channel(EVENT_BUFFER).0
 }
 
@@ -863,9 +945,7 @@ impl Looper {
         let mut picture = self.shared.lock();
         Shared::hold(&mut picture);
         for kind in removed {
-            if let Some(id) = kind.session_id() {
-                picture.sessions.remove(id);
-            }
+            picture.sessions.remove(kind.session_id());
             self.shared.publish(&mut picture, kind);
         }
         self.shared.flush(&mut picture);

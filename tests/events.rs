@@ -19,7 +19,8 @@
 //!   probes a door receives does not depend on how many listen; the loop runs only while
 //!   someone listens and starts again for a newcomer; a listener that never reads (a socket
 //!   with a tiny receive buffer) does not hold up the others, and once it is more than 1,024
-//!   events behind it is dropped, with no gap in what it did get;
+//!   events behind it is dropped, with no gap in what it did get; one that never reads keeps no
+//!   superseded mid-stream snapshot alive, and reading at last skips to the latest one;
 //! - secrets: a record's `door_token` appears in no event and no snapshot;
 //! - the card: the live door's card (with an echoed token redacted), 409 with the layers'
 //!   verdict for a stopped, gone, doorless or unverified session, 404, 400 and 401.
@@ -1288,6 +1289,111 @@ async fn more_changes_at_once_than_half_the_ring_come_as_one_snapshot_and_keep_l
     let (_, now) = server.listen().await;
     assert_eq!(snapshot_ids(&now), [record.session_id()]);
     assert_eq!(now.id, added.id);
+}
+
+/// A running directory of its own (mode 0700) and a monitor over it, re-verifying every
+/// `interval`, for tests that listen at the [`Monitor`]'s level.
+fn monitor_over_own_dir(interval: Duration) -> (tempfile::TempDir, std::path::PathBuf, Monitor) {
+    let home = temp_dir();
+    let dir = home.path().join("running");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let monitor = Monitor::new(Arc::new(Registry::new(&dir, DoorProbe::new())));
+    monitor.set_interval(interval);
+    (home, dir, monitor)
+}
+
+/// Rewrite every one of `records` (its `workdir` set to `workdir`) so that no pass sees some
+/// rewritten and others not: the rewritten records are written in a directory of their own,
+/// which then takes the running directory's place. A pass already reading the old directory
+/// reads it whole (it is set aside, never emptied); one that finds no directory in the moment
+/// between the two renames takes it as no evidence of anything.
+fn rewrite_all_at_once(dir: &Path, records: &[RecordJson], workdir: &str) {
+    let staged = dir.with_extension("staged");
+    std::fs::create_dir(&staged).unwrap();
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for record in records {
+        record.clone().set("workdir", workdir).write_in(&staged);
+    }
+    let aside = dir.with_extension(format!("aside-{}", session_id()));
+    std::fs::rename(dir, aside).unwrap();
+    std::fs::rename(&staged, dir).unwrap();
+}
+
+/// A listener that never reads (an HTTP client whose socket stopped draining is never polled,
+/// so it never lags either) while step after step of the loop each publishes a snapshot: the
+/// ring must not keep those pictures alive for it. Only the latest snapshot is, and a listener
+/// that reads at last skips the dead ones (and anything between) to it, with no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_listener_keeps_no_superseded_snapshot_alive() {
+    use murmur_registry::monitor::{Next, Published};
+    const SESSIONS: usize = SNAPSHOT_OVER + 88;
+    const STEPS: usize = 6;
+    let (_home, dir, monitor) = monitor_over_own_dir(INTERVAL);
+    let child = SleepingChild::spawn();
+    let records: Vec<RecordJson> = (0..SESSIONS).map(|_| child.record().no_door()).collect();
+    for record in &records {
+        record.write_in(&dir);
+    }
+    let mut stalled = monitor.subscribe().await.expect("subscribes");
+    let mut behind = monitor.subscribe().await.expect("subscribes");
+    assert_eq!(stalled.snapshot.readings.len(), SESSIONS);
+
+    for step in 1..=STEPS {
+        rewrite_all_at_once(&dir, &records, &format!("/tmp/murmur-test/step-{step}"));
+        // Every session rewritten in one pass: one snapshot in the ring, nothing else.
+        eventually("the step's snapshot is published", || {
+            stalled.events.len() >= step
+        })
+        .await;
+        assert_eq!(stalled.events.len(), step, "one snapshot per step");
+    }
+    assert!(monitor.is_running(), "the loop still runs");
+
+    let mut links = Vec::new();
+    while let Ok(published) = stalled.events.try_recv() {
+        match published {
+            Published::Snapshot(link) => links.push(link),
+            Published::Event(event) => panic!("an event, not a snapshot: {event:?}"),
+        }
+    }
+    assert_eq!(links.len(), STEPS);
+    let alive: Vec<u64> = links
+        .iter()
+        .filter(|link| link.upgrade().is_some())
+        .map(|link| link.id)
+        .collect();
+    let latest = links.last().unwrap().id;
+    assert_eq!(
+        alive,
+        [latest],
+        "only the latest snapshot's picture is alive, of {:?}",
+        links.iter().map(|link| link.id).collect::<Vec<_>>()
+    );
+
+    // The other listener, reading at last, gets the latest picture, then what follows it.
+    let Ok(Next::Snapshot(snapshot)) = behind.recv().await else {
+        panic!("a snapshot first");
+    };
+    assert_eq!(snapshot.id, latest);
+    assert_eq!(snapshot.readings.len(), SESSIONS);
+    assert!(
+        snapshot
+            .readings
+            .iter()
+            .all(|r| r.record.workdir == Path::new(&format!("/tmp/murmur-test/step-{STEPS}"))),
+        "the picture after the last step"
+    );
+    let record = RecordJson::fresh().no_door();
+    record.write_in(&dir);
+    let next = tokio::time::timeout(EVENT_DEADLINE, behind.recv())
+        .await
+        .expect("the new record is announced");
+    let Ok(Next::Event(added)) = next else {
+        panic!("an event: {next:?}");
+    };
+    assert_eq!(added.id, latest + 1, "no gap, no repeat");
+    assert_eq!(added.kind.session_id(), record.session_id());
 }
 
 // ---------------------------------------------------------------------------------------------
