@@ -63,14 +63,20 @@
 //!   pins at most [`EVENT_BUFFER`] single changes, never one picture per big step. A listener
 //!   that reaches a snapshot whose picture is gone skips it, and the events after it, up to the
 //!   later snapshot that replaced it, which includes them all ([`Subscription::recv`]).
-//! - **A big change is one snapshot.** The events of one step of the loop (a pass, the probe
-//!   answers that are in, the prunes that follow either) are held back and published together
-//!   under the lock; when there are more than [`SNAPSHOT_OVER`] (half the ring), one
-//!   [`Published::Snapshot`] of the picture after them is published instead, with one id, so a
-//!   thousand doors turning unreachable at once do not drop every listener at once (and bring
-//!   them all back reconnecting). A listener replaces everything it knows with it. Ids still
-//!   grow by one per event and nothing is lost or repeated: the snapshot includes every change
-//!   it stands for, and the ones held back never had ids.
+//! - **A big change is one snapshot.** A step of the loop is one pass, or one batch of the
+//!   probe answers that are in, together with the prunes it leads to. Its events are held back
+//!   and published in one or two flushes (the pass's or the answers', then the prunes'), each
+//!   under the lock. A flush goes out event by event only while the step's total on the ring
+//!   (what its earlier flush put there, plus this one) stays within [`SNAPSHOT_OVER`] (half the
+//!   ring); otherwise one [`Published::Snapshot`] of the picture after them goes out in its
+//!   place, with one id. So one step puts at most `SNAPSHOT_OVER + 1` entries on the ring, and
+//!   a listener fewer than `EVENT_BUFFER - SNAPSHOT_OVER - 1` (511) entries behind when a step
+//!   begins is not dropped by it: a thousand doors turning unreachable at once, or 512
+//!   sessions found gone and then pruned, do not drop every listener at once (and bring them
+//!   all back reconnecting). Nothing bounds what steps in a row add up to: a listener must
+//!   keep reading between them. A listener replaces everything it knows with a snapshot. Ids
+//!   still grow by one per event and nothing is lost or repeated: the snapshot includes every
+//!   change it stands for, and the ones held back never had ids.
 //! - **Stale answers are dropped.** A probe's verdict is applied only if the record it probed is
 //!   still the one on disk and its process was not found gone in the meantime.
 
@@ -93,8 +99,9 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
 /// How many events a listener may fall behind before it is dropped.
 pub const EVENT_BUFFER: usize = 1024;
-/// A step of the loop that would publish more events than this publishes one snapshot
-/// instead (half the ring: a listener that is a little behind still has room for it).
+/// A step of the loop (a pass, or the probe answers in, with the prunes after either) puts at
+/// most this many single events on the ring; a flush that would take it past this publishes
+/// one snapshot instead (half the ring: a listener that is a little behind still has room).
 pub const SNAPSHOT_OVER: usize = EVENT_BUFFER / 2;
 /// How many periodic passes in a row (one interval apart) must fail to read the running
 /// directory before the loop ends every stream (one failed pass is kept as a blip; see the
@@ -360,6 +367,10 @@ struct Picture {
     ended: LoopEnd,
     /// Events held back by [`Shared::hold`] until [`Shared::flush`] (no ids yet).
     held: Option<Vec<EventKind>>,
+    /// What the current step of the loop put on the ring so far (events and snapshots), so
+    /// that its flushes together, not each one, stay within [`SNAPSHOT_OVER`]. Zeroed by
+    /// [`Shared::begin_step`].
+    step_sent: usize,
 }
 
 impl Monitor {
@@ -472,6 +483,7 @@ impl Shared {
         }
         let id = picture.next_id;
         picture.next_id += 1;
+        picture.step_sent += 1;
         tracing::debug!(id, session_id = kind.session_id(), "event");
         // No receiver (or no channel, the loop just stopped) is not an error: the loop runs for
         // listeners that may all just have left.
@@ -489,13 +501,24 @@ impl Shared {
         picture.held.get_or_insert_with(Vec::new);
     }
 
-    /// Publish what was held back: each event, or, when there are more than
-    /// [`SNAPSHOT_OVER`], one snapshot of the picture as it is now, in their place.
+    /// Start one step of the loop (a pass, or the probe answers in, with the prunes after
+    /// either): nothing of it is on the ring yet.
+    fn begin_step(&self) {
+        self.lock().step_sent = 0;
+    }
+
+    /// Publish what was held back: each event, or, when they would take what this step put
+    /// on the ring past [`SNAPSHOT_OVER`], one snapshot of the picture as it is now, in their
+    /// place. Counted over the step, not the flush: a pass that sent 500 changes and the
+    /// prunes after it that would send 500 more must not send 1,000 back to back.
     fn flush(&self, picture: &mut Picture) {
         let Some(held) = picture.held.take() else {
             return;
         };
-        if held.len() <= SNAPSHOT_OVER {
+        if held.is_empty() {
+            return;
+        }
+        if picture.step_sent + held.len() <= SNAPSHOT_OVER {
             for kind in held {
                 self.publish(picture, kind);
             }
@@ -503,8 +526,10 @@ impl Shared {
         }
         tracing::info!(
             events = held.len(),
-            "many changes at once: publishing one snapshot in their place"
+            already = picture.step_sent,
+            "many changes in one step: publishing one snapshot in their place"
         );
+        picture.step_sent += 1;
         // The id is taken first, so the snapshot carries it (the last event it includes), and
         // listeners arriving later share its encoding.
         picture.next_id += 1;
@@ -758,6 +783,8 @@ impl Looper {
     async fn pass(&mut self, pass: Pass) -> Result<(), RegistryError> {
         let first = matches!(pass, Pass::First);
         let full = matches!(pass, Pass::First | Pass::Later { full: true });
+        // A step of its own, with the prunes it leads to.
+        self.shared.begin_step();
         let scan = self.registry().scan().await?;
         let readings = self.registry().verify_records(scan.records, first).await;
         let mut on_disk = HashMap::with_capacity(readings.len());
@@ -877,6 +904,8 @@ impl Looper {
     /// Apply probes' verdicts as one step, each unless its record changed or its process went
     /// since.
     async fn apply_probes(&mut self, answers: Vec<ProbeAnswer>) {
+        // A step of its own, with the prunes it leads to.
+        self.shared.begin_step();
         let mut gone = Vec::new();
         {
             let mut picture = self.shared.lock();
@@ -911,8 +940,9 @@ impl Looper {
     }
 
     /// Prune the records of `session_ids` on fresh evidence, and report each one removed: all
-    /// at once at the end, as one step, so that many prunes can make one snapshot. Until then
-    /// the picture keeps them (as gone), so no listener sees a removal before its event.
+    /// at once at the end, as one flush of the step that found them gone, so that many prunes
+    /// (or a few after many changes) make one snapshot. Until then the picture keeps them (as
+    /// gone), so no listener sees a removal before its event.
     async fn prune(&mut self, session_ids: Vec<String>) {
         let mut removed = Vec::new();
         for id in session_ids {

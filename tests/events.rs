@@ -21,6 +21,9 @@
 //!   with a tiny receive buffer) does not hold up the others, and once it is more than 1,024
 //!   events behind it is dropped, with no gap in what it did get; one that never reads keeps no
 //!   superseded mid-stream snapshot alive, and reading at last skips to the latest one;
+//! - many changes at once: more than half the ring's worth in one step of the loop (counting a
+//!   pass's changes and the prunes after them together) come as one snapshot, and a listener
+//!   that is behind keeps its place;
 //! - secrets: a record's `door_token` appears in no event and no snapshot;
 //! - the card: the live door's card (with an echoed token redacted), 409 with the layers'
 //!   verdict for a stopped, gone, doorless or unverified session, 404, 400 and 401.
@@ -1394,6 +1397,77 @@ async fn a_stalled_listener_keeps_no_superseded_snapshot_alive() {
     };
     assert_eq!(added.id, latest + 1, "no gap, no repeat");
     assert_eq!(added.kind.session_id(), record.session_id());
+}
+
+/// [`SNAPSHOT_OVER`] sessions whose process dies: the pass finds them gone ([`SNAPSHOT_OVER`]
+/// changes, not more, so not one snapshot by themselves), then prunes them (as many removals).
+/// Within one step of the loop that is more than [`SNAPSHOT_OVER`]: the removals must come as a
+/// snapshot, so that a listener one event behind, which reads nothing until it is all over, is
+/// still within the ring (the step put at most `SNAPSHOT_OVER + 1` entries in it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_changes_and_prunes_exceed_half_the_ring_keeps_a_listener_one_behind() {
+    use murmur_registry::monitor::{EventKind, Next};
+    let (_home, dir, monitor) = monitor_over_own_dir(INTERVAL);
+    let child = SleepingChild::spawn();
+    for _ in 0..SNAPSHOT_OVER {
+        child.record().no_door().write_in(&dir);
+    }
+    let mut listener = monitor.subscribe().await.expect("subscribes");
+    let mut known: std::collections::HashSet<String> = listener
+        .snapshot
+        .readings
+        .iter()
+        .map(|r| r.record.session_id.clone())
+        .collect();
+    assert_eq!(known.len(), SNAPSHOT_OVER);
+
+    // One event behind: a session of another process, announced and not read yet.
+    let other = RecordJson::fresh().no_door();
+    other.write_in(&dir);
+    eventually("the other session is announced", || {
+        listener.events.len() == 1
+    })
+    .await;
+
+    // Every process of the first ones goes; the listener reads nothing until all are pruned.
+    drop(child);
+    eventually("every record of the dead process is pruned", || {
+        std::fs::read_dir(&dir).unwrap().count() == 1
+    })
+    .await;
+    let mut snapshots = 0;
+    while known.len() != 1 || !known.contains(&other.session_id()) {
+        let next = tokio::time::timeout(EVENT_DEADLINE, listener.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no event; {} sessions known", known.len()));
+        match next {
+            Ok(Next::Snapshot(snapshot)) => {
+                snapshots += 1;
+                known = snapshot
+                    .readings
+                    .iter()
+                    .map(|r| r.record.session_id.clone())
+                    .collect();
+            }
+            Ok(Next::Event(event)) => match &event.kind {
+                EventKind::Added(reading) => {
+                    known.insert(reading.record.session_id.clone());
+                }
+                EventKind::Changed { .. } => {}
+                EventKind::Removed { session_id, .. } => {
+                    known.remove(session_id);
+                }
+            },
+            Err(error) => panic!(
+                "the listener one event behind was dropped: {error:?} ({} known)",
+                known.len()
+            ),
+        }
+    }
+    assert!(
+        snapshots > 0,
+        "more than half the ring in one step is a snapshot"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
