@@ -48,7 +48,12 @@
 //!   read (an I/O error such as `EMFILE` or `EACCES`, or a file replaced throughout the read;
 //!   [`Unreadable::is_read_failure`](crate::running::Unreadable::is_read_failure)): its session
 //!   keeps its last reading, and the record it was read from, and the file is not counted
-//!   unreadable. Only a file that proves it is not a record (malformed, foreign, a symlink, too
+//!   unreadable. Its process is still checked: every pass asks layers 1–2 again about the
+//!   record last read, so a session held this way never shows live past its process's death.
+//!   If they find it gone, the session is `changed` to gone with that evidence, and stays in
+//!   the picture, not pruned, while the file cannot be read (pruning re-reads the file, and a
+//!   file nobody can read is never unlinked); once it reads again, it is pruned as any gone
+//!   record. If they cannot verify it, it is `changed` to unreachable. Only a file that proves it is not a record (malformed, foreign, a symlink, too
 //!   large, naming another session …) removes its session as `unreadable`. An entry gone
 //!   between the listing and its reading is not in the scan at all (see
 //!   [`crate::running::scan_cached`]), so its session leaves as `record_removed`.
@@ -787,6 +792,21 @@ impl Looper {
         self.shared.begin_step();
         let scan = self.registry().scan().await?;
         let readings = self.registry().verify_records(scan.records, first).await;
+        // A session whose file failed to read keeps its last reading (below), but its process
+        // can still end: layers 1–2 are asked again about the record last read, so that a
+        // death is not hidden behind a file nobody can read (nor a pid that turns unverified).
+        let held_records: Vec<RunningRecord> = scan
+            .unreadable
+            .iter()
+            .filter(|entry| entry.why.is_read_failure())
+            .filter_map(|entry| entry.file_name.strip_suffix(RECORD_SUFFIX))
+            .filter_map(|id| self.on_disk.get(id).cloned())
+            .collect();
+        let held_readings = if first || held_records.is_empty() {
+            Vec::new()
+        } else {
+            self.registry().verify_records(held_records, false).await
+        };
         let mut on_disk = HashMap::with_capacity(readings.len());
         let mut gone = Vec::new();
         let mut to_probe = Vec::new();
@@ -801,10 +821,24 @@ impl Looper {
             }
             let (held, unreadable) = sort_unreadable(&picture.sessions, scan.unreadable);
             for id in &held {
-                // Its file failed to read, which proves nothing: the last reading stands,
-                // and so does the record it was taken from (a probe of it may still apply).
+                // Its file failed to read, which proves nothing about the record: the last
+                // reading stands (but for what layers 1–2 say of its process, below), and so
+                // does the record it was taken from (a probe of it may still apply).
                 if let Some(record) = self.on_disk.get(id) {
                     on_disk.insert(id.clone(), record.clone());
+                }
+            }
+            for mut reading in held_readings {
+                if !held.contains(&reading.record.session_id) {
+                    continue;
+                }
+                settle_unverified(&mut reading);
+                // Gone is reported, never pruned on: pruning re-reads the file, and one that
+                // cannot be read is never unlinked. It is pruned once it reads again (and
+                // still names a process that is gone). Alive with a door to ask: the last
+                // verdict stands.
+                if reading.liveness.is_some() {
+                    self.shared.apply(&mut picture, reading);
                 }
             }
             if picture.unreadable != unreadable.len() {
@@ -814,14 +848,7 @@ impl Looper {
             for mut reading in readings {
                 let id = reading.record.session_id.clone();
                 on_disk.insert(id.clone(), reading.record.clone());
-                if let (None, ProcessState::Unverified { reason }) =
-                    (&reading.liveness, &reading.process)
-                {
-                    // Layers 1–2 could not confirm the writer: no door can make it live.
-                    reading.liveness = Some(Liveness::Unreachable {
-                        reason: reason.clone(),
-                    });
-                }
+                settle_unverified(&mut reading);
                 match reading.liveness.as_ref() {
                     Some(liveness) => {
                         if matches!(liveness, Liveness::Gone { .. }) {
@@ -1017,10 +1044,21 @@ impl Shared {
     }
 }
 
+/// A reading whose writer layers 1–2 could not confirm is unreachable: no door can make it
+/// live, so it is not left waiting for a probe.
+fn settle_unverified(reading: &mut Reading) {
+    if let (None, ProcessState::Unverified { reason }) = (&reading.liveness, &reading.process) {
+        reading.liveness = Some(Liveness::Unreachable {
+            reason: reason.clone(),
+        });
+    }
+}
+
 /// Split a scan's unreadable entries into the sessions to hold and the entries to count.
 ///
 /// An entry that merely failed to read ([`crate::running::Unreadable::is_read_failure`]) whose
-/// session is in the picture is held: its last reading stands, and it is not counted. Every
+/// session is in the picture is held: its last reading stands (its process still checked by
+/// the pass), and it is not counted. Every
 /// other entry counts as unreadable (and removes its session, if it had one in the picture).
 fn sort_unreadable(
     sessions: &BTreeMap<String, Reading>,

@@ -11,7 +11,9 @@
 //!   then `removed` as `pruned` within one interval plus the probe's deadlines, the file gone);
 //! - every other way a session leaves: its record removed by someone else (`record_removed`),
 //!   rewritten as garbage (`unreadable`), stopped through the API (`stopped`), found gone by
-//!   the first listener's picture (pruned before the snapshot);
+//!   the first listener's picture (pruned before the snapshot); a record that cannot be read
+//!   keeps its session, but a death behind it is still `changed` to gone, the file kept until
+//!   it reads again and is pruned;
 //! - the stream's own contract: a `snapshot` first (also on reconnecting with `Last-Event-ID`),
 //!   ids strictly increasing within a stream (checked on every event every test reads), the
 //!   content type, the token gate, the end of every stream on shutdown;
@@ -588,9 +590,11 @@ async fn a_record_rewritten_as_garbage_is_removed_as_unreadable() {
 
 /// A real process holding a Linux write lease on a record file: while it holds it, opening
 /// the file with `O_NONBLOCK` (as every scan does) fails with `EWOULDBLOCK`, a read failure
-/// that says nothing about what the file holds. The kernel tells the holder by `SIGIO` when a
-/// reader tried; the holder reports it on stdout. [`LeaseHolder::release`] lets it go (the
-/// holder is killed on drop).
+/// that says nothing about what the file holds. Once a reader tried, the kernel marks the
+/// lease as breaking, which the holder sees by polling the lease's state (`F_GETLEASE`) and
+/// reports on stdout. Polled, not told by `SIGIO` (ignored, as its default would kill the
+/// holder): with two holders at once a signal was seen to go unreported, and a test to time
+/// out. [`LeaseHolder::release`] lets it go (the holder is killed on drop).
 struct LeaseHolder {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
@@ -601,18 +605,20 @@ impl LeaseHolder {
     /// first scan to see the new file under the record's name fails to open it.
     fn take(staged: &Path, onto: &Path) -> Self {
         const SCRIPT: &str = r#"
-import fcntl, os, signal, sys
+import fcntl, os, select, signal, sys
 staged, onto = sys.argv[1], sys.argv[2]
-told = []
-def on_break(signo, frame):
-    if not told:
-        told.append(1)
-        os.write(1, b"broken\n")
-signal.signal(signal.SIGIO, on_break)
+signal.signal(signal.SIGIO, signal.SIG_IGN)
 fd = os.open(staged, os.O_RDONLY)
 fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
 os.rename(staged, onto)
-sys.stdin.read()
+told = False
+while True:
+    if not told and fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_WRLCK:
+        told = True
+        os.write(1, b"broken\n")
+    ready, _, _ = select.select([0], [], [], 0.01)
+    if ready and not os.read(0, 1):
+        break
 os.close(fd)
 "#;
         let mut child = std::process::Command::new("python3")
@@ -691,6 +697,80 @@ async fn a_record_that_fails_to_read_keeps_its_session_and_is_not_counted_unread
     tokio::task::spawn_blocking(move || lease.release())
         .await
         .unwrap();
+}
+
+/// A session whose record file cannot be read keeps its last reading, but not past its
+/// process's death: layers 1–2 still check the record last read, every pass. The file, which
+/// no one can read, is left alone until it reads again; then it is pruned on that evidence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_dies_while_its_record_cannot_be_read_is_changed_to_gone_and_its_file_kept()
+{
+    use std::os::unix::fs::MetadataExt;
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let child = SleepingChild::spawn();
+    let pid = child.pid();
+    let record = child.record().no_door();
+    record.write_in(server.dir());
+    let added = stream.expect_event().await;
+    assert_eq!(added.name, "session.added", "{added:?}");
+    assert_eq!(added.state(), "live");
+    let id = record.session_id();
+    assert_eq!(added.session_id(), id);
+
+    // The very same record, in a file that cannot be opened for now; a scan failed to.
+    let staged = write_raw(server.dir(), ".leased.tmp", record.to_bytes());
+    let path = server.dir().join(record.file_name());
+    let onto = path.clone();
+    let lease = tokio::task::spawn_blocking(move || {
+        let mut lease = LeaseHolder::take(&staged, &onto);
+        lease.wait_broken();
+        lease
+    })
+    .await
+    .unwrap();
+    // `stat` does not break a lease.
+    let leased = std::fs::symlink_metadata(&path).expect("the leased record");
+
+    drop(child);
+    let killed = Instant::now();
+    let gone = stream.expect_event().await;
+    let elapsed = killed.elapsed();
+    assert_eq!(gone.name, "session.changed", "{gone:?}");
+    assert_eq!(gone.session_id(), id);
+    assert_eq!(gone.data["old_state"], "live");
+    assert_eq!(gone.state(), "gone");
+    assert_eq!(gone.data["session"]["liveness"]["process"], "gone");
+    let reason = gone.data["reason"].as_str().expect("the evidence");
+    assert!(reason.contains(&pid.to_string()), "{reason}");
+    assert!(
+        elapsed < INTERVAL + SCHEDULING_SLACK,
+        "changed {elapsed:?} after the kill"
+    );
+    // Not pruned: the file it could not read is the very one it had, untouched.
+    let now = std::fs::symlink_metadata(&path).expect("the record is still there");
+    assert_eq!(
+        (now.ino(), now.len(), now.mtime(), now.mtime_nsec()),
+        (
+            leased.ino(),
+            leased.len(),
+            leased.mtime(),
+            leased.mtime_nsec()
+        )
+    );
+    let (_, snapshot) = server.listen().await;
+    assert_eq!(states_in(&snapshot)[&id], "gone", "{snapshot:?}");
+    assert_eq!(snapshot.data["unreadable"], 0, "{snapshot:?}");
+
+    // Readable again: pruned on the evidence it now reads.
+    tokio::task::spawn_blocking(move || lease.release())
+        .await
+        .unwrap();
+    let removed = stream.expect_event().await;
+    assert_eq!(removed.name, "session.removed", "{removed:?}");
+    assert_eq!(removed.session_id(), id);
+    assert_eq!(removed.data["reason"], "pruned");
+    assert_absent(&path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

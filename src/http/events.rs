@@ -106,7 +106,8 @@ pub struct SessionRemoved {
 ///
 /// A record whose process is found gone is `session.changed` to `gone` (or, if it is new,
 /// `session.added` as `gone`), then pruned on that evidence and `session.removed` with reason
-/// `pruned`: while anyone listens, the registry prunes gone records as `DELETE` would. Records
+/// `pruned`: while anyone listens, the registry prunes gone records as `DELETE` would (a record
+/// file that cannot be read for now, e.g. `EACCES`, is kept, and pruned once it can). Records
 /// already gone when the first listener arrives are pruned before its snapshot. Every session is re-verified each
 /// interval (`--events-interval`, 2 s by default) and at once when its record file changes.
 /// An idle stream carries an empty comment line (`:`) every 15 s. A client that falls more
