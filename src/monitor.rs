@@ -31,7 +31,8 @@
 //!   resets it. So the streams end one to two intervals after the directory goes (2–4 s by
 //!   default), and until then the picture is kept as it was.
 //! - **No gap, no repeat.** A listener's snapshot and its receiver are taken under the lock the
-//!   loop publishes under, so it gets every event after the snapshot and none before it.
+//!   loop publishes under, so it gets every event after the snapshot and none before it (or,
+//!   where it skips to a later snapshot, see *Bounded memory*, that snapshot includes them).
 //! - **Ids only grow.** Event ids increase by one per event for the life of the process; a
 //!   snapshot carries the id of the last event it includes. A listener sees them one by one,
 //!   except where it skips to a later snapshot (see *Bounded memory*), whose id covers the ones
@@ -53,8 +54,9 @@
 //!   If they find it gone, the session is `changed` to gone with that evidence, and stays in
 //!   the picture, not pruned, while the file cannot be read (pruning re-reads the file, and a
 //!   file nobody can read is never unlinked); once it reads again, it is pruned as any gone
-//!   record. If they cannot verify it, it is `changed` to unreachable. Only a file that proves it is not a record (malformed, foreign, a symlink, too
-//!   large, naming another session …) removes its session as `unreadable`. An entry gone
+//!   record. If they cannot verify it, it is `changed` to unreachable. Only a file that proves
+//!   it is not a record (malformed, foreign, a symlink, too large, naming another session …)
+//!   removes its session as `unreadable`. An entry gone
 //!   between the listing and its reading is not in the scan at all (see
 //!   [`crate::running::scan_cached`]), so its session leaves as `record_removed`.
 //! - **One judgement.** The first picture and every later pass read the directory and judge it
@@ -75,7 +77,7 @@
 //!   (what its earlier flush put there, plus this one) stays within [`SNAPSHOT_OVER`] (half the
 //!   ring); otherwise one [`Published::Snapshot`] of the picture after them goes out in its
 //!   place, with one id. So one step puts at most `SNAPSHOT_OVER + 1` entries on the ring, and
-//!   a listener fewer than `EVENT_BUFFER - SNAPSHOT_OVER - 1` (511) entries behind when a step
+//!   a listener at most `EVENT_BUFFER - SNAPSHOT_OVER - 1` (511) entries behind when a step
 //!   begins is not dropped by it: a thousand doors turning unreachable at once, or 512
 //!   sessions found gone and then pruned, do not drop every listener at once (and bring them
 //!   all back reconnecting). Nothing bounds what steps in a row add up to: a listener must
