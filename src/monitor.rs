@@ -31,9 +31,12 @@
 //!   resets it. So the streams end one to two intervals after the directory goes (2–4 s by
 //!   default), and until then the picture is kept as it was.
 //! - **No gap, no repeat.** A listener's snapshot and its receiver are taken under the lock the
-//!   loop publishes under, so it gets every event after the snapshot and none before it.
+//!   loop publishes under, so it gets every event after the snapshot and none before it (or,
+//!   where it skips to a later snapshot, see *Bounded memory*, that snapshot includes them).
 //! - **Ids only grow.** Event ids increase by one per event for the life of the process; a
-//!   snapshot carries the id of the last event it includes.
+//!   snapshot carries the id of the last event it includes. A listener sees them one by one,
+//!   except where it skips to a later snapshot (see *Bounded memory*), whose id covers the ones
+//!   it skipped.
 //! - **Verdicts are complete.** A session is announced (`added`) only with a three-layer verdict;
 //!   a record still waiting for its first probe is not in the picture yet. A new record whose
 //!   process is already gone is announced `added` (state `gone`), then pruned and `removed`.
@@ -46,30 +49,48 @@
 //!   read (an I/O error such as `EMFILE` or `EACCES`, or a file replaced throughout the read;
 //!   [`Unreadable::is_read_failure`](crate::running::Unreadable::is_read_failure)): its session
 //!   keeps its last reading, and the record it was read from, and the file is not counted
-//!   unreadable. Only a file that proves it is not a record (malformed, foreign, a symlink, too
-//!   large, naming another session …) removes its session as `unreadable`. An entry gone
+//!   unreadable. Its process is still checked: every pass asks layers 1–2 again about the
+//!   record last read, so a session held this way never shows live past its process's death.
+//!   If they find it gone, the session is `changed` to gone with that evidence, and stays in
+//!   the picture, not pruned, while the file cannot be read (pruning re-reads the file, and a
+//!   file nobody can read is never unlinked); once it reads again, it is pruned as any gone
+//!   record. If they cannot verify it, it is `changed` to unreachable. Only a file that proves
+//!   it is not a record (malformed, foreign, a symlink, too large, naming another session …)
+//!   removes its session as `unreadable`. An entry gone
 //!   between the listing and its reading is not in the scan at all (see
 //!   [`crate::running::scan_cached`]), so its session leaves as `record_removed`.
 //! - **One judgement.** The first picture and every later pass read the directory and judge it
 //!   through the same step (`Looper::pass`); they differ only in probing every door and in
 //!   publishing the first picture's sessions as the baseline rather than as `added` events.
 //! - **Bounded memory.** Events go through a fixed-size ring; a listener that falls more than
-//!   [`EVENT_BUFFER`] events behind is dropped (it reconnects and gets a fresh snapshot).
-//! - **A big change is one snapshot.** The events of one step of the loop (a pass, the probe
-//!   answers that are in, the prunes that follow either) are held back and published together
-//!   under the lock; when there are more than [`SNAPSHOT_OVER`] (half the ring), one
-//!   [`EventKind::Snapshot`] of the picture after them is published instead, with one id, so a
-//!   thousand doors turning unreachable at once do not drop every listener at once (and bring
-//!   them all back reconnecting). A listener replaces everything it knows with it. Ids still
-//!   grow by one per event and nothing is lost or repeated: the snapshot includes every change
-//!   it stands for, and the ones held back never had ids.
+//!   [`EVENT_BUFFER`] events behind is dropped (it reconnects and gets a fresh snapshot). The
+//!   ring never holds a whole picture: a snapshot in it is a weak link ([`SnapshotLink`]), and
+//!   only the latest one published is held, by the monitor, until the next one replaces it. A
+//!   listener that never reads (a stalled client is never polled, so it never even lags) thus
+//!   pins at most [`EVENT_BUFFER`] single changes, never one picture per big step. A listener
+//!   that reaches a snapshot whose picture is gone skips it, and the events after it, up to the
+//!   later snapshot that replaced it, which includes them all ([`Subscription::recv`]).
+//! - **A big change is one snapshot.** A step of the loop is one pass, or one batch of the
+//!   probe answers that are in, together with the prunes it leads to. Its events are held back
+//!   and published in one or two flushes (the pass's or the answers', then the prunes'), each
+//!   under the lock. A flush goes out event by event only while the step's total on the ring
+//!   (what its earlier flush put there, plus this one) stays within [`SNAPSHOT_OVER`] (half the
+//!   ring); otherwise one [`Published::Snapshot`] of the picture after them goes out in its
+//!   place, with one id. So one step puts at most `SNAPSHOT_OVER + 1` entries on the ring, and
+//!   a listener at most `EVENT_BUFFER - SNAPSHOT_OVER - 1` (511) entries behind when a step
+//!   begins is not dropped by it: a thousand doors turning unreachable at once, or 512
+//!   sessions found gone and then pruned, do not drop every listener at once (and bring them
+//!   all back reconnecting). Nothing bounds what steps in a row add up to: a listener must
+//!   keep reading between them. A listener replaces everything it knows with a snapshot. Ids
+//!   still grow by one per event and nothing is lost or repeated: the snapshot includes every
+//!   change it stands for, and the ones held back never had ids.
 //! - **Stale answers are dropped.** A probe's verdict is applied only if the record it probed is
 //!   still the one on disk and its process was not found gone in the meantime.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use notify::Watcher;
@@ -85,8 +106,9 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
 pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
 /// How many events a listener may fall behind before it is dropped.
 pub const EVENT_BUFFER: usize = 1024;
-/// A step of the loop that would publish more events than this publishes one snapshot
-/// instead (half the ring: a listener that is a little behind still has room for it).
+/// A step of the loop (a pass, or the probe answers in, with the prunes after either) puts at
+/// most this many single events on the ring; a flush that would take it past this publishes
+/// one snapshot instead (half the ring: a listener that is a little behind still has room).
 pub const SNAPSHOT_OVER: usize = EVENT_BUFFER / 2;
 /// How many periodic passes in a row (one interval apart) must fail to read the running
 /// directory before the loop ends every stream (one failed pass is kept as a blip; see the
@@ -132,22 +154,58 @@ pub enum EventKind {
         /// The evidence, when there is some (e.g. "no process holds pid 4242").
         detail: Option<String>,
     },
-    /// Too many changes at once (more than [`SNAPSHOT_OVER`]): the whole picture after them,
-    /// to replace everything the listener knows. Its `id` is the event's.
-    Snapshot(Snapshot),
 }
 
 impl EventKind {
-    /// The session the event is about (none for a snapshot).
-    pub fn session_id(&self) -> Option<&str> {
+    /// The session the event is about.
+    pub fn session_id(&self) -> &str {
         match self {
-            Self::Added(reading) | Self::Changed { now: reading, .. } => {
-                Some(&reading.record.session_id)
-            }
-            Self::Removed { session_id, .. } => Some(session_id),
-            Self::Snapshot(_) => None,
+            Self::Added(reading) | Self::Changed { now: reading, .. } => &reading.record.session_id,
+            Self::Removed { session_id, .. } => session_id,
         }
     }
+}
+
+/// What the event ring carries: a change, or a snapshot in place of many.
+#[derive(Debug, Clone)]
+pub enum Published {
+    /// One change.
+    Event(Arc<Event>),
+    /// Too many changes at once (more than [`SNAPSHOT_OVER`] in one step): the whole picture
+    /// after them, to replace everything the listener knows, as a weak link (see
+    /// [`SnapshotLink`]).
+    Snapshot(SnapshotLink),
+}
+
+/// A mid-stream snapshot as the ring carries it: its id and a weak link to its picture.
+///
+/// Weak because the ring keeps every value until every receiver has read it, and a stalled
+/// listener (a client whose socket stopped draining, so its stream is never polled) never
+/// reads nor lags: a strong picture per snapshot would let it pin up to [`EVENT_BUFFER`] whole
+/// pictures. The monitor holds the latest one it published strongly, until it publishes the
+/// next one or its loop stops; so a link that is dead has a later snapshot behind it in the
+/// same ring (which includes everything the dead one did), or the ring is closing.
+#[derive(Debug, Clone)]
+pub struct SnapshotLink {
+    /// The snapshot's id: that of the last event it includes.
+    pub id: u64,
+    picture: Weak<Snapshot>,
+}
+
+impl SnapshotLink {
+    /// The picture, while it is the latest snapshot this loop published.
+    pub fn upgrade(&self) -> Option<Snapshot> {
+        self.picture.upgrade().map(|snapshot| (*snapshot).clone())
+    }
+}
+
+/// What [`Subscription::recv`] hands over.
+#[derive(Debug)]
+pub enum Next {
+    /// One change.
+    Event(Arc<Event>),
+    /// Many changes at once: the whole picture after them. Replace everything with it.
+    Snapshot(Snapshot),
 }
 
 /// Why a session left the picture.
@@ -185,7 +243,10 @@ impl RemovedBecause {
 }
 
 /// The whole picture at one moment, for a listener that just arrived.
-#[derive(Debug, Clone)]
+///
+/// The default is an empty picture (id 0), for a listener that has sent its snapshot and need
+/// not keep it.
+#[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// The id of the last event the snapshot includes (0 before any event).
     pub id: u64,
@@ -222,17 +283,43 @@ pub enum SubscribeError {
 pub struct Subscription {
     /// The picture at the moment of subscribing.
     pub snapshot: Snapshot,
-    /// Every event after the snapshot. `Lagged` means the listener fell behind and must be
-    /// dropped; `Closed` (after every event already published) means the loop stopped: see
-    /// [`Subscription::ended_by`].
-    pub events: broadcast::Receiver<Arc<Event>>,
+    /// Every event after the snapshot, as the ring carries them: read it through
+    /// [`Subscription::recv`], which follows a snapshot's weak link (see [`SnapshotLink`]).
+    pub events: broadcast::Receiver<Published>,
     /// Becomes `true` when the registry shuts down: the listener must end.
     pub closing: watch::Receiver<bool>,
+    /// Set while skipping to the next snapshot, past one whose picture is gone; kept here so
+    /// that a cancelled [`Subscription::recv`] resumes where it was.
+    skipping: bool,
     ended: LoopEnd,
     _listener: ListenerGuard,
 }
 
 impl Subscription {
+    /// The next change, or the next snapshot in place of many.
+    ///
+    /// A snapshot whose picture is gone (a later snapshot replaced it while this listener was
+    /// behind) is skipped, and so is every event after it, up to the later snapshot, which
+    /// includes all of them: no gap, no repeat, and ids still only grow. `Lagged` means the
+    /// listener fell more than [`EVENT_BUFFER`] behind and must be dropped; `Closed` (after
+    /// every event already published) means the loop stopped: see [`Subscription::ended_by`].
+    /// Cancel-safe.
+    pub async fn recv(&mut self) -> Result<Next, broadcast::error::RecvError> {
+        loop {
+            match self.events.recv().await? {
+                Published::Snapshot(link) => match link.upgrade() {
+                    Some(snapshot) => {
+                        self.skipping = false;
+                        return Ok(Next::Snapshot(snapshot));
+                    }
+                    None => self.skipping = true,
+                },
+                Published::Event(event) if !self.skipping => return Ok(Next::Event(event)),
+                Published::Event(_) => {}
+            }
+        }
+    }
+
     /// Why the loop ended this listener's stream, once `events` is `Closed`: the error of the
     /// passes that could not read the running directory. `None` when the loop stopped for the
     /// registry's shutdown (or has not stopped).
@@ -274,14 +361,23 @@ struct Picture {
     generation: u64,
     /// Why the first picture of the loop of that generation failed, for its waiters only.
     failure: Option<(u64, Arc<RegistryError>)>,
-    snapshot: Option<Snapshot>,
+    /// The picture as it is now, built for the first listener that asks and kept until it
+    /// changes.
+    snapshot: Option<Arc<Snapshot>>,
+    /// The latest mid-stream snapshot published, the only strong hold on it: the ring carries
+    /// weak links (see [`SnapshotLink`]). Replaced by the next one; dropped when the loop stops.
+    published: Option<Arc<Snapshot>>,
     /// The running loop's event channel. Each loop has its own, dropped when it stops, so its
     /// listeners' receivers close (after the events already sent) whenever the loop ends.
-    events: Option<broadcast::Sender<Arc<Event>>>,
+    events: Option<broadcast::Sender<Published>>,
     /// Why the running loop ended, for its listeners.
     ended: LoopEnd,
     /// Events held back by [`Shared::hold`] until [`Shared::flush`] (no ids yet).
     held: Option<Vec<EventKind>>,
+    /// What the current step of the loop put on the ring so far (events and snapshots), so
+    /// that its flushes together, not each one, stay within [`SNAPSHOT_OVER`]. Zeroed by
+    /// [`Shared::begin_step`].
+    step_sent: usize,
 }
 
 impl Monitor {
@@ -324,11 +420,12 @@ impl Monitor {
                 let mut picture = self.shared.lock();
                 if picture.running && picture.ready {
                     let events = picture.events.get_or_insert_with(channel).subscribe();
-                    let snapshot = picture.snapshot();
+                    let snapshot = Snapshot::clone(&picture.snapshot());
                     return Ok(Subscription {
                         snapshot,
                         events,
                         closing: self.shared.closing.subscribe(),
+                        skipping: false,
                         ended: Arc::clone(&picture.ended),
                         _listener: guard,
                     });
@@ -393,15 +490,16 @@ impl Shared {
         }
         let id = picture.next_id;
         picture.next_id += 1;
+        picture.step_sent += 1;
         tracing::debug!(id, session_id = kind.session_id(), "event");
         // No receiver (or no channel, the loop just stopped) is not an error: the loop runs for
         // listeners that may all just have left.
         if let Some(events) = &picture.events {
-            let _ = events.send(Arc::new(Event {
+            let _ = events.send(Published::Event(Arc::new(Event {
                 id,
                 kind,
                 encoded: OnceLock::new(),
-            }));
+            })));
         }
     }
 
@@ -410,13 +508,24 @@ impl Shared {
         picture.held.get_or_insert_with(Vec::new);
     }
 
-    /// Publish what was held back: each event, or, when there are more than
-    /// [`SNAPSHOT_OVER`], one snapshot of the picture as it is now, in their place.
+    /// Start one step of the loop (a pass, or the probe answers in, with the prunes after
+    /// either): nothing of it is on the ring yet.
+    fn begin_step(&self) {
+        self.lock().step_sent = 0;
+    }
+
+    /// Publish what was held back: each event, or, when they would take what this step put
+    /// on the ring past [`SNAPSHOT_OVER`], one snapshot of the picture as it is now, in their
+    /// place. Counted over the step, not the flush: a pass that sent 500 changes and the
+    /// prunes after it that would send 500 more must not send 1,000 back to back.
     fn flush(&self, picture: &mut Picture) {
         let Some(held) = picture.held.take() else {
             return;
         };
-        if held.len() <= SNAPSHOT_OVER {
+        if held.is_empty() {
+            return;
+        }
+        if picture.step_sent + held.len() <= SNAPSHOT_OVER {
             for kind in held {
                 self.publish(picture, kind);
             }
@@ -424,19 +533,23 @@ impl Shared {
         }
         tracing::info!(
             events = held.len(),
-            "many changes at once: publishing one snapshot in their place"
+            already = picture.step_sent,
+            "many changes in one step: publishing one snapshot in their place"
         );
+        picture.step_sent += 1;
         // The id is taken first, so the snapshot carries it (the last event it includes), and
         // listeners arriving later share its encoding.
         picture.next_id += 1;
         picture.snapshot = None;
         let snapshot = picture.snapshot();
+        let link = SnapshotLink {
+            id: snapshot.id,
+            picture: Arc::downgrade(&snapshot),
+        };
+        // Replacing the one before lets it go: listeners still behind it skip to this one.
+        picture.published = Some(snapshot);
         if let Some(events) = &picture.events {
-            let _ = events.send(Arc::new(Event {
-                id: snapshot.id,
-                kind: EventKind::Snapshot(snapshot),
-                encoded: OnceLock::new(),
-            }));
+            let _ = events.send(Published::Snapshot(link));
         }
     }
 
@@ -451,6 +564,7 @@ impl Shared {
         picture.ready = false;
         picture.sessions.clear();
         picture.snapshot = None;
+        picture.published = None;
         picture.events = None;
         self.bump_progress();
     }
@@ -465,23 +579,23 @@ impl Shared {
 }
 
 impl Picture {
-    fn snapshot(&mut self) -> Snapshot {
+    fn snapshot(&mut self) -> Arc<Snapshot> {
         if let Some(snapshot) = &self.snapshot {
-            return snapshot.clone();
+            return Arc::clone(snapshot);
         }
-        let snapshot = Snapshot {
+        let snapshot = Arc::new(Snapshot {
             id: self.next_id - 1,
             readings: self.sessions.values().rev().cloned().collect(),
             unreadable: self.unreadable,
             encoded: Arc::default(),
-        };
-        self.snapshot = Some(snapshot.clone());
+        });
+        self.snapshot = Some(Arc::clone(&snapshot));
         snapshot
     }
 }
 
 /// A loop's event channel (its receiver is made per listener).
-fn channel() -> broadcast::Sender<Arc<Event>> {
+fn channel() -> broadcast::Sender<Published> {
     broadcast::channel(EVENT_BUFFER).0
 }
 
@@ -676,8 +790,25 @@ impl Looper {
     async fn pass(&mut self, pass: Pass) -> Result<(), RegistryError> {
         let first = matches!(pass, Pass::First);
         let full = matches!(pass, Pass::First | Pass::Later { full: true });
+        // A step of its own, with the prunes it leads to.
+        self.shared.begin_step();
         let scan = self.registry().scan().await?;
         let readings = self.registry().verify_records(scan.records, first).await;
+        // A session whose file failed to read keeps its last reading (below), but its process
+        // can still end: layers 1–2 are asked again about the record last read, so that a
+        // death is not hidden behind a file nobody can read (nor a pid that turns unverified).
+        let held_records: Vec<RunningRecord> = scan
+            .unreadable
+            .iter()
+            .filter(|entry| entry.why.is_read_failure())
+            .filter_map(|entry| entry.file_name.strip_suffix(RECORD_SUFFIX))
+            .filter_map(|id| self.on_disk.get(id).cloned())
+            .collect();
+        let held_readings = if first || held_records.is_empty() {
+            Vec::new()
+        } else {
+            self.registry().verify_records(held_records, false).await
+        };
         let mut on_disk = HashMap::with_capacity(readings.len());
         let mut gone = Vec::new();
         let mut to_probe = Vec::new();
@@ -692,10 +823,24 @@ impl Looper {
             }
             let (held, unreadable) = sort_unreadable(&picture.sessions, scan.unreadable);
             for id in &held {
-                // Its file failed to read, which proves nothing: the last reading stands,
-                // and so does the record it was taken from (a probe of it may still apply).
+                // Its file failed to read, which proves nothing about the record: the last
+                // reading stands (but for what layers 1–2 say of its process, below), and so
+                // does the record it was taken from (a probe of it may still apply).
                 if let Some(record) = self.on_disk.get(id) {
                     on_disk.insert(id.clone(), record.clone());
+                }
+            }
+            for mut reading in held_readings {
+                if !held.contains(&reading.record.session_id) {
+                    continue;
+                }
+                settle_unverified(&mut reading);
+                // Gone is reported, never pruned on: pruning re-reads the file, and one that
+                // cannot be read is never unlinked. It is pruned once it reads again (and
+                // still names a process that is gone). Alive with a door to ask: the last
+                // verdict stands.
+                if reading.liveness.is_some() {
+                    self.shared.apply(&mut picture, reading);
                 }
             }
             if picture.unreadable != unreadable.len() {
@@ -705,14 +850,7 @@ impl Looper {
             for mut reading in readings {
                 let id = reading.record.session_id.clone();
                 on_disk.insert(id.clone(), reading.record.clone());
-                if let (None, ProcessState::Unverified { reason }) =
-                    (&reading.liveness, &reading.process)
-                {
-                    // Layers 1–2 could not confirm the writer: no door can make it live.
-                    reading.liveness = Some(Liveness::Unreachable {
-                        reason: reason.clone(),
-                    });
-                }
+                settle_unverified(&mut reading);
                 match reading.liveness.as_ref() {
                     Some(liveness) => {
                         if matches!(liveness, Liveness::Gone { .. }) {
@@ -795,6 +933,8 @@ impl Looper {
     /// Apply probes' verdicts as one step, each unless its record changed or its process went
     /// since.
     async fn apply_probes(&mut self, answers: Vec<ProbeAnswer>) {
+        // A step of its own, with the prunes it leads to.
+        self.shared.begin_step();
         let mut gone = Vec::new();
         {
             let mut picture = self.shared.lock();
@@ -829,8 +969,9 @@ impl Looper {
     }
 
     /// Prune the records of `session_ids` on fresh evidence, and report each one removed: all
-    /// at once at the end, as one step, so that many prunes can make one snapshot. Until then
-    /// the picture keeps them (as gone), so no listener sees a removal before its event.
+    /// at once at the end, as one flush of the step that found them gone, so that many prunes
+    /// (or a few after many changes) make one snapshot. Until then the picture keeps them (as
+    /// gone), so no listener sees a removal before its event.
     async fn prune(&mut self, session_ids: Vec<String>) {
         let mut removed = Vec::new();
         for id in session_ids {
@@ -863,9 +1004,7 @@ impl Looper {
         let mut picture = self.shared.lock();
         Shared::hold(&mut picture);
         for kind in removed {
-            if let Some(id) = kind.session_id() {
-                picture.sessions.remove(id);
-            }
+            picture.sessions.remove(kind.session_id());
             self.shared.publish(&mut picture, kind);
         }
         self.shared.flush(&mut picture);
@@ -907,10 +1046,21 @@ impl Shared {
     }
 }
 
+/// A reading whose writer layers 1–2 could not confirm is unreachable: no door can make it
+/// live, so it is not left waiting for a probe.
+fn settle_unverified(reading: &mut Reading) {
+    if let (None, ProcessState::Unverified { reason }) = (&reading.liveness, &reading.process) {
+        reading.liveness = Some(Liveness::Unreachable {
+            reason: reason.clone(),
+        });
+    }
+}
+
 /// Split a scan's unreadable entries into the sessions to hold and the entries to count.
 ///
 /// An entry that merely failed to read ([`crate::running::Unreadable::is_read_failure`]) whose
-/// session is in the picture is held: its last reading stands, and it is not counted. Every
+/// session is in the picture is held: its last reading stands (its process still checked by
+/// the pass), and it is not counted. Every
 /// other entry counts as unreadable (and removes its session, if it had one in the picture).
 fn sort_unreadable(
     sessions: &BTreeMap<String, Reading>,

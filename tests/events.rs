@@ -11,7 +11,9 @@
 //!   then `removed` as `pruned` within one interval plus the probe's deadlines, the file gone);
 //! - every other way a session leaves: its record removed by someone else (`record_removed`),
 //!   rewritten as garbage (`unreadable`), stopped through the API (`stopped`), found gone by
-//!   the first listener's picture (pruned before the snapshot);
+//!   the first listener's picture (pruned before the snapshot); a record that cannot be read
+//!   keeps its session, but a death behind it is still `changed` to gone, the file kept until
+//!   it reads again and is pruned;
 //! - the stream's own contract: a `snapshot` first (also on reconnecting with `Last-Event-ID`),
 //!   ids strictly increasing within a stream (checked on every event every test reads), the
 //!   content type, the token gate, the end of every stream on shutdown;
@@ -19,7 +21,11 @@
 //!   probes a door receives does not depend on how many listen; the loop runs only while
 //!   someone listens and starts again for a newcomer; a listener that never reads (a socket
 //!   with a tiny receive buffer) does not hold up the others, and once it is more than 1,024
-//!   events behind it is dropped, with no gap in what it did get;
+//!   events behind it is dropped, with no gap in what it did get; one that never reads keeps no
+//!   superseded mid-stream snapshot alive, and reading at last skips to the latest one;
+//! - many changes at once: more than half the ring's worth in one step of the loop (counting a
+//!   pass's changes and the prunes after them together) come as one snapshot, and a listener
+//!   that is behind keeps its place;
 //! - secrets: a record's `door_token` appears in no event and no snapshot;
 //! - the card: the live door's card (with an echoed token redacted), 409 with the layers'
 //!   verdict for a stopped, gone, doorless or unverified session, 404, 400 and 401.
@@ -584,9 +590,11 @@ async fn a_record_rewritten_as_garbage_is_removed_as_unreadable() {
 
 /// A real process holding a Linux write lease on a record file: while it holds it, opening
 /// the file with `O_NONBLOCK` (as every scan does) fails with `EWOULDBLOCK`, a read failure
-/// that says nothing about what the file holds. The kernel tells the holder by `SIGIO` when a
-/// reader tried; the holder reports it on stdout. [`LeaseHolder::release`] lets it go (the
-/// holder is killed on drop).
+/// that says nothing about what the file holds. Once a reader tried, the kernel marks the
+/// lease as breaking, which the holder sees by polling the lease's state (`F_GETLEASE`) and
+/// reports on stdout. Polled, not told by `SIGIO` (ignored, as its default would kill the
+/// holder): with two holders at once a signal was seen to go unreported, and a test to time
+/// out. [`LeaseHolder::release`] lets it go (the holder is killed on drop).
 struct LeaseHolder {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
@@ -597,18 +605,20 @@ impl LeaseHolder {
     /// first scan to see the new file under the record's name fails to open it.
     fn take(staged: &Path, onto: &Path) -> Self {
         const SCRIPT: &str = r#"
-import fcntl, os, signal, sys
+import fcntl, os, select, signal, sys
 staged, onto = sys.argv[1], sys.argv[2]
-told = []
-def on_break(signo, frame):
-    if not told:
-        told.append(1)
-        os.write(1, b"broken\n")
-signal.signal(signal.SIGIO, on_break)
+signal.signal(signal.SIGIO, signal.SIG_IGN)
 fd = os.open(staged, os.O_RDONLY)
 fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
 os.rename(staged, onto)
-sys.stdin.read()
+told = False
+while True:
+    if not told and fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_WRLCK:
+        told = True
+        os.write(1, b"broken\n")
+    ready, _, _ = select.select([0], [], [], 0.01)
+    if ready and not os.read(0, 1):
+        break
 os.close(fd)
 "#;
         let mut child = std::process::Command::new("python3")
@@ -687,6 +697,80 @@ async fn a_record_that_fails_to_read_keeps_its_session_and_is_not_counted_unread
     tokio::task::spawn_blocking(move || lease.release())
         .await
         .unwrap();
+}
+
+/// A session whose record file cannot be read keeps its last reading, but not past its
+/// process's death: layers 1–2 still check the record last read, every pass. The file, which
+/// no one can read, is left alone until it reads again; then it is pruned on that evidence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_dies_while_its_record_cannot_be_read_is_changed_to_gone_and_its_file_kept()
+{
+    use std::os::unix::fs::MetadataExt;
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let child = SleepingChild::spawn();
+    let pid = child.pid();
+    let record = child.record().no_door();
+    record.write_in(server.dir());
+    let added = stream.expect_event().await;
+    assert_eq!(added.name, "session.added", "{added:?}");
+    assert_eq!(added.state(), "live");
+    let id = record.session_id();
+    assert_eq!(added.session_id(), id);
+
+    // The very same record, in a file that cannot be opened for now; a scan failed to.
+    let staged = write_raw(server.dir(), ".leased.tmp", record.to_bytes());
+    let path = server.dir().join(record.file_name());
+    let onto = path.clone();
+    let lease = tokio::task::spawn_blocking(move || {
+        let mut lease = LeaseHolder::take(&staged, &onto);
+        lease.wait_broken();
+        lease
+    })
+    .await
+    .unwrap();
+    // `stat` does not break a lease.
+    let leased = std::fs::symlink_metadata(&path).expect("the leased record");
+
+    drop(child);
+    let killed = Instant::now();
+    let gone = stream.expect_event().await;
+    let elapsed = killed.elapsed();
+    assert_eq!(gone.name, "session.changed", "{gone:?}");
+    assert_eq!(gone.session_id(), id);
+    assert_eq!(gone.data["old_state"], "live");
+    assert_eq!(gone.state(), "gone");
+    assert_eq!(gone.data["session"]["liveness"]["process"], "gone");
+    let reason = gone.data["reason"].as_str().expect("the evidence");
+    assert!(reason.contains(&pid.to_string()), "{reason}");
+    assert!(
+        elapsed < INTERVAL + SCHEDULING_SLACK,
+        "changed {elapsed:?} after the kill"
+    );
+    // Not pruned: the file it could not read is the very one it had, untouched.
+    let now = std::fs::symlink_metadata(&path).expect("the record is still there");
+    assert_eq!(
+        (now.ino(), now.len(), now.mtime(), now.mtime_nsec()),
+        (
+            leased.ino(),
+            leased.len(),
+            leased.mtime(),
+            leased.mtime_nsec()
+        )
+    );
+    let (_, snapshot) = server.listen().await;
+    assert_eq!(states_in(&snapshot)[&id], "gone", "{snapshot:?}");
+    assert_eq!(snapshot.data["unreadable"], 0, "{snapshot:?}");
+
+    // Readable again: pruned on the evidence it now reads.
+    tokio::task::spawn_blocking(move || lease.release())
+        .await
+        .unwrap();
+    let removed = stream.expect_event().await;
+    assert_eq!(removed.name, "session.removed", "{removed:?}");
+    assert_eq!(removed.session_id(), id);
+    assert_eq!(removed.data["reason"], "pruned");
+    assert_absent(&path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1288,6 +1372,182 @@ async fn more_changes_at_once_than_half_the_ring_come_as_one_snapshot_and_keep_l
     let (_, now) = server.listen().await;
     assert_eq!(snapshot_ids(&now), [record.session_id()]);
     assert_eq!(now.id, added.id);
+}
+
+/// A running directory of its own (mode 0700) and a monitor over it, re-verifying every
+/// `interval`, for tests that listen at the [`Monitor`]'s level.
+fn monitor_over_own_dir(interval: Duration) -> (tempfile::TempDir, std::path::PathBuf, Monitor) {
+    let home = temp_dir();
+    let dir = home.path().join("running");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let monitor = Monitor::new(Arc::new(Registry::new(&dir, DoorProbe::new())));
+    monitor.set_interval(interval);
+    (home, dir, monitor)
+}
+
+/// Rewrite every one of `records` (its `workdir` set to `workdir`) so that no pass sees some
+/// rewritten and others not: the rewritten records are written in a directory of their own,
+/// which then takes the running directory's place. A pass already reading the old directory
+/// reads it whole (it is set aside, never emptied); one that finds no directory in the moment
+/// between the two renames takes it as no evidence of anything.
+fn rewrite_all_at_once(dir: &Path, records: &[RecordJson], workdir: &str) {
+    let staged = dir.with_extension("staged");
+    std::fs::create_dir(&staged).unwrap();
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for record in records {
+        record.clone().set("workdir", workdir).write_in(&staged);
+    }
+    let aside = dir.with_extension(format!("aside-{}", session_id()));
+    std::fs::rename(dir, aside).unwrap();
+    std::fs::rename(&staged, dir).unwrap();
+}
+
+/// A listener that never reads (an HTTP client whose socket stopped draining is never polled,
+/// so it never lags either) while step after step of the loop each publishes a snapshot: the
+/// ring must not keep those pictures alive for it. Only the latest snapshot is, and a listener
+/// that reads at last skips the dead ones (and anything between) to it, with no gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_listener_keeps_no_superseded_snapshot_alive() {
+    use murmur_registry::monitor::{Next, Published};
+    const SESSIONS: usize = SNAPSHOT_OVER + 88;
+    const STEPS: usize = 6;
+    let (_home, dir, monitor) = monitor_over_own_dir(INTERVAL);
+    let child = SleepingChild::spawn();
+    let records: Vec<RecordJson> = (0..SESSIONS).map(|_| child.record().no_door()).collect();
+    for record in &records {
+        record.write_in(&dir);
+    }
+    let mut stalled = monitor.subscribe().await.expect("subscribes");
+    let mut behind = monitor.subscribe().await.expect("subscribes");
+    assert_eq!(stalled.snapshot.readings.len(), SESSIONS);
+
+    for step in 1..=STEPS {
+        rewrite_all_at_once(&dir, &records, &format!("/tmp/murmur-test/step-{step}"));
+        // Every session rewritten in one pass: one snapshot in the ring, nothing else.
+        eventually("the step's snapshot is published", || {
+            stalled.events.len() >= step
+        })
+        .await;
+        assert_eq!(stalled.events.len(), step, "one snapshot per step");
+    }
+    assert!(monitor.is_running(), "the loop still runs");
+
+    let mut links = Vec::new();
+    while let Ok(published) = stalled.events.try_recv() {
+        match published {
+            Published::Snapshot(link) => links.push(link),
+            Published::Event(event) => panic!("an event, not a snapshot: {event:?}"),
+        }
+    }
+    assert_eq!(links.len(), STEPS);
+    let alive: Vec<u64> = links
+        .iter()
+        .filter(|link| link.upgrade().is_some())
+        .map(|link| link.id)
+        .collect();
+    let latest = links.last().unwrap().id;
+    assert_eq!(
+        alive,
+        [latest],
+        "only the latest snapshot's picture is alive, of {:?}",
+        links.iter().map(|link| link.id).collect::<Vec<_>>()
+    );
+
+    // The other listener, reading at last, gets the latest picture, then what follows it.
+    let Ok(Next::Snapshot(snapshot)) = behind.recv().await else {
+        panic!("a snapshot first");
+    };
+    assert_eq!(snapshot.id, latest);
+    assert_eq!(snapshot.readings.len(), SESSIONS);
+    assert!(
+        snapshot
+            .readings
+            .iter()
+            .all(|r| r.record.workdir == Path::new(&format!("/tmp/murmur-test/step-{STEPS}"))),
+        "the picture after the last step"
+    );
+    let record = RecordJson::fresh().no_door();
+    record.write_in(&dir);
+    let next = tokio::time::timeout(EVENT_DEADLINE, behind.recv())
+        .await
+        .expect("the new record is announced");
+    let Ok(Next::Event(added)) = next else {
+        panic!("an event: {next:?}");
+    };
+    assert_eq!(added.id, latest + 1, "no gap, no repeat");
+    assert_eq!(added.kind.session_id(), record.session_id());
+}
+
+/// [`SNAPSHOT_OVER`] sessions whose process dies: the pass finds them gone ([`SNAPSHOT_OVER`]
+/// changes, not more, so not one snapshot by themselves), then prunes them (as many removals).
+/// Within one step of the loop that is more than [`SNAPSHOT_OVER`]: the removals must come as a
+/// snapshot, so that a listener one event behind, which reads nothing until it is all over, is
+/// still within the ring (the step put at most `SNAPSHOT_OVER + 1` entries in it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_changes_and_prunes_exceed_half_the_ring_keeps_a_listener_one_behind() {
+    use murmur_registry::monitor::{EventKind, Next};
+    let (_home, dir, monitor) = monitor_over_own_dir(INTERVAL);
+    let child = SleepingChild::spawn();
+    for _ in 0..SNAPSHOT_OVER {
+        child.record().no_door().write_in(&dir);
+    }
+    let mut listener = monitor.subscribe().await.expect("subscribes");
+    let mut known: std::collections::HashSet<String> = listener
+        .snapshot
+        .readings
+        .iter()
+        .map(|r| r.record.session_id.clone())
+        .collect();
+    assert_eq!(known.len(), SNAPSHOT_OVER);
+
+    // One event behind: a session of another process, announced and not read yet.
+    let other = RecordJson::fresh().no_door();
+    other.write_in(&dir);
+    eventually("the other session is announced", || {
+        listener.events.len() == 1
+    })
+    .await;
+
+    // Every process of the first ones goes; the listener reads nothing until all are pruned.
+    drop(child);
+    eventually("every record of the dead process is pruned", || {
+        std::fs::read_dir(&dir).unwrap().count() == 1
+    })
+    .await;
+    let mut snapshots = 0;
+    while known.len() != 1 || !known.contains(&other.session_id()) {
+        let next = tokio::time::timeout(EVENT_DEADLINE, listener.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no event; {} sessions known", known.len()));
+        match next {
+            Ok(Next::Snapshot(snapshot)) => {
+                snapshots += 1;
+                known = snapshot
+                    .readings
+                    .iter()
+                    .map(|r| r.record.session_id.clone())
+                    .collect();
+            }
+            Ok(Next::Event(event)) => match &event.kind {
+                EventKind::Added(reading) => {
+                    known.insert(reading.record.session_id.clone());
+                }
+                EventKind::Changed { .. } => {}
+                EventKind::Removed { session_id, .. } => {
+                    known.remove(session_id);
+                }
+            },
+            Err(error) => panic!(
+                "the listener one event behind was dropped: {error:?} ({} known)",
+                known.len()
+            ),
+        }
+    }
+    assert!(
+        snapshots > 0,
+        "more than half the ring in one step is a snapshot"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

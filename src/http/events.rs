@@ -4,7 +4,9 @@
 //! - Every connection starts with a `snapshot` event (the whole picture), with or without
 //!   `Last-Event-ID`, so a client that reconnects never has a silent gap: whatever it missed is
 //!   in the snapshot. A `snapshot` may also come mid-stream, in place of too many changes at
-//!   once (see [`crate::monitor::SNAPSHOT_OVER`]); it means the same: replace everything.
+//!   once (see [`crate::monitor::SNAPSHOT_OVER`]); it means the same: replace everything. A
+//!   listener behind a mid-stream snapshot that a later one replaced gets the later one (see
+//!   [`crate::monitor::Subscription::recv`]): the stream holds no picture for a slow client.
 //! - Every event carries an `id` that only grows (the snapshot's is that of the last event it
 //!   includes), an `event` name, and one line of JSON built from the same [`SessionView`] as
 //!   `GET /sessions`: no secret has a place in it.
@@ -33,7 +35,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::error::{ApiError, Problem, problem_for};
 use super::sessions::{GateProblems, SessionList, SessionState, SessionView};
-use crate::monitor::{Event, EventKind, Snapshot, SubscribeError, Subscription};
+use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
 
 /// How often an idle stream carries a comment, so proxies and clients know it is alive.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -97,14 +99,15 @@ pub struct SessionRemoved {
 ///
 /// | event | data |
 /// |---|---|
-/// | `snapshot` | `SessionList`: every session, newest first, and the count of unreadable entries. Always the first event of a connection, with or without `Last-Event-ID`; its `id` is that of the last change it includes. Replace your whole table with it. It also comes mid-stream, with the next `id`, in place of more than 512 changes at once (e.g. a thousand doors turning unreachable together): replace your whole table then too. |
+/// | `snapshot` | `SessionList`: every session, newest first, and the count of unreadable entries. Always the first event of a connection, with or without `Last-Event-ID`; its `id` is that of the last change it includes. Replace your whole table with it. It also comes mid-stream, in place of more than 512 changes at once (e.g. a thousand doors turning unreachable together): replace your whole table then too. Its `id` is then the next one, or a later one when it stands for changes this client had not read yet (a client that fell behind a mid-stream snapshot gets the one that replaced it). |
 /// | `session.added` | `SessionAdded`: a new session, with its first complete verdict |
 /// | `session.changed` | `SessionChanged`: its `state` moved (e.g. `live` → `unreachable`), or its record was rewritten |
 /// | `session.removed` | `SessionRemoved`: it left, and why (`pruned`, `stopped`, `record_removed`, `unreadable`) |
 ///
 /// A record whose process is found gone is `session.changed` to `gone` (or, if it is new,
 /// `session.added` as `gone`), then pruned on that evidence and `session.removed` with reason
-/// `pruned`: while anyone listens, the registry prunes gone records as `DELETE` would. Records
+/// `pruned`: while anyone listens, the registry prunes gone records as `DELETE` would (a record
+/// file that cannot be read for now, e.g. `EACCES`, is kept, and pruned once it can). Records
 /// already gone when the first listener arrives are pruned before its snapshot. Every session is re-verified each
 /// interval (`--events-interval`, 2 s by default) and at once when its record file changes.
 /// An idle stream carries an empty comment line (`:`) every 15 s. A client that falls more
@@ -156,21 +159,28 @@ pub async fn events(
 
 /// The snapshot, then every event, until the listener lags, the monitor stops or the registry
 /// shuts down; then a last comment saying which.
-fn stream(subscription: Subscription) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+fn stream(mut subscription: Subscription) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let first = snapshot_event(&subscription.snapshot);
+    // Encoded: the picture is not kept for the stream's life (a stalled client would keep it).
+    drop(std::mem::take(&mut subscription.snapshot));
     futures_util::stream::unfold(Some((Some(first), subscription)), |state| async move {
         // `None`: the last comment went out; the stream is over.
         let (first, mut subscription) = state?;
         if let Some(first) = first {
             return Some((Ok(first), Some((None, subscription))));
         }
+        // A clone (an Arc's count), as `recv` borrows the whole subscription.
+        let mut closing = subscription.closing.clone();
         let next = tokio::select! {
             // `wait_for` also ends the stream if the monitor is dropped.
-            () = crate::monitor::closed(&mut subscription.closing) => {
+            () = crate::monitor::closed(&mut closing) => {
                 Err(SubscribeError::Closing.to_string())
             }
-            received = subscription.events.recv() => match received {
-                Ok(event) => Ok(sse_event(&event)),
+            received = subscription.recv() => match received {
+                // Many changes at once: the whole picture, encoded once (and shared with the
+                // snapshots of listeners arriving after it).
+                Ok(Next::Snapshot(snapshot)) => Ok(snapshot_event(&snapshot)),
+                Ok(Next::Event(event)) => Ok(sse_event(&event)),
                 Err(RecvError::Lagged(missed)) => {
                     tracing::info!(missed, "dropping an event listener that fell behind");
                     Err(format!(
@@ -221,12 +231,8 @@ fn sse_event(event: &Arc<Event>) -> SseEvent {
         EventKind::Added(_) => "session.added",
         EventKind::Changed { .. } => "session.changed",
         EventKind::Removed { .. } => "session.removed",
-        // Many changes at once: the whole picture, encoded once (and shared with the
-        // snapshots of listeners arriving after it).
-        EventKind::Snapshot(snapshot) => return snapshot_event(snapshot),
     };
     let data = event.encoded(|kind| match kind {
-        EventKind::Snapshot(snapshot) => snapshot_event_data(snapshot).to_owned(),
         EventKind::Added(reading) => encode(&SessionAdded {
             session_id: reading.record.session_id.clone(),
             session: SessionView::of(reading),
