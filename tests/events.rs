@@ -842,6 +842,45 @@ async fn a_gone_record_found_by_the_first_listener_is_pruned_and_left_out_of_the
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_of_events_answers_like_get_and_changes_nothing() {
+    let server = Server::start().await;
+    let gone = ExitedChild::spawn().record().url(refused_url());
+    let path = gone.write_in(server.dir());
+    let head = server
+        .client
+        .head(server.url("/events"))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .expect("the registry answers HEAD /events");
+    assert_eq!(head.status().as_u16(), 200);
+    assert_eq!(
+        head.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("text/event-stream")
+    );
+    assert_eq!(head.text().await.expect("body"), "");
+    // A GET would have started the live view, which prunes the gone record at once.
+    assert!(path.exists(), "a HEAD pruned a record");
+    assert!(
+        !server.state.events().is_running(),
+        "a HEAD started the live view"
+    );
+    // Refused as a GET is while the directory cannot be read.
+    let moved = MovedAside::take(server.dir(), false);
+    let refused = server
+        .client
+        .head(server.url("/events"))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .expect("the registry answers HEAD /events");
+    assert_eq!(refused.status().as_u16(), 503);
+    moved.put_back();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_with_last_event_id_starts_with_a_snapshot_of_the_current_list() {
     let server = Server::start().await;
     let (mut first, _) = server.listen().await;

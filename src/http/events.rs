@@ -25,8 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
@@ -121,8 +122,9 @@ pub struct SessionRemoved {
 /// reconnect then gets the answer `GET /sessions` gives (503 `running-dir-unavailable`, whose
 /// detail says what is wrong), and a fresh snapshot once it is back. A stream the registry
 /// ends (for this, a shutdown, or a client too far behind) closes with a comment line saying
-/// why (`: stream ended: …`). Browsers' `EventSource` cannot send the `Authorization` header:
-/// read the stream with `fetch`.
+/// why (`: stream ended: …`). `HEAD /events` answers as `GET` would, without opening a
+/// stream (so it prunes nothing). Browsers' `EventSource` cannot send the `Authorization`
+/// header: read the stream with `fetch`.
 #[utoipa::path(
     get, path = "/events", tag = TAG,
     security(("bearer" = [])),
@@ -136,8 +138,23 @@ pub struct SessionRemoved {
 )]
 pub async fn events(
     State(state): State<AppState>,
+    method: Method,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
+    if method == Method::HEAD {
+        // What a GET would be answered, without its stream: subscribing starts the live view,
+        // which prunes gone records, and a HEAD must change nothing. A plain listing (which
+        // only reads) tells whether the stream could start.
+        state.registry().sessions(false).await?;
+        return Ok((
+            [
+                (header::CONTENT_TYPE, "text/event-stream"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            (),
+        )
+            .into_response());
+    }
     if let Some(last) = headers.get("last-event-id") {
         tracing::debug!(last_event_id = ?last, "a client resumes; it gets a snapshot first");
     }
@@ -154,7 +171,9 @@ pub async fn events(
                 SubscribeError::Closing.to_string(),
             )),
         })?;
-    Ok(Sse::new(stream(subscription)).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    Ok(Sse::new(stream(subscription))
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response())
 }
 
 /// The snapshot, then every event, until the listener lags, the monitor stops or the registry
