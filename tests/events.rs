@@ -123,6 +123,16 @@ impl Server {
         (stream, snapshot)
     }
 
+    /// `HEAD /events` with the token.
+    async fn head_events(&self) -> reqwest::Response {
+        self.client
+            .head(self.url("/events"))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("the registry answers HEAD /events")
+    }
+
     /// `GET path` with the token: status and body as JSON.
     async fn get(&self, path: &str) -> (u16, Value) {
         let response = self
@@ -846,13 +856,7 @@ async fn head_of_events_answers_like_get_and_changes_nothing() {
     let server = Server::start().await;
     let gone = ExitedChild::spawn().record().url(refused_url());
     let path = gone.write_in(server.dir());
-    let head = server
-        .client
-        .head(server.url("/events"))
-        .bearer_auth(&server.token)
-        .send()
-        .await
-        .expect("the registry answers HEAD /events");
+    let head = server.head_events().await;
     assert_eq!(head.status().as_u16(), 200);
     assert_eq!(
         head.headers()
@@ -869,13 +873,7 @@ async fn head_of_events_answers_like_get_and_changes_nothing() {
     );
     // Refused as a GET is while the directory cannot be read.
     let moved = MovedAside::take(server.dir(), false);
-    let refused = server
-        .client
-        .head(server.url("/events"))
-        .bearer_auth(&server.token)
-        .send()
-        .await
-        .expect("the registry answers HEAD /events");
+    let refused = server.head_events().await;
     assert_eq!(refused.status().as_u16(), 503);
     moved.put_back();
 }
