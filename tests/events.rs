@@ -685,16 +685,7 @@ async fn a_record_that_fails_to_read_keeps_its_session_and_is_not_counted_unread
     let (record, id) = announced_doorless(&server, &mut stream).await;
 
     // The very same record, in a file that cannot be opened for now: no evidence of anything.
-    let staged = write_raw(server.dir(), ".leased.tmp", record.to_bytes());
-    let onto = server.dir().join(record.file_name());
-    let lease = tokio::task::spawn_blocking(move || {
-        let mut lease = LeaseHolder::take(&staged, &onto);
-        // A scan tried to open it (and failed: the lease is still held).
-        lease.wait_broken();
-        lease
-    })
-    .await
-    .unwrap();
+    let lease = leased_in(server.dir(), &record).await;
 
     // Two records added after that failed read: the second is announced by a pass strictly
     // after the one that failed to read the record, so any removal it made came first.
@@ -707,6 +698,20 @@ async fn a_record_that_fails_to_read_keeps_its_session_and_is_not_counted_unread
     tokio::task::spawn_blocking(move || lease.release())
         .await
         .unwrap();
+}
+
+/// `record` put in place again under a write lease, once a scan has tried to open it (and
+/// failed: the lease is still held).
+async fn leased_in(dir: &Path, record: &RecordJson) -> LeaseHolder {
+    let staged = write_raw(dir, ".leased.tmp", record.to_bytes());
+    let onto = dir.join(record.file_name());
+    tokio::task::spawn_blocking(move || {
+        let mut lease = LeaseHolder::take(&staged, &onto);
+        lease.wait_broken();
+        lease
+    })
+    .await
+    .unwrap()
 }
 
 /// A session whose record file cannot be read keeps its last reading, but not past its
@@ -729,16 +734,8 @@ async fn a_process_that_dies_while_its_record_cannot_be_read_is_changed_to_gone_
     assert_eq!(added.session_id(), id);
 
     // The very same record, in a file that cannot be opened for now; a scan failed to.
-    let staged = write_raw(server.dir(), ".leased.tmp", record.to_bytes());
+    let lease = leased_in(server.dir(), &record).await;
     let path = server.dir().join(record.file_name());
-    let onto = path.clone();
-    let lease = tokio::task::spawn_blocking(move || {
-        let mut lease = LeaseHolder::take(&staged, &onto);
-        lease.wait_broken();
-        lease
-    })
-    .await
-    .unwrap();
     // `stat` does not break a lease.
     let leased = std::fs::symlink_metadata(&path).expect("the leased record");
 
