@@ -557,13 +557,19 @@ async fn a_killed_capsule_is_changed_to_gone_then_pruned_within_the_interval() {
 /// A record naming the test process with no door: live on layers 1-2 alone, never probed.
 async fn announced_doorless(server: &Server, stream: &mut EventStream) -> (RecordJson, String) {
     let record = RecordJson::fresh().no_door();
+    let id = announced_live(server, stream, &record).await;
+    (record, id)
+}
+
+/// `record` written, and announced `added` and live as the stream's next event; its id.
+async fn announced_live(server: &Server, stream: &mut EventStream, record: &RecordJson) -> String {
     record.write_in(server.dir());
     let added = stream.expect_event().await;
     assert_eq!(added.name, "session.added", "{added:?}");
     assert_eq!(added.state(), "live");
     let id = record.session_id();
     assert_eq!(added.session_id(), id);
-    (record, id)
+    id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -726,12 +732,7 @@ async fn a_process_that_dies_while_its_record_cannot_be_read_is_changed_to_gone_
     let child = SleepingChild::spawn();
     let pid = child.pid();
     let record = child.record().no_door();
-    record.write_in(server.dir());
-    let added = stream.expect_event().await;
-    assert_eq!(added.name, "session.added", "{added:?}");
-    assert_eq!(added.state(), "live");
-    let id = record.session_id();
-    assert_eq!(added.session_id(), id);
+    let id = announced_live(&server, &mut stream, &record).await;
 
     // The very same record, in a file that cannot be opened for now; a scan failed to.
     let lease = leased_in(server.dir(), &record).await;
