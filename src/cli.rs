@@ -123,8 +123,8 @@ struct ServeArgs {
     /// How long shutdown waits for in-flight requests before dropping them.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
-    /// How long a client may take nothing the registry writes to it (an `/events` stream
-    /// nobody reads) before its connection is closed.
+    /// How long a client's full socket may take nothing more the registry writes to it (an
+    /// `/events` stream nobody reads) before its connection is closed.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
     write_stall_timeout: Duration,
     #[command(flatten)]

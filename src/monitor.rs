@@ -49,8 +49,11 @@
 //!   read (an I/O error such as `EMFILE` or `EACCES`, or a file replaced throughout the read;
 //!   [`Unreadable::is_read_failure`](crate::running::Unreadable::is_read_failure)): its session
 //!   keeps its last reading, and the record it was read from, and the file is not counted
-//!   unreadable. Its process is still checked: every pass asks layers 1–2 again about the
-//!   record last read, so a session held this way never shows live past its process's death.
+//!   unreadable. Its process is still checked: while the file under its name is still the
+//!   one read (same device, inode and modification time), every pass asks layers 1–2 again
+//!   about the record last read, so a session held this way never shows live past its
+//!   process's death. A file replaced since is not checked this way: it may name another
+//!   process (a new writer took the session over), so the last reading stands until it reads.
 //!   If they find it gone, the session is `changed` to gone with that evidence, and stays in
 //!   the picture, not pruned, while the file cannot be read (pruning re-reads the file, and a
 //!   file nobody can read is never unlinked); once it reads again, it is pruned as any gone
@@ -797,6 +800,8 @@ impl Looper {
         // A session whose file failed to read keeps its last reading (below), but its process
         // can still end: layers 1–2 are asked again about the record last read, so that a
         // death is not hidden behind a file nobody can read (nor a pid that turns unverified).
+        // Only while that file is still the one read: a file replaced since (a new writer took
+        // the session over) may name another process, and the old one's death proves nothing.
         let held_records: Vec<RunningRecord> = scan
             .unreadable
             .iter()
@@ -804,6 +809,19 @@ impl Looper {
             .filter_map(|entry| entry.file_name.strip_suffix(RECORD_SUFFIX))
             .filter_map(|id| self.on_disk.get(id).cloned())
             .collect();
+        let held_records = if held_records.is_empty() {
+            held_records
+        } else {
+            tokio::task::spawn_blocking(move || {
+                held_records
+                    .into_iter()
+                    .filter(crate::running::still_the_file_read)
+                    .collect()
+            })
+            .await
+            // A failed task looks at nothing: the last readings stand.
+            .unwrap_or_default()
+        };
         let held_readings = if first || held_records.is_empty() {
             Vec::new()
         } else {

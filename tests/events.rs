@@ -618,7 +618,8 @@ struct LeaseHolder {
 
 impl LeaseHolder {
     /// Lease `staged` (a file no one else has open), then rename it onto `onto`, so the very
-    /// first scan to see the new file under the record's name fails to open it.
+    /// first scan to see the new file under the record's name fails to open it. With an empty
+    /// `onto`, `staged` is the record itself, leased in place ([`LeaseHolder::take_in_place`]).
     fn take(staged: &Path, onto: &Path) -> Self {
         const SCRIPT: &str = r#"
 import fcntl, os, select, signal, sys
@@ -626,7 +627,12 @@ staged, onto = sys.argv[1], sys.argv[2]
 signal.signal(signal.SIGIO, signal.SIG_IGN)
 fd = os.open(staged, os.O_RDONLY)
 fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-os.rename(staged, onto)
+if onto:
+    os.rename(staged, onto)
+else:
+    # In place: the same mode set again moves only the change time, which is enough for the
+    # scan to read the file again (and fail), while it stays the very file it read before.
+    os.chmod(staged, os.stat(staged).st_mode & 0o7777)
 told = False
 while True:
     if not told and fcntl.fcntl(fd, fcntl.F_GETLEASE) != fcntl.F_WRLCK:
@@ -657,6 +663,12 @@ os.close(fd)
             }
         });
         Self { child, lines }
+    }
+
+    /// Lease the record file at `path` where it is (same inode, same modification time), so
+    /// the next scan fails to open it.
+    fn take_in_place(path: &Path) -> Self {
+        Self::take(path, Path::new(""))
     }
 
     /// Wait (at most [`EVENT_DEADLINE`]) until a reader tried to open the file and failed:
@@ -720,6 +732,53 @@ async fn leased_in(dir: &Path, record: &RecordJson) -> LeaseHolder {
     .unwrap()
 }
 
+/// A record replaced by a new writer (another process took the session over) and not readable
+/// yet: the old process's death says nothing of the session, so it is not reported gone; once
+/// the file reads, the session follows the new process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_record_not_readable_yet_is_not_reported_gone_when_the_old_process_dies() {
+    let server = Server::start().await;
+    let (mut stream, _) = server.listen().await;
+    let old = SleepingChild::spawn();
+    let id = announced_live(&server, &mut stream, &old.record().no_door()).await;
+
+    let successor = SleepingChild::spawn();
+    let taken_over = successor.record().no_door().set("session_id", id.clone());
+    let lease = leased_in(server.dir(), &taken_over).await;
+    drop(old); // killed and reaped: no process holds its pid
+    // Each record below is announced by a pass after the death; a `changed` to gone of the
+    // taken-over session would come first and fail the announcement.
+    announced_doorless(&server, &mut stream).await;
+    announced_doorless(&server, &mut stream).await;
+
+    tokio::task::spawn_blocking(move || lease.release())
+        .await
+        .unwrap();
+    let followed = stream
+        .until(
+            "the session to follow its new process",
+            |_| false,
+            |event| {
+                event.session_id() == id && event.data["session"]["pid"] == json!(successor.pid())
+            },
+        )
+        .await;
+    assert_ne!(followed.state(), "gone", "{followed:?}");
+}
+
+/// The record file of `record` leased where it is, once a scan has tried to open it (and
+/// failed: the lease is still held).
+async fn leased_in_place(dir: &Path, record: &RecordJson) -> LeaseHolder {
+    let path = dir.join(record.file_name());
+    tokio::task::spawn_blocking(move || {
+        let mut lease = LeaseHolder::take_in_place(&path);
+        lease.wait_broken();
+        lease
+    })
+    .await
+    .unwrap()
+}
+
 /// A session whose record file cannot be read keeps its last reading, but not past its
 /// process's death: layers 1–2 still check the record last read, every pass. The file, which
 /// no one can read, is left alone until it reads again; then it is pruned on that evidence.
@@ -734,8 +793,8 @@ async fn a_process_that_dies_while_its_record_cannot_be_read_is_changed_to_gone_
     let record = child.record().no_door();
     let id = announced_live(&server, &mut stream, &record).await;
 
-    // The very same record, in a file that cannot be opened for now; a scan failed to.
-    let lease = leased_in(server.dir(), &record).await;
+    // The very same file, which cannot be opened for now; a scan failed to.
+    let lease = leased_in_place(server.dir(), &record).await;
     let path = server.dir().join(record.file_name());
     // `stat` does not break a lease.
     let leased = std::fs::symlink_metadata(&path).expect("the leased record");

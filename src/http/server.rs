@@ -25,8 +25,10 @@
 //!   every connection: the rest stay for ordinary requests, `/healthz` included.
 //! - A connection whose peer takes nothing written to it for
 //!   [`ServeLimits::write_stall_timeout`] is closed (`write_stall`): a client that opens an
-//!   `/events` stream and stops reading cannot hold its stream place, its connection and the
-//!   events queued for it for ever. A slow reader that keeps reading is never cut.
+//!   `/events` stream and stops reading keeps its stream place, its connection and the events
+//!   queued for it only until the socket's buffers are full and the limit has passed (on a
+//!   busy stream, soon; on a quiet one the buffers take long to fill). A reader that keeps
+//!   draining the socket is not cut.
 //! - On shutdown the listener is closed first (new connections are refused), idle connections
 //!   close, in-flight requests finish and their connections close after the answer; whatever
 //!   has not finished after [`ServeLimits::shutdown_grace`] is dropped.
@@ -77,8 +79,8 @@ pub struct ServeLimits {
     pub max_event_streams: usize,
     /// How long shutdown waits for in-flight requests before dropping them. Default 30 s.
     pub shutdown_grace: Duration,
-    /// How long a connection's writes may make no progress (its peer reads nothing) before it
-    /// is closed. Default 60 s.
+    /// How long a connection's writes may find its socket full (its peer reads nothing) before
+    /// it is closed. Default 60 s.
     pub write_stall_timeout: Duration,
 }
 

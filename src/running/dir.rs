@@ -659,3 +659,19 @@ pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, Runni
     }
     Ok(Pruned::Removed)
 }
+
+/// Whether the file `record` was read from is still the entry under its name: the same device,
+/// inode and modification time. Only then does a check of its process speak for the session
+/// when the file cannot be read again; a file replaced since may name another process.
+///
+/// `false` for a record not read from disk, or when the entry cannot be looked at. Blocking
+/// (an `lstat` in the directory); call it off async workers.
+pub fn still_the_file_read(record: &RunningRecord) -> bool {
+    let Some(origin) = &record.origin.0 else {
+        return false;
+    };
+    let Ok(dir_fd) = open_running_dir(&origin.dir) else {
+        return false;
+    };
+    FileIdentity::at(&dir_fd, &origin.file_name).is_ok_and(|now| now == origin.identity)
+}

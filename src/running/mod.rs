@@ -43,7 +43,7 @@ mod signal;
 pub use dir::{
     MAX_RECORD_BYTES, Pruned, RecordCache, Scan, Unreadable, UnreadableEntry, list, prune,
     read_record, recover_quarantined, remove_unreadable, running_dir, running_dir_in, scan,
-    scan_cached,
+    scan_cached, still_the_file_read,
 };
 pub use door::{
     ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MAX_CARD_BYTES, MAX_CONCURRENT_PROBES,

@@ -202,7 +202,8 @@ function lost(why, status = 'Registry unreachable, reconnecting…', notBeforeMs
   stream.controller = null;
   model.live = false;
   document.body.classList.add('stale');
-  const delay = Math.max(notBeforeMs, Math.round(stream.backoff * (1 + Math.random() * 0.3)));
+  // Jitter on whichever wait wins, so tabs told the same Retry-After do not retry in step.
+  const delay = Math.round(Math.max(notBeforeMs, stream.backoff) * (1 + Math.random() * 0.3));
   stream.backoff = Math.min(stream.backoff * 2, BACKOFF_MAX_MS);
   setConnection('down', status);
   showBanner(`${why} Reconnecting automatically (next try in ${Math.ceil(delay / 1000)} s); ` +

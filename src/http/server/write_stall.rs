@@ -7,7 +7,14 @@
 //!
 //! Invariant kept here: once a write (or flush, or shutdown) has found the socket unable to
 //! take a single byte for the whole of the limit, the connection fails with `TimedOut`. Any
-//! progress, however small, restarts the clock: a slow reader that keeps reading is never cut.
+//! write that goes through restarts the clock.
+//!
+//! What that does and does not catch: the kernel reports a full socket writable again only
+//! once a good share of its buffer has drained, so a peer that reads, but slower than that
+//! share per limit (some tens of KB a minute with the default), is cut too; on loopback a
+//! reader that slow is a stuck one. A peer whose kernel still takes data (some megabytes of
+//! buffers) is not stalled yet: a quiet stream, a comment every 15 s, can sit in them for
+//! days before the clock starts. That costs its connection and its stream place, no memory.
 
 use std::io;
 use std::pin::Pin;
@@ -159,7 +166,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_peer_that_keeps_reading_is_never_cut_off_however_much_is_written() {
+    async fn a_peer_that_keeps_reading_is_not_cut_off_however_long_the_transfer_takes() {
         let (server, mut client) = pair().await;
         let total = 64 << 20;
         let reader = tokio::spawn(async move {
