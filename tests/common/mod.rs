@@ -136,10 +136,25 @@ pub fn dir_snapshot(dir: &Path) -> BTreeMap<String, EntrySnapshot> {
 }
 
 /// Write `bytes` to `dir/name` as a plain file, mode 0600 (what murmur gives a record).
+///
+/// The mode is set through the open file, not the path: a registry running beside the test
+/// may read the record and prune it the moment it exists.
 pub fn write_raw(dir: &Path, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(name);
-    std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod 0600");
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.write_all(bytes.as_ref())?;
+        // An existing file keeps its mode through `open`.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+    };
+    write().unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     path
 }
 
