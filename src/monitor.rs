@@ -467,6 +467,11 @@ impl Monitor {
         self.shared.closing.send_replace(true);
     }
 
+    /// Whether [`Monitor::close`] was called: no stream is given out any more.
+    pub fn is_closing(&self) -> bool {
+        *self.shared.closing.borrow()
+    }
+
     /// How many listeners are subscribed (or waiting for their first picture).
     pub fn listeners(&self) -> usize {
         self.shared.lock().listeners

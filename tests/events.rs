@@ -933,6 +933,17 @@ async fn head_of_events_answers_like_get_and_changes_nothing() {
     let refused = server.head_events().await;
     assert_eq!(refused.status().as_u16(), 503);
     moved.put_back();
+    assert_eq!(server.head_events().await.status().as_u16(), 200);
+    // And while the registry shuts down, as GET is too.
+    server.state.events().close();
+    let closing = server.head_events().await;
+    assert_eq!(closing.status().as_u16(), 503);
+    let (status, problem) = server.get("/events").await;
+    assert_eq!(status, 503);
+    assert_eq!(
+        problem["type"],
+        "urn:murmur-registry:problem:events-unavailable"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

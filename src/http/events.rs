@@ -145,6 +145,9 @@ pub async fn events(
         // What a GET would be answered, without its stream: subscribing starts the live view,
         // which prunes gone records, and a HEAD must change nothing. A plain listing (which
         // only reads) tells whether the stream could start.
+        if state.events().is_closing() {
+            return Err(closing_problem());
+        }
         state.registry().sessions(false).await?;
         return Ok((
             [
@@ -165,15 +168,20 @@ pub async fn events(
         .map_err(|error| match error {
             // Answered as `GET /sessions` answers the same failure, and logged the same way.
             SubscribeError::Unavailable(error) => ApiError::from(error),
-            SubscribeError::Closing => ApiError::from(Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "events-unavailable",
-                SubscribeError::Closing.to_string(),
-            )),
+            SubscribeError::Closing => closing_problem(),
         })?;
     Ok(Sse::new(stream(subscription))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response())
+}
+
+/// 503 `events-unavailable`: the registry is shutting down and gives out no stream.
+fn closing_problem() -> ApiError {
+    ApiError::from(Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "events-unavailable",
+        SubscribeError::Closing.to_string(),
+    ))
 }
 
 /// The snapshot, then every event, until the listener lags, the monitor stops or the registry
