@@ -915,7 +915,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         .await;
     assert!(
         unavailable.as_str().is_some_and(|t| t.starts_with(
-            "The registry is unavailable: the running directory is unavailable: it does not exist"
+            "The registry cannot serve the live view: the running directory is unavailable: it does not exist"
         )),
         "{unavailable}"
     );

@@ -176,7 +176,7 @@ async function connect() {
     if (response.status === 503 && detail) {
       // Temporary by definition (its running directory is gone, it is overloaded or shutting
       // down): say what the registry says, and keep trying, no sooner than it asks.
-      lost(`The registry is unavailable: ${detail}.`, 'Registry unavailable, retrying…',
+      lost(`The registry cannot serve the live view: ${detail}.`, 'Registry unavailable, retrying…',
         retryAfterMs(response));
     } else {
       lost(`The registry answered ${response.status}${detail ? ': ' + detail : '.'}`,
