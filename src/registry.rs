@@ -276,10 +276,9 @@ pub struct StopReport {
 /// The registry over one running directory.
 #[derive(Debug)]
 pub struct Registry {
-    dir: PathBuf,
     door: DoorProbe,
     flights: Flights,
-    /// What listings read the directory with (its cache is the monitor's scans' too).
+    /// The directory and what listings read it with (its cache is the monitor's scans' too).
     reader: PassReader,
     /// The directory passes listings share.
     passes: Arc<SharedPasses<PassResult>>,
@@ -376,21 +375,20 @@ impl Registry {
             door,
             flights: Flights::default(),
             reader: PassReader {
-                dir: dir.clone(),
+                inline_scans: on_local_filesystem(&dir),
+                dir,
                 cache: Arc::default(),
                 last_scan_entries: Arc::new(AtomicUsize::new(usize::MAX)),
-                inline_scans: on_local_filesystem(&dir),
             },
             passes: Arc::default(),
             stopping: StopsInProgress::default(),
             removals: RemovalNotes::default(),
-            dir,
         }
     }
 
     /// The running directory this registry reads.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.reader.dir
     }
 
     /// Every record, verified (three layers when `probe`, else layers 1–2), newest first.
@@ -401,10 +399,10 @@ impl Registry {
     /// concurrently, at most the prober's limit at once, and a door already being probed for
     /// an identical record (by any caller) is not asked again: its probe's answer is shared.
     pub async fn sessions(&self, probe: bool) -> Result<Arc<Listing>, RegistryError> {
-        let reader = self.reader.clone();
+        // The reader is copied only by the caller that starts a pass, not by every caller.
         let lean = self
             .passes
-            .run(move || reader.clone().pass(), pass_panicked)
+            .run(|| self.reader.clone().pass(), pass_panicked)
             .await
             .map_err(|shared| copy_error(&shared))?;
         if !probe {
@@ -436,7 +434,7 @@ impl Registry {
         if !running::is_valid_session_id(session_id) {
             return Err(RegistryError::InvalidSessionId);
         }
-        let dir = self.dir.clone();
+        let dir = self.reader.dir.clone();
         let id = session_id.to_owned();
         blocking(move || {
             let record = running::read_record(&dir, &id)?;
@@ -449,7 +447,7 @@ impl Registry {
 
     /// Every entry of the directory, read but not verified. Changes nothing on disk.
     pub async fn scan(&self) -> Result<running::Scan, RegistryError> {
-        let dir = self.dir.clone();
+        let dir = self.reader.dir.clone();
         let cache = Arc::clone(&self.reader.cache);
         blocking(move || running::scan_cached(&dir, &cache))
             .await?
@@ -582,7 +580,7 @@ impl Registry {
         if !running::is_valid_session_id(session_id) {
             return Err(RegistryError::InvalidSessionId);
         }
-        let dir = self.dir.clone();
+        let dir = self.reader.dir.clone();
         let id = session_id.to_owned();
         blocking(move || running::read_record(&dir, &id))
             .await??
@@ -619,7 +617,7 @@ impl Registry {
 
     /// Prune every record whose process is gone, and every removable unreadable entry.
     pub async fn prune_all(&self) -> Result<PruneReport, RegistryError> {
-        let dir = self.dir.clone();
+        let dir = self.reader.dir.clone();
         let notes = self.removals.clone();
         blocking(move || {
             running::recover_quarantined(&dir)?;
