@@ -206,6 +206,7 @@ impl<T> Drop for Lead<T> {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
 
     use super::*;
 
@@ -329,16 +330,21 @@ mod tests {
     #[tokio::test]
     async fn a_pass_that_panics_answers_its_waiters_with_the_failure() {
         let passes = Arc::new(SharedPasses::<String>::default());
-        let got = passes
-            .run(
+        // Bounded: a panic that ended the pass without an answer would have the caller start
+        // it again and again, and the test would hang instead of failing.
+        let got = tokio::time::timeout(
+            Duration::from_secs(10),
+            passes.run(
                 || async {
                     panic!("the disk caught fire");
                     #[allow(unreachable_code)]
                     String::new()
                 },
                 failed,
-            )
-            .await;
+            ),
+        )
+        .await
+        .expect("a panicking pass answers");
         assert_eq!(got, "failed: the disk caught fire");
         assert!(!passes.lock().running, "the pass is over");
         let again = passes.run(|| async { "fine".to_owned() }, failed).await;
