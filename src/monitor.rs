@@ -814,19 +814,7 @@ impl Looper {
             .filter_map(|entry| entry.file_name.strip_suffix(RECORD_SUFFIX))
             .filter_map(|id| self.on_disk.get(id).cloned())
             .collect();
-        let held_records = if held_records.is_empty() {
-            held_records
-        } else {
-            tokio::task::spawn_blocking(move || {
-                held_records
-                    .into_iter()
-                    .filter(crate::running::still_the_file_read)
-                    .collect()
-            })
-            .await
-            // A failed task looks at nothing: the last readings stand.
-            .unwrap_or_default()
-        };
+        let held_records = self.registry().still_the_files_read(held_records).await;
         let held_readings = if first || held_records.is_empty() {
             Vec::new()
         } else {

@@ -464,6 +464,22 @@ impl Registry {
         self.read_all(records, states, probe).await
     }
 
+    /// The records among `records` whose file is still the very one each was read from
+    /// ([`running::still_the_file_read`]); none when that cannot be looked at. Changes nothing.
+    pub async fn still_the_files_read(&self, records: Vec<RunningRecord>) -> Vec<RunningRecord> {
+        if records.is_empty() {
+            return records;
+        }
+        blocking(move || {
+            records
+                .into_iter()
+                .filter(running::still_the_file_read)
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
     /// Fetch the agent card a session's live door serves, verified to name the session.
     ///
     /// The card is the one the probe read (the extended card for an authenticated door), with
