@@ -2,9 +2,10 @@
 //!
 //! Invariants kept here:
 //! - The file is created whole and only if absent (staged, then hard-linked into place), mode
-//!   0600, holding 256 bits from the OS as hex, in a directory only we (or root) can write. A file that is a symlink, not a regular file, not ours, readable or writable
-//!   by group or others, or empty is refused with its path and the fix; it is never repaired
-//!   silently, since a token others could read is already spent.
+//!   0600, holding 256 bits from the OS as hex, in a directory only we (or root) can write.
+//! - A file that is a symlink, not a regular file, not ours, readable or writable by group or
+//!   others, or empty is refused with its path and the fix; it is never repaired silently,
+//!   since a token others could read is already spent.
 //! - Only a SHA-256 digest of the token is kept in memory, and presented tokens are compared by
 //!   digest in constant time, so neither the token's bytes nor its length leak through timing.
 //! - Rotation replaces the file atomically (staged, fsynced, renamed); a running server notices
