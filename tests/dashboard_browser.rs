@@ -37,11 +37,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::binary::{Home, User, drain, first_line, registry};
-use common::{CapsuleProcess, SleepingChild};
+use common::binary::{Home, User, registry};
+use common::served::ServeLaunch;
+use common::{CapsuleProcess, ServedBinary, TestProcess};
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -60,70 +60,12 @@ const BROWSER_DEADLINE: Duration = Duration::from_secs(45);
 // The registry binary
 // ---------------------------------------------------------------------------------------------
 
-/// `murmur-registry serve` on its own HOME. Killed and reaped on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    stderr: Option<JoinHandle<String>>,
-}
-
-impl Server {
-    /// Serve `home` on `bind` (`127.0.0.1:0` for a fresh port); answers once it listens.
-    fn start(home: &Home, bind: &str) -> Self {
-        Self::try_start(home, bind).unwrap_or_else(|why| panic!("{why}"))
-    }
-
-    /// [`Server::start`], answering why it did not start instead of failing the test.
-    fn try_start(home: &Home, bind: &str) -> Result<Self, String> {
-        let mut child = registry(home.path(), User::Me)
-            .args(["serve", "--bind", bind])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn murmur-registry serve");
-        let stderr = drain(child.stderr.take().expect("stderr"));
-        let stdout = child.stdout.take().expect("stdout");
-        let rx = first_line(stdout);
-        // The channel closes without a line when the server exits first (a port in use).
-        let Ok(line) = rx.recv_timeout(BROWSER_DEADLINE) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = stderr.join().unwrap_or_default();
-            return Err(format!(
-                "murmur-registry serve --bind {bind} did not start: {stderr}"
-            ));
-        };
-        let addr = line
-            .strip_prefix("listening on http://")
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-        Ok(Self {
-            child,
-            addr,
-            stderr: Some(stderr),
-        })
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/", self.addr)
-    }
-
-    /// Kill the server outright (no graceful shutdown: as if it crashed) and reap it.
-    fn kill(mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.stderr
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `murmur-registry serve` on `home`, bound to `bind` (`127.0.0.1:0` for a fresh port), given
+/// as long as the browser to start.
+fn serve(home: &Home, bind: &str) -> ServeLaunch {
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args(["serve", "--bind", bind]);
+    ServedBinary::launch(cmd).startup_deadline(BROWSER_DEADLINE)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -524,7 +466,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             ),
     );
     // A process that is the writer but whose door does not answer: unreachable.
-    let mute = SleepingChild::spawn();
+    let mute = TestProcess::sleeping();
     let mute_record = mute
         .record()
         .url("127.0.0.1:1")
@@ -538,7 +480,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     let mute_id = mute_record.session_id();
     home.write(&mute_record);
     // A script capsule: its process is alive and it has no door, so it is live without one.
-    let mut script = SleepingChild::spawn();
+    let mut script = TestProcess::sleeping();
     let script_record = script
         .record()
         .no_door()
@@ -553,7 +495,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     let script_id = script_record.session_id();
     home.write(&script_record);
 
-    let server = Server::start(&home, "127.0.0.1:0");
+    let server = serve(&home, "127.0.0.1:0").start();
     let token = home.token();
     let browser = Browser::launch().await;
     browser.goto(&server.url()).await;
@@ -723,7 +665,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     browser.resize(1280, 800).await;
 
     // --- Data is text, never markup ----------------------------------------------------------
-    let hostile = SleepingChild::spawn();
+    let hostile = TestProcess::sleeping();
     let hostile_name = "<img src=x onerror=\"document.title='owned'\"><b>bold</b>";
     let hostile_record = hostile
         .record()
@@ -971,10 +913,10 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
 
 /// Start the registry again on `addr` (the port the page knows). The port was just freed, so
 /// another process taking it meanwhile is unlikely but possible: retry until the deadline.
-fn restart_on(home: &Home, addr: SocketAddr) -> Server {
+fn restart_on(home: &Home, addr: SocketAddr) -> ServedBinary {
     let start = Instant::now();
     loop {
-        match Server::try_start(home, &addr.to_string()) {
+        match serve(home, &addr.to_string()).try_start() {
             Ok(server) => return server,
             Err(why) if start.elapsed() > BROWSER_DEADLINE => panic!("{why}"),
             // Paces the retries only.
