@@ -364,6 +364,7 @@ fn ps_says_a_symlinked_running_dir_is_a_symlink() {
 }
 
 #[test]
+#[ignore = "needs root: chowns the running directory to uid 65534"]
 fn ps_refuses_a_running_dir_owned_by_another_uid() {
     let home = Home::new();
     let running = home.running_dir();
@@ -566,6 +567,7 @@ fn nobody_home_with_root_capsule() -> (Home, TestProcess, RecordJson, PathBuf) {
 }
 
 #[test]
+#[ignore = "needs root: runs the binary as uid 65534 under a hidepid=2 /proc (unshare -m, setpriv)"]
 fn ps_under_hidepid_lists_the_capsule_unverified_and_keeps_its_record() {
     let (home, mut child, record, file) = nobody_home_with_root_capsule();
 
@@ -609,6 +611,7 @@ fn ps_under_hidepid_lists_the_capsule_unverified_and_keeps_its_record() {
 }
 
 #[test]
+#[ignore = "needs root: runs the binary as uid 65534 under a hidepid=2 /proc (unshare -m, setpriv)"]
 fn stop_under_hidepid_refuses_and_the_capsule_survives() {
     let (home, mut child, record, file) = nobody_home_with_root_capsule();
     let id = record.session_id();
@@ -632,6 +635,7 @@ fn stop_under_hidepid_refuses_and_the_capsule_survives() {
 }
 
 #[test]
+#[ignore = "needs root: a process whose real uid flips, stopped by the binary as uid 65534 (setpriv)"]
 fn stop_says_sigterm_was_sent_when_the_kernel_then_refuses_sigkill() {
     let home = Home::for_nobody_with_running_dir();
     let mut flipping = TestProcess::uid_flipping();
@@ -762,6 +766,7 @@ fn ps_and_prune_keep_a_process_whose_main_thread_exited() {
 }
 
 #[test]
+#[ignore = "needs root: runs the binary as uid 65534 (setpriv) over a record only root can open"]
 fn a_record_that_cannot_be_opened_is_never_removed() {
     let home = Home::for_nobody_with_running_dir();
     let running = home.running_dir();
@@ -1016,16 +1021,19 @@ fn assert_refused_in_nested_namespace(user: User) {
 }
 
 #[test]
+#[ignore = "needs root: runs the binary in a new pid namespace (unshare --pid)"]
 fn in_a_nested_pid_namespace_with_its_own_proc_ps_and_prune_refuse() {
     assert_refused_in_nested_namespace(User::NestedPidNamespace);
 }
 
 #[test]
+#[ignore = "needs root: runs the binary in a new pid namespace (unshare --pid)"]
 fn in_a_nested_pid_namespace_with_the_hosts_proc_ps_and_prune_refuse() {
     assert_refused_in_nested_namespace(User::NestedPidNamespaceHostProc);
 }
 
 #[test]
+#[ignore = "needs root: runs the binary in a new pid namespace (unshare --pid)"]
 fn nested_pid_namespace_flag_runs_and_a_host_pid_reads_as_gone() {
     // The flag says the capsules run in this namespace too. A host capsule does not: its pid
     // names no process in here (kill(pid, 0) answers ESRCH), so its record is pruned as gone.
@@ -1053,6 +1061,7 @@ fn nested_pid_namespace_flag_runs_and_a_host_pid_reads_as_gone() {
 }
 
 #[test]
+#[ignore = "needs root: runs the binary in a new pid namespace (unshare --pid)"]
 fn the_nested_pid_namespace_switch_reads_the_usual_spellings_from_the_environment() {
     for (value, runs) in [
         ("1", true),

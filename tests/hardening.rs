@@ -1041,6 +1041,7 @@ async fn a_200_mb_file_and_a_fifo_among_the_records_neither_stall_nor_bloat_the_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: chowns a record to uid 65534"]
 async fn a_record_owned_by_another_user_is_never_believed_nor_acted_on() {
     let server = Server::default_registry().await;
     let mut capsule = TestProcess::sleeping();
