@@ -172,8 +172,8 @@ impl ServedBinary {
     }
 
     /// Kill it outright (no graceful shutdown: as if it crashed), reap it, and answer its
-    /// stderr.
-    pub fn kill(mut self) -> String {
+    /// stderr. Dropping it afterwards does nothing more.
+    pub fn kill(&mut self) -> String {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.take_stderr()
