@@ -37,9 +37,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::binary::{Finished, Home, NOBODY, User, chown_nobody, is_hex64, registry, run};
 use common::{
-    DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, SleepingChild, TermIgnoringChild,
-    UidFlippingChild, ZombieLeader, assert_absent, dir_snapshot, mode_of, proc_state, refused_url,
-    session_id, write_raw, wrong_start_token,
+    DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, TestProcess, assert_absent,
+    dir_snapshot, mode_of, proc_state, refused_url, session_id, write_raw, wrong_start_token,
 };
 use serde_json::Value;
 
@@ -164,7 +163,7 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
     let begun = Instant::now();
 
     // Oldest: a script capsule with no door (layers 1-2 decide: running), detached.
-    let alpha = SleepingChild::spawn();
+    let alpha = TestProcess::sleeping();
     let alpha_ago = Duration::from_secs(3600 + 2 * 60 + 3);
     let a = alpha
         .record()
@@ -176,7 +175,7 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
     home.write(&a);
 
     // A capsule whose door answers for its session: running, with its URL.
-    let delta = SleepingChild::spawn();
+    let delta = TestProcess::sleeping();
     let d_id = session_id();
     let door = DoorServer::start(DoorMode::SpecCard(d_id.clone()));
     let d_url = door.url();
@@ -190,7 +189,7 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
     home.write(&d);
 
     // A capsule whose door is down: unreachable, started more than two days ago.
-    let bravo = SleepingChild::spawn();
+    let bravo = TestProcess::sleeping();
     let b_url = refused_url();
     let b_ago = Duration::from_secs(2 * 86_400 + 3 * 3600 + 4 * 60 + 5);
     let b = bravo
@@ -266,11 +265,11 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
 #[test]
 fn ps_json_lists_sessions_with_liveness_and_no_secrets() {
     let home = Home::new();
-    let live = SleepingChild::spawn();
+    let live = TestProcess::sleeping();
     let secret = "door-secret-7f3a9c1e5b2d4f6a8c0e";
     let l = live.record().no_door().door_token(secret);
     home.write(&l);
-    let unreachable = SleepingChild::spawn();
+    let unreachable = TestProcess::sleeping();
     let u = unreachable.record().url(refused_url());
     home.write(&u);
     let gone = ExitedChild::spawn();
@@ -365,6 +364,7 @@ fn ps_says_a_symlinked_running_dir_is_a_symlink() {
 }
 
 #[test]
+#[ignore = "needs root: chowns the running directory to uid 65534"]
 fn ps_refuses_a_running_dir_owned_by_another_uid() {
     let home = Home::new();
     let running = home.running_dir();
@@ -400,10 +400,10 @@ fn ps_without_home_fails_clearly() {
 #[test]
 fn stop_at_1_ends_the_newest_running_capsule_with_sigterm_quickly() {
     let home = Home::new();
-    let mut older = SleepingChild::spawn();
+    let mut older = TestProcess::sleeping();
     let o = older.record().no_door();
     let o_file = home.write(&o);
-    let mut target = SleepingChild::spawn();
+    let mut target = TestProcess::sleeping();
     let t = target
         .record()
         .url(refused_url())
@@ -444,7 +444,7 @@ fn stop_at_1_ends_the_newest_running_capsule_with_sigterm_quickly() {
 #[test]
 fn stop_escalates_to_sigkill_when_sigterm_is_ignored() {
     let home = Home::new();
-    let mut stubborn = TermIgnoringChild::spawn();
+    let mut stubborn = TestProcess::ignoring_term();
     let record = stubborn.record().no_door().set("capsule_name", "stubborn");
     let file = home.write(&record);
     let id = record.session_id();
@@ -473,7 +473,7 @@ fn stop_escalates_to_sigkill_when_sigterm_is_ignored() {
 #[test]
 fn stop_with_timeout_zero_sends_sigkill_at_once() {
     let home = Home::new();
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let record = child.record().no_door();
     let file = home.write(&record);
 
@@ -491,7 +491,7 @@ fn stop_with_timeout_zero_sends_sigkill_at_once() {
 #[test]
 fn stop_at_n_past_the_running_sessions_fails() {
     let home = Home::new();
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let file = home.write(&child.record().no_door());
 
     let done = me(&home, &["stop", "@5"]);
@@ -513,7 +513,7 @@ fn stop_at_n_past_the_running_sessions_fails() {
 #[test]
 fn stop_of_an_unknown_or_invalid_session_fails() {
     let home = Home::new();
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let file = home.write(&child.record().no_door());
 
     let unknown = session_id();
@@ -557,9 +557,9 @@ fn stop_of_a_gone_process_fails_and_removes_the_record() {
 
 /// A HOME owned by 65534 holding a record (owned by 65534) of a root-owned `sleep`, named with
 /// its correct start token.
-fn nobody_home_with_root_capsule() -> (Home, SleepingChild, RecordJson, PathBuf) {
+fn nobody_home_with_root_capsule() -> (Home, TestProcess, RecordJson, PathBuf) {
     let home = Home::for_nobody_with_running_dir();
-    let child = SleepingChild::spawn();
+    let child = TestProcess::sleeping();
     let record = child.record().no_door();
     let file = home.write(&record);
     chown_nobody(&file);
@@ -567,6 +567,7 @@ fn nobody_home_with_root_capsule() -> (Home, SleepingChild, RecordJson, PathBuf)
 }
 
 #[test]
+#[ignore = "needs root: runs the binary as uid 65534 under a hidepid=2 /proc (unshare -m, setpriv)"]
 fn ps_under_hidepid_lists_the_capsule_unverified_and_keeps_its_record() {
     let (home, mut child, record, file) = nobody_home_with_root_capsule();
 
@@ -610,6 +611,7 @@ fn ps_under_hidepid_lists_the_capsule_unverified_and_keeps_its_record() {
 }
 
 #[test]
+#[ignore = "needs root: runs the binary as uid 65534 under a hidepid=2 /proc (unshare -m, setpriv)"]
 fn stop_under_hidepid_refuses_and_the_capsule_survives() {
     let (home, mut child, record, file) = nobody_home_with_root_capsule();
     let id = record.session_id();
@@ -633,9 +635,10 @@ fn stop_under_hidepid_refuses_and_the_capsule_survives() {
 }
 
 #[test]
+#[ignore = "needs root: a process whose real uid flips, stopped by the binary as uid 65534 (setpriv)"]
 fn stop_says_sigterm_was_sent_when_the_kernel_then_refuses_sigkill() {
     let home = Home::for_nobody_with_running_dir();
-    let mut flipping = UidFlippingChild::spawn();
+    let mut flipping = TestProcess::uid_flipping();
     let record = flipping.record().no_door();
     let id = record.session_id();
     let file = home.write(&record);
@@ -661,10 +664,10 @@ fn stop_says_sigterm_was_sent_when_the_kernel_then_refuses_sigkill() {
 #[test]
 fn prune_removes_gone_records_and_junk_and_keeps_the_rest() {
     let home = Home::new();
-    let mut live = SleepingChild::spawn();
+    let mut live = TestProcess::sleeping();
     let l_file = home.write(&live.record());
     // Names a live process with another start time: the pid was reused. Never signalled.
-    let mut reused = SleepingChild::spawn();
+    let mut reused = TestProcess::sleeping();
     let r = RecordJson::fresh().process(reused.pid(), &wrong_start_token(reused.pid()));
     let r_file = home.write(&r);
     let gone = ExitedChild::spawn();
@@ -731,7 +734,7 @@ fn prune_with_nothing_gone_says_so() {
     done.assert_success();
     assert_eq!(done.stdout, "nothing to prune\n");
 
-    let live = SleepingChild::spawn();
+    let live = TestProcess::sleeping();
     let file = home.write(&live.record().no_door());
     let done = me(&home, &["prune"]);
     done.assert_success();
@@ -742,7 +745,7 @@ fn prune_with_nothing_gone_says_so() {
 #[test]
 fn ps_and_prune_keep_a_process_whose_main_thread_exited() {
     let home = Home::new();
-    let mut leader = ZombieLeader::spawn();
+    let mut leader = TestProcess::zombie_leader();
     let record = leader.record().no_door();
     let file = home.write(&record);
 
@@ -763,6 +766,7 @@ fn ps_and_prune_keep_a_process_whose_main_thread_exited() {
 }
 
 #[test]
+#[ignore = "needs root: runs the binary as uid 65534 (setpriv) over a record only root can open"]
 fn a_record_that_cannot_be_opened_is_never_removed() {
     let home = Home::for_nobody_with_running_dir();
     let running = home.running_dir();
@@ -880,7 +884,7 @@ fn an_explicit_running_dir_others_can_enter_is_refused_and_left_as_it_was() {
 /// answers the directory, the gone record, and the junk's names with their reasons' starts.
 fn private_dir_with_junk(
     home: &Home,
-    live: &SleepingChild,
+    live: &TestProcess,
 ) -> (PathBuf, RecordJson, Vec<(String, String)>) {
     let dir = home.path().join("private-running");
     std::fs::create_dir(&dir).unwrap();
@@ -931,7 +935,7 @@ fn assert_removed_lines(text: &str, junk: &[(String, String)]) {
 #[test]
 fn ps_with_a_private_running_dir_names_each_removed_file_on_stderr() {
     let home = Home::new();
-    let live = SleepingChild::spawn();
+    let live = TestProcess::sleeping();
     let (dir, gone, junk) = private_dir_with_junk(&home, &live);
     let dir_arg = dir.to_str().unwrap();
 
@@ -956,7 +960,7 @@ fn ps_with_a_private_running_dir_names_each_removed_file_on_stderr() {
 #[test]
 fn prune_with_a_private_running_dir_names_each_removed_file_on_stdout() {
     let home = Home::new();
-    let live = SleepingChild::spawn();
+    let live = TestProcess::sleeping();
     let (dir, gone, junk) = private_dir_with_junk(&home, &live);
 
     let done = me(&home, &["prune", "--running-dir", dir.to_str().unwrap()]);
@@ -982,9 +986,9 @@ fn prune_with_a_private_running_dir_names_each_removed_file_on_stdout() {
 // ---------------------------------------------------------------------------------------------
 
 /// A HOME with a record of a `sleep` in the host's pid namespace.
-fn home_with_host_capsule() -> (Home, SleepingChild, RecordJson, PathBuf) {
+fn home_with_host_capsule() -> (Home, TestProcess, RecordJson, PathBuf) {
     let home = Home::new();
-    let child = SleepingChild::spawn();
+    let child = TestProcess::sleeping();
     let record = child.record().no_door();
     let file = home.write(&record);
     (home, child, record, file)
@@ -1017,16 +1021,19 @@ fn assert_refused_in_nested_namespace(user: User) {
 }
 
 #[test]
+#[ignore = "needs root: runs the binary in a new pid namespace (unshare --pid)"]
 fn in_a_nested_pid_namespace_with_its_own_proc_ps_and_prune_refuse() {
     assert_refused_in_nested_namespace(User::NestedPidNamespace);
 }
 
 #[test]
+#[ignore = "needs root: runs the binary in a new pid namespace (unshare --pid)"]
 fn in_a_nested_pid_namespace_with_the_hosts_proc_ps_and_prune_refuse() {
     assert_refused_in_nested_namespace(User::NestedPidNamespaceHostProc);
 }
 
 #[test]
+#[ignore = "needs root: runs the binary in a new pid namespace (unshare --pid)"]
 fn nested_pid_namespace_flag_runs_and_a_host_pid_reads_as_gone() {
     // The flag says the capsules run in this namespace too. A host capsule does not: its pid
     // names no process in here (kill(pid, 0) answers ESRCH), so its record is pruned as gone.
@@ -1054,6 +1061,7 @@ fn nested_pid_namespace_flag_runs_and_a_host_pid_reads_as_gone() {
 }
 
 #[test]
+#[ignore = "needs root: runs the binary in a new pid namespace (unshare --pid)"]
 fn the_nested_pid_namespace_switch_reads_the_usual_spellings_from_the_environment() {
     for (value, runs) in [
         ("1", true),

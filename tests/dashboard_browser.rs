@@ -2,7 +2,9 @@
 //! W3C WebDriver protocol (JSON over HTTP, spoken here with `reqwest`), against the real
 //! `murmur-registry serve` binary and real capsule processes.
 //!
-//! One test walks what a person does, and checks what they would see:
+//! One test walks what a person does, in named steps (one `async fn` each, run in order on a
+//! shared [`Scene`]; a failure reads `dashboard step `<name>` failed: …`), and checks what they
+//! would see:
 //! - (first, the page's stream parser fed chunks cut at awkward places);
 //! - the page asks for the token; a wrong one is refused with a clear message and not kept;
 //! - the right one (typed, then Enter) shows the sessions live from `/events`: a real capsule
@@ -24,7 +26,8 @@
 //!
 //! Screenshots go to `target/browser/` (`dashboard.png`, `dashboard-narrow.png`; `failure.png`
 //! when a wait gives up). Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's
-//! `chromium` and `chromium-driver`; `.ci/run` installs them).
+//! `chromium` and `chromium-driver`; `.ci/run` installs them), so plain `cargo test` skips it
+//! (`#[ignore]`); `cargo test -- --include-ignored` runs it.
 //!
 //! Synchronisation is by polling the DOM (or the process) under a deadline, never by sleeping.
 //! chromedriver runs in its own process group; on drop (also when the test fails) the group
@@ -34,14 +37,16 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::binary::{Home, User, drain, first_line, registry};
-use common::{CapsuleProcess, SleepingChild};
+use common::binary::{Home, User, registry};
+use common::served::ServeLaunch;
+use common::{CapsuleProcess, ServedBinary, TestProcess};
+use futures_util::FutureExt;
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -60,70 +65,12 @@ const BROWSER_DEADLINE: Duration = Duration::from_secs(45);
 // The registry binary
 // ---------------------------------------------------------------------------------------------
 
-/// `murmur-registry serve` on its own HOME. Killed and reaped on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    stderr: Option<JoinHandle<String>>,
-}
-
-impl Server {
-    /// Serve `home` on `bind` (`127.0.0.1:0` for a fresh port); answers once it listens.
-    fn start(home: &Home, bind: &str) -> Self {
-        Self::try_start(home, bind).unwrap_or_else(|why| panic!("{why}"))
-    }
-
-    /// [`Server::start`], answering why it did not start instead of failing the test.
-    fn try_start(home: &Home, bind: &str) -> Result<Self, String> {
-        let mut child = registry(home.path(), User::Me)
-            .args(["serve", "--bind", bind])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn murmur-registry serve");
-        let stderr = drain(child.stderr.take().expect("stderr"));
-        let stdout = child.stdout.take().expect("stdout");
-        let rx = first_line(stdout);
-        // The channel closes without a line when the server exits first (a port in use).
-        let Ok(line) = rx.recv_timeout(BROWSER_DEADLINE) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stderr = stderr.join().unwrap_or_default();
-            return Err(format!(
-                "murmur-registry serve --bind {bind} did not start: {stderr}"
-            ));
-        };
-        let addr = line
-            .strip_prefix("listening on http://")
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
-        Ok(Self {
-            child,
-            addr,
-            stderr: Some(stderr),
-        })
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/", self.addr)
-    }
-
-    /// Kill the server outright (no graceful shutdown: as if it crashed) and reap it.
-    fn kill(mut self) -> String {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.stderr
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `murmur-registry serve` on `home`, bound to `bind` (`127.0.0.1:0` for a fresh port), given
+/// as long as the browser to start.
+fn serve(home: &Home, bind: &str) -> ServeLaunch {
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args(["serve", "--bind", bind]);
+    ServedBinary::launch(cmd).startup_deadline(BROWSER_DEADLINE)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -503,13 +450,95 @@ fn started(ago: Duration) -> String {
 // The test
 // ---------------------------------------------------------------------------------------------
 
+/// What the steps share: the sessions on disk and their processes, the registry, the browser.
+struct Scene {
+    home: Home,
+    /// A real capsule whose door answers: live, until a step stops it.
+    capsule: CapsuleProcess,
+    live_id: String,
+    /// The writer of a record whose door does not answer: unreachable. Held, never read: the
+    /// process lives as long as the scene.
+    _mute: TestProcess,
+    mute_id: String,
+    /// A script capsule without a door: live, until a step kills it.
+    script: TestProcess,
+    script_id: String,
+    /// The process of a record whose capsule name is markup (spawned by a step).
+    hostile: Option<TestProcess>,
+    hostile_id: String,
+    server: ServedBinary,
+    token: String,
+    browser: Browser,
+    /// Screenshots taken so far, in order.
+    shots: Vec<PathBuf>,
+}
+
+/// Run one step (`step!(name(&mut scene))`); a failure in it fails the test naming the step.
+macro_rules! step {
+    ($step:ident($($arg:expr),*)) => {
+        run_step(stringify!($step), $step($($arg),*)).await
+    };
+}
+
+async fn run_step<T>(name: &str, run: impl Future<Output = T>) -> T {
+    match AssertUnwindSafe(run).catch_unwind().await {
+        Ok(value) => value,
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            panic!("dashboard step `{name}` failed: {why}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium + chromedriver (/usr/bin; Debian: apt-get install chromium chromium-driver)"]
 async fn a_person_connects_watches_and_stops_a_capsule() {
     let began = Instant::now();
+    let mut s = step!(set_up());
+    step!(the_page_parses_awkward_stream_chunks(&mut s));
+    step!(a_wrong_token_is_refused_and_not_kept(&mut s));
+    step!(the_right_token_shows_the_sessions_live(&mut s));
+    step!(the_state_filter_hides_and_shows_rows(&mut s));
+    step!(a_narrow_window_fits_without_sideways_scrolling(&mut s));
+    step!(data_is_text_never_markup(&mut s));
+    step!(kill_then_escape_sends_nothing(&mut s));
+    step!(stop_confirmed_with_the_keyboard_ends_the_capsule(&mut s));
+    step!(kill_confirmed_with_the_mouse_ends_the_script_capsule(
+        &mut s
+    ));
+    step!(a_mid_stream_snapshot_replaces_the_table(&mut s));
+    step!(the_running_directory_goes_away_and_comes_back(&mut s));
+    step!(the_registry_goes_away_and_comes_back_on_its_port(&mut s));
+    let Scene {
+        browser,
+        server,
+        shots,
+        ..
+    } = s;
+    browser.quit().await;
+    drop(server);
+    eprintln!(
+        "dashboard browser test: {:.1} s; screenshots: {}",
+        began.elapsed().as_secs_f64(),
+        shots
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+/// Three sessions on disk (live with a door, unreachable, live without a door), the registry
+/// serving them, and the browser on its page.
+async fn set_up() -> Scene {
     let home = Home::new();
 
     // A real capsule whose door answers: live.
-    let mut capsule = CapsuleProcess::single();
+    let capsule = CapsuleProcess::single();
     let live_id = capsule.session_id();
     home.write(
         &capsule
@@ -524,7 +553,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             ),
     );
     // A process that is the writer but whose door does not answer: unreachable.
-    let mute = SleepingChild::spawn();
+    let mute = TestProcess::sleeping();
     let mute_record = mute
         .record()
         .url("127.0.0.1:1")
@@ -538,7 +567,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     let mute_id = mute_record.session_id();
     home.write(&mute_record);
     // A script capsule: its process is alive and it has no door, so it is live without one.
-    let mut script = SleepingChild::spawn();
+    let script = TestProcess::sleeping();
     let script_record = script
         .record()
         .no_door()
@@ -553,12 +582,30 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     let script_id = script_record.session_id();
     home.write(&script_record);
 
-    let server = Server::start(&home, "127.0.0.1:0");
+    let server = serve(&home, "127.0.0.1:0").start();
     let token = home.token();
     let browser = Browser::launch().await;
     browser.goto(&server.url()).await;
+    Scene {
+        home,
+        capsule,
+        live_id,
+        _mute: mute,
+        mute_id,
+        script,
+        script_id,
+        hostile: None,
+        hostile_id: String::new(),
+        server,
+        token,
+        browser,
+        shots: Vec::new(),
+    }
+}
 
-    // --- The page's stream parser, fed awkward chunks ------------------------------------------
+/// The page's stream parser, fed awkward chunks.
+async fn the_page_parses_awkward_stream_chunks(s: &mut Scene) {
+    let Scene { browser, .. } = s;
     // Line endings split across chunks (a CR now, its LF later), a comment, a field without a
     // space, data on two lines, a UTF-8 character split in two, a bare CR ending an event, and
     // a CRLF whose LF comes alone just before a blank line.
@@ -573,8 +620,11 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         ]),
         "the page parses server-sent events as the standard says"
     );
+}
 
-    // --- The page asks for the token, and refuses a wrong one --------------------------------
+/// The page asks for the token, and refuses a wrong one.
+async fn a_wrong_token_is_refused_and_not_kept(s: &mut Scene) {
+    let Scene { browser, shots, .. } = s;
     browser
         .wait_for("the token field is shown", SHOWN_TEXT, json!(["#login"]))
         .await;
@@ -602,7 +652,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             json!(["#login-error"]),
         )
         .await;
-    let refused_shot = browser.screenshot("dashboard-token-refused.png").await;
+    shots.push(browser.screenshot("dashboard-token-refused.png").await);
     assert!(
         refused.as_str().is_some_and(|t| t.contains("refused")),
         "{refused}"
@@ -619,8 +669,21 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         json!({ "stored": 0, "connection": "Token refused", "table": false }),
         "a refused token is not kept and shows no table"
     );
+}
 
-    // --- The right token: the sessions, live ---------------------------------------------------
+/// The right token: the sessions, live.
+async fn the_right_token_shows_the_sessions_live(s: &mut Scene) {
+    let Scene {
+        capsule,
+        live_id,
+        mute_id,
+        script_id,
+        server,
+        token,
+        browser,
+        shots,
+        ..
+    } = s;
     browser
         .type_into("#token", &format!("{token}{ENTER}"))
         .await;
@@ -637,7 +700,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             )
             .await;
     }
-    let wide = browser.screenshot("dashboard.png").await;
+    shots.push(browser.screenshot("dashboard.png").await);
     let row = browser.js(ROW, json!([live_id])).await;
     assert_eq!(row["capsule"], "researcher", "{row}");
     assert_eq!(row["door"], capsule.url(), "{row}");
@@ -673,7 +736,12 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     assert_eq!(storage["session"], json!([token]), "{storage}");
     assert_eq!(storage["local"], 0, "{storage}");
     assert_eq!(storage["cookie"], "", "{storage}");
-    assert!(!storage["url"].as_str().unwrap_or("").contains(&token));
+    assert!(
+        !storage["url"]
+            .as_str()
+            .unwrap_or("")
+            .contains(token.as_str())
+    );
 
     // A reload keeps the tab's token: no second prompt.
     browser.goto(&server.url()).await;
@@ -686,8 +754,16 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         .await;
     let login_shown = browser.js(SHOWN_TEXT, json!(["#login"])).await;
     assert!(login_shown.is_null(), "no token prompt after a reload");
+}
 
-    // --- The filter --------------------------------------------------------------------------
+/// The filter.
+async fn the_state_filter_hides_and_shows_rows(s: &mut Scene) {
+    let Scene {
+        live_id,
+        mute_id,
+        browser,
+        ..
+    } = s;
     browser.click("#filter option[value='live']").await;
     browser
         .wait_for(
@@ -708,8 +784,11 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             json!([]),
         )
         .await;
+}
 
-    // --- A narrow window: rows become cards, nothing scrolls sideways -------------------------
+/// A narrow window: rows become cards, nothing scrolls sideways.
+async fn a_narrow_window_fits_without_sideways_scrolling(s: &mut Scene) {
+    let Scene { browser, shots, .. } = s;
     browser.resize(360, 800).await;
     browser
         .wait_for(
@@ -719,18 +798,27 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             json!([]),
         )
         .await;
-    let narrow = browser.screenshot("dashboard-narrow.png").await;
+    shots.push(browser.screenshot("dashboard-narrow.png").await);
     browser.resize(1280, 800).await;
+}
 
-    // --- Data is text, never markup ----------------------------------------------------------
-    let hostile = SleepingChild::spawn();
+/// Data is text, never markup.
+async fn data_is_text_never_markup(s: &mut Scene) {
+    let Scene {
+        home,
+        hostile,
+        hostile_id,
+        browser,
+        ..
+    } = s;
+    let hostile = hostile.insert(TestProcess::sleeping());
     let hostile_name = "<img src=x onerror=\"document.title='owned'\"><b>bold</b>";
     let hostile_record = hostile
         .record()
         .url("127.0.0.1:1")
         .set("capsule_name", hostile_name)
         .set("started_at", started(Duration::from_secs(3)));
-    let hostile_id = hostile_record.session_id();
+    *hostile_id = hostile_record.session_id();
     home.write(&hostile_record);
     browser
         .wait_for("a new record appears on its own", ROW, json!([hostile_id]))
@@ -755,8 +843,16 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             json!([hostile_id, first]),
         )
         .await;
+}
 
-    // --- Kill, then Escape: nothing happens ----------------------------------------------------
+/// Kill, then Escape: nothing happens.
+async fn kill_then_escape_sends_nothing(s: &mut Scene) {
+    let Scene {
+        capsule,
+        live_id,
+        browser,
+        ..
+    } = s;
     let kill_button = format!("tr[data-session-id='{live_id}'] button.kill");
     browser.click(&kill_button).await;
     let dialog = browser
@@ -784,8 +880,18 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         .await;
     assert!(capsule.is_running(), "a cancelled kill sends nothing");
     assert_eq!(browser.js(ROW, json!([live_id])).await["state"], "live");
+}
 
-    // --- Stop, confirmed with the keyboard: the capsule ends and its row goes ----------------
+/// Stop, confirmed with the keyboard: the capsule ends and its row goes.
+async fn stop_confirmed_with_the_keyboard_ends_the_capsule(s: &mut Scene) {
+    let Scene {
+        home,
+        capsule,
+        live_id,
+        mute_id,
+        browser,
+        ..
+    } = s;
     browser
         .click(&format!("tr[data-session-id='{live_id}'] button.stop"))
         .await;
@@ -831,8 +937,16 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         browser.js(ROW, json!([mute_id])).await.is_object(),
         "the other sessions stay"
     );
+}
 
-    // --- Kill, confirmed with the mouse: SIGKILL goes out, and the live view drops the row ----
+/// Kill, confirmed with the mouse: SIGKILL goes out, and the live view drops the row.
+async fn kill_confirmed_with_the_mouse_ends_the_script_capsule(s: &mut Scene) {
+    let Scene {
+        script,
+        script_id,
+        browser,
+        ..
+    } = s;
     browser
         .click(&format!("tr[data-session-id='{script_id}'] button.kill"))
         .await;
@@ -872,8 +986,13 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             json!([script_id]),
         )
         .await;
+}
 
-    // --- A snapshot mid-stream replaces the whole table ----------------------------------------
+/// A snapshot mid-stream replaces the whole table.
+async fn a_mid_stream_snapshot_replaces_the_table(s: &mut Scene) {
+    let Scene {
+        mute_id, browser, ..
+    } = s;
     // The registry sends one in place of many changes at once. Fed to the page's own handler
     // (listing only the mute session), it drops the other rows and the page stays live; the
     // reconnect below brings the real picture back.
@@ -890,8 +1009,18 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         json!({ "rows": [mute_id], "connection": "Connected, live" }),
         "a mid-stream snapshot replaces the table"
     );
+}
 
-    // --- The running directory goes away, and comes back ---------------------------------------
+/// The running directory goes away, and comes back.
+async fn the_running_directory_goes_away_and_comes_back(s: &mut Scene) {
+    let Scene {
+        home,
+        mute_id,
+        hostile_id,
+        browser,
+        shots,
+        ..
+    } = s;
     // The registry ends the stream and answers 503 while it is gone: the page says so in the
     // registry's words, keeps the table greyed out, and keeps retrying until it is back.
     let running = home.running_dir();
@@ -910,9 +1039,11 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             json!([mute_id]),
         )
         .await;
-    let dir_shot = browser
-        .screenshot("dashboard-running-dir-unavailable.png")
-        .await;
+    shots.push(
+        browser
+            .screenshot("dashboard-running-dir-unavailable.png")
+            .await,
+    );
     assert!(
         unavailable.as_str().is_some_and(|t| t.starts_with(
             "The registry cannot serve the live view: the running directory is unavailable: it does not exist"
@@ -930,8 +1061,18 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             json!([mute_id, hostile_id]),
         )
         .await;
+}
 
-    // --- The registry goes away, and comes back on the same port ------------------------------
+/// The registry goes away, and comes back on the same port.
+async fn the_registry_goes_away_and_comes_back_on_its_port(s: &mut Scene) {
+    let Scene {
+        home,
+        mute_id,
+        server,
+        browser,
+        shots,
+        ..
+    } = s;
     let addr = server.addr;
     server.kill();
     let down = browser
@@ -944,8 +1085,8 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
         )
         .await;
     assert_eq!(down, "Registry unreachable, reconnecting…");
-    let down_shot = browser.screenshot("dashboard-unreachable.png").await;
-    let server = restart_on(&home, addr);
+    shots.push(browser.screenshot("dashboard-unreachable.png").await);
+    *server = restart_on(home, addr);
     browser
         .wait_for(
             "the page reconnects by itself",
@@ -955,26 +1096,14 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
             json!([mute_id]),
         )
         .await;
-
-    browser.quit().await;
-    drop(server);
-    eprintln!(
-        "dashboard browser test: {:.1} s; screenshots: {}",
-        began.elapsed().as_secs_f64(),
-        [wide, narrow, refused_shot, dir_shot, down_shot]
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
 }
 
 /// Start the registry again on `addr` (the port the page knows). The port was just freed, so
 /// another process taking it meanwhile is unlikely but possible: retry until the deadline.
-fn restart_on(home: &Home, addr: SocketAddr) -> Server {
+fn restart_on(home: &Home, addr: SocketAddr) -> ServedBinary {
     let start = Instant::now();
     loop {
-        match Server::try_start(home, &addr.to_string()) {
+        match serve(home, &addr.to_string()).try_start() {
             Ok(server) => return server,
             Err(why) if start.elapsed() > BROWSER_DEADLINE => panic!("{why}"),
             // Paces the retries only.

@@ -739,10 +739,10 @@ async fn leased_in(dir: &Path, record: &RecordJson) -> LeaseHolder {
 async fn a_replaced_record_not_readable_yet_is_not_reported_gone_when_the_old_process_dies() {
     let server = Server::start().await;
     let (mut stream, _) = server.listen().await;
-    let old = SleepingChild::spawn();
+    let old = TestProcess::sleeping();
     let id = announced_live(&server, &mut stream, &old.record().no_door()).await;
 
-    let successor = SleepingChild::spawn();
+    let successor = TestProcess::sleeping();
     let taken_over = successor.record().no_door().set("session_id", id.clone());
     let lease = leased_in(server.dir(), &taken_over).await;
     drop(old); // killed and reaped: no process holds its pid
@@ -788,7 +788,7 @@ async fn a_process_that_dies_while_its_record_cannot_be_read_is_changed_to_gone_
     use std::os::unix::fs::MetadataExt;
     let server = Server::start().await;
     let (mut stream, _) = server.listen().await;
-    let child = SleepingChild::spawn();
+    let child = TestProcess::sleeping();
     let pid = child.pid();
     let record = child.record().no_door();
     let id = announced_live(&server, &mut stream, &record).await;
@@ -1405,7 +1405,7 @@ fn states_in(snapshot: &SseEvent) -> std::collections::HashMap<String, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_changes_at_once_than_half_the_ring_come_as_one_snapshot_and_keep_listeners() {
     let server = Server::start().await;
-    let child = SleepingChild::spawn();
+    let child = TestProcess::sleeping();
     for _ in 0..MANY {
         child.record().no_door().write_in(server.dir());
     }
@@ -1518,7 +1518,7 @@ async fn a_stalled_listener_keeps_no_superseded_snapshot_alive() {
     const SESSIONS: usize = SNAPSHOT_OVER + 88;
     const STEPS: usize = 6;
     let (_home, dir, monitor) = monitor_over_own_dir(INTERVAL);
-    let child = SleepingChild::spawn();
+    let child = TestProcess::sleeping();
     let records: Vec<RecordJson> = (0..SESSIONS).map(|_| child.record().no_door()).collect();
     for record in &records {
         record.write_in(&dir);
@@ -1593,7 +1593,7 @@ async fn a_stalled_listener_keeps_no_superseded_snapshot_alive() {
 async fn a_step_whose_changes_and_prunes_exceed_half_the_ring_keeps_a_listener_one_behind() {
     use murmur_registry::monitor::{EventKind, Next};
     let (_home, dir, monitor) = monitor_over_own_dir(INTERVAL);
-    let child = SleepingChild::spawn();
+    let child = TestProcess::sleeping();
     for _ in 0..SNAPSHOT_OVER {
         child.record().no_door().write_in(&dir);
     }

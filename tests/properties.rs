@@ -65,7 +65,7 @@ fn arbitrary_ids_methods_and_bodies_never_5xx_and_never_touch_a_file() {
         std::os::unix::fs::PermissionsExt::from_mode(0o700),
     )
     .expect("0700");
-    let capsule = SleepingChild::spawn();
+    let capsule = TestProcess::sleeping();
     let record = capsule.record().no_door();
     record.write_in(&running);
     // Decoys a traversal would reach: a file one level up, a record in a sibling directory.

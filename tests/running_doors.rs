@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     CARD_PATH, CapsuleProcess, DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection,
-    SleepingChild, Zombie, refused_url, session_id, wrong_start_token,
+    TestProcess, Zombie, refused_url, session_id, wrong_start_token,
 };
 use murmur_registry::running::{
     DoorProbe, Liveness, ProcessState, RunningRecord, reason_no_process, reason_pid_reused, verify,
@@ -324,7 +324,7 @@ async fn a_door_token_is_sent_only_to_its_own_door() {
 async fn a_gone_process_is_never_probed() {
     let exited = ExitedChild::spawn();
     let zombie = Zombie::spawn();
-    let live = SleepingChild::spawn();
+    let live = TestProcess::sleeping();
     let reused_token = wrong_start_token(live.pid());
     let cases = [
         (

@@ -15,8 +15,8 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 
 use common::{
-    DEADLINE, ExitedChild, RecordJson, SleepingChild, Zombie, ZombieLeader, own_start_token,
-    proc_state, task_states, wrong_start_token,
+    DEADLINE, ExitedChild, RecordJson, TestProcess, Zombie, own_start_token, proc_state,
+    task_states, wrong_start_token,
 };
 use murmur_registry::running::{
     ProcessState, RunningRecord, SignalOutcome, process_start_token, process_state,
@@ -43,7 +43,7 @@ fn record_for(pid: u32, token: &str) -> RunningRecord {
 }
 
 /// The child is alive and not a zombie, by two independent readings.
-fn assert_survives(child: &mut SleepingChild) {
+fn assert_survives(child: &mut TestProcess) {
     let pid = child.pid();
     assert!(child.is_running(), "child {pid} exited");
     let state = proc_state(pid);
@@ -71,7 +71,7 @@ fn start_tokens_are_read_for_live_pids_only() {
     );
     assert_eq!(process_start_token(std::process::id()), Some(own.clone()));
 
-    let child = SleepingChild::spawn();
+    let child = TestProcess::sleeping();
     let token = child.start_token();
     assert!(token.bytes().all(|b| b.is_ascii_digit()), "{token:?}");
     // Stable across readings.
@@ -94,7 +94,7 @@ fn this_process_with_its_real_token_is_alive() {
 
 #[test]
 fn a_live_child_with_its_real_token_is_alive() {
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let record = child.record().parse();
     assert_eq!(process_state(&record), ProcessState::Alive);
     assert_survives(&mut child);
@@ -120,7 +120,7 @@ fn an_unreaped_zombie_is_gone() {
 
 #[test]
 fn a_process_whose_main_thread_exited_while_another_runs_is_alive() {
-    let mut leader = ZombieLeader::spawn();
+    let mut leader = TestProcess::zombie_leader();
     let pid = leader.pid();
     let record = leader.record().parse();
     assert_eq!(process_state(&record), ProcessState::Alive);
@@ -139,7 +139,7 @@ fn a_process_whose_main_thread_exited_while_another_runs_is_alive() {
 
 #[test]
 fn a_live_thread_whose_name_is_not_utf8_still_keeps_its_process_alive() {
-    let mut leader = ZombieLeader::spawn_with_non_utf8_thread_name();
+    let mut leader = TestProcess::zombie_leader_with_non_utf8_thread_name();
     let record = leader.record().parse();
     assert_eq!(process_state(&record), ProcessState::Alive);
     assert_eq!(proc_state(leader.pid()), Some('Z'), "the premise held");
@@ -148,7 +148,7 @@ fn a_live_thread_whose_name_is_not_utf8_still_keeps_its_process_alive() {
 
 #[test]
 fn signal_kill_on_a_process_whose_main_thread_exited_is_sent_and_it_dies_of_sigkill() {
-    let mut leader = ZombieLeader::spawn();
+    let mut leader = TestProcess::zombie_leader();
     let record = leader.record().parse();
     assert_eq!(signal_kill(&record), SignalOutcome::Sent);
     let status = leader.wait_exit(DEADLINE);
@@ -159,7 +159,7 @@ fn signal_kill_on_a_process_whose_main_thread_exited_is_sent_and_it_dies_of_sigk
 
 #[test]
 fn signal_term_on_a_process_whose_main_thread_exited_is_sent_and_it_dies_of_sigterm() {
-    let mut leader = ZombieLeader::spawn();
+    let mut leader = TestProcess::zombie_leader();
     let record = leader.record().parse();
     assert_eq!(signal_term(&record), SignalOutcome::Sent);
     let status = leader.wait_exit(DEADLINE);
@@ -175,7 +175,7 @@ fn this_process_with_a_wrong_token_is_a_reused_pid() {
 
 #[test]
 fn a_live_child_with_a_wrong_token_is_a_reused_pid_and_is_never_signalled() {
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let pid = child.pid();
     let record = record_for(pid, &wrong_start_token(pid));
     assert_eq!(process_state(&record), gone_reused(pid));
@@ -221,7 +221,7 @@ fn signalling_this_process_with_its_real_token_is_refused() {
 
 #[test]
 fn an_empty_recorded_token_never_matches_and_is_never_signalled() {
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let record = record_for(child.pid(), "");
     let state = process_state(&record);
     let ProcessState::Unverified { reason } = &state else {
@@ -251,7 +251,7 @@ const NON_DECIMAL_TOKENS: [&str; 6] = ["boot-1234", "0x1f", "1f", " 123", "+123"
 
 #[test]
 fn a_non_decimal_recorded_token_on_a_live_pid_is_unverified_and_never_signalled() {
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let pid = child.pid();
     for token in NON_DECIMAL_TOKENS {
         let record = record_for(pid, token);
@@ -281,7 +281,7 @@ fn a_non_decimal_recorded_token_on_a_live_pid_is_unverified_and_never_signalled(
 
 #[test]
 fn the_reason_for_a_non_decimal_token_reads_as_one_sentence() {
-    let child = SleepingChild::spawn();
+    let child = TestProcess::sleeping();
     let state = process_state(&record_for(child.pid(), "boot-1234"));
     let ProcessState::Unverified { reason } = &state else {
         panic!("expected unverified, got {state:?}");
@@ -320,7 +320,7 @@ fn a_pid_beyond_pid_t_is_refused_before_any_signal() {
 
 #[test]
 fn signal_term_on_a_confirmed_child_is_sent_and_it_dies_of_sigterm() {
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let record = child.record().parse();
     let outcome = signal_term(&record);
     assert_eq!(outcome, SignalOutcome::Sent);
@@ -331,7 +331,7 @@ fn signal_term_on_a_confirmed_child_is_sent_and_it_dies_of_sigterm() {
 
 #[test]
 fn signal_kill_on_a_confirmed_child_is_sent_and_it_dies_of_sigkill() {
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let record = child.record().parse();
     assert_eq!(signal_kill(&record), SignalOutcome::Sent);
     let status = child.wait_exit(DEADLINE);

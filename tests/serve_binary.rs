@@ -32,108 +32,30 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
 
-use common::binary::{
-    Finished, Home, NOBODY, User, chown_nobody, drain, first_line, is_hex64, registry, run,
-    wait_with_deadline,
-};
+use common::binary::{Finished, Home, NOBODY, User, chown_nobody, is_hex64, registry, run};
 use common::{
-    DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection, SleepingChild,
-    UidFlippingChild, dir_snapshot, mode_of, real_uid, session_id, wait_until, write_raw,
+    DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection, ServedBinary, TestProcess,
+    dir_snapshot, mode_of, real_uid, session_id, wait_until, write_raw,
 };
-use rustix::process::{Pid, Signal};
+use rustix::process::Signal;
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures: a running server, a tiny HTTP client
 // ---------------------------------------------------------------------------------------------
 
-/// A `murmur-registry serve` process. Killed and reaped on drop.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    first_line: String,
-    stderr: Option<JoinHandle<String>>,
-}
+/// `murmur-registry serve` as a separate process (`common::ServedBinary`: started by
+/// `Server::start`, `::start_traced` or `::spawn`, killed and reaped on drop), asked over HTTP.
+type Server = ServedBinary;
 
 impl Server {
-    /// `serve --bind 127.0.0.1:0` in `home`, as `user`.
-    fn start(home: &Path, user: User) -> Self {
-        let mut cmd = registry(home, user);
-        cmd.args(["serve", "--bind", "127.0.0.1:0"]);
-        Self::spawn(cmd)
-    }
-
-    /// `serve --bind 127.0.0.1:0` in `home`, as the test user, with `RUST_LOG=trace`.
-    fn start_traced(home: &Path) -> Self {
-        let mut cmd = registry(home, User::Me);
-        cmd.env("RUST_LOG", "trace")
-            .args(["serve", "--bind", "127.0.0.1:0"]);
-        Self::spawn(cmd)
-    }
-
-    /// Spawn `cmd` (a `serve` command) and read its first stdout line.
-    fn spawn(mut cmd: Command) -> Self {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the server");
-        let stderr = drain(child.stderr.take().expect("stderr"));
-        let stdout = child.stdout.take().expect("stdout");
-        let rx = first_line(stdout);
-        let first_line = match rx.recv_timeout(DEADLINE) {
-            Ok(line) => line,
-            Err(e) => {
-                let _ = child.kill();
-                let status = child.wait().expect("wait for the server");
-                let stderr = stderr.join().unwrap_or_default();
-                panic!("the server printed no first line ({e}); it exited {status}: {stderr}");
-            }
-        };
-        let addr = first_line
-            .strip_prefix("listening on http://")
-            .and_then(|a| a.parse::<SocketAddr>().ok())
-            .unwrap_or_else(|| panic!("unexpected first line {first_line:?}"));
-        Self {
-            child,
-            addr,
-            first_line,
-            stderr: Some(stderr),
-        }
-    }
-
-    /// Send `signal`, wait for the exit, and answer the status and everything on stderr.
-    fn stop_with(mut self, signal: Signal) -> (ExitStatus, String) {
-        let pid = Pid::from_raw(i32::try_from(self.child.id()).expect("pid fits i32"))
-            .expect("a positive pid");
-        rustix::process::kill_process(pid, signal).expect("signal the server");
-        let status = wait_with_deadline(&mut self.child, "the server");
-        let stderr = self
-            .stderr
-            .take()
-            .expect("stderr reader")
-            .join()
-            .expect("join the stderr reader");
-        (status, stderr)
-    }
-
     fn get(&self, path: &str, token: Option<&str>) -> Reply {
         http(self.addr, "GET", path, token, None)
     }
 
     fn post(&self, path: &str, token: Option<&str>, body: Option<&Value>) -> Reply {
         http(self.addr, "POST", path, token, body)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // After a successful wait std knows the child is reaped and sends nothing.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -530,6 +452,7 @@ fn start_is_refused_when_the_token_file_is_a_symlink() {
 }
 
 #[test]
+#[ignore = "needs root: chowns the token file to uid 65534"]
 fn start_is_refused_when_the_token_file_belongs_to_another_uid() {
     let home = Home::new();
     home.make_registry_dir();
@@ -811,13 +734,14 @@ fn an_allow_origin_that_is_not_an_origin_refuses_the_start() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+#[ignore = "needs root: serves as uid 65534 (setpriv) beside a root-owned process"]
 fn an_unprivileged_server_reports_eperm_and_leaves_the_process_and_record() {
     let home = Home::for_nobody();
     let server = Server::start(home.path(), User::Nobody);
     let token = home.token();
 
     // A root-owned process, named with its correct start token, in a record nobody owns.
-    let mut child = SleepingChild::spawn();
+    let mut child = TestProcess::sleeping();
     let record = child.record().no_door();
     let id = record.session_id();
     let file = record.write_in(&home.running_dir());
@@ -875,6 +799,7 @@ fn an_unprivileged_server_reports_eperm_and_leaves_the_process_and_record() {
 }
 
 #[test]
+#[ignore = "needs root: serves as uid 65534 (setpriv) from a directory the test chowns"]
 fn a_running_dir_its_owner_may_not_open_is_a_503_saying_so_until_it_may_again() {
     // Root opens anything: only an unprivileged server meets EACCES on its own directory.
     let home = Home::for_nobody();
@@ -918,11 +843,12 @@ fn a_running_dir_its_owner_may_not_open_is_a_503_saying_so_until_it_may_again() 
 }
 
 #[test]
+#[ignore = "needs root: a process whose real uid flips, stopped by a server run as uid 65534 (setpriv)"]
 fn a_stop_whose_sigkill_is_refused_after_sigterm_got_through_says_what_was_sent() {
     let home = Home::for_nobody();
     let server = Server::start(home.path(), User::Nobody);
     let token = home.token();
-    let mut flipping = UidFlippingChild::spawn();
+    let mut flipping = TestProcess::uid_flipping();
     let record = flipping.record().no_door();
     let id = record.session_id();
     let file = record.write_in(&home.running_dir());
@@ -978,7 +904,7 @@ fn shutdown_waits_for_a_stop_in_progress_to_finish_its_escalation() {
         "trap 'touch {}' TERM; while :; do sleep 0.05; done",
         mark.display()
     );
-    let mut capsule = common::shell_child(&script);
+    let mut capsule = TestProcess::shell(&script);
     let record = capsule.record().no_door();
     let file = home.write(&record);
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::binary::{Home, User, registry, run};
-use common::{DEADLINE, DoorMode, DoorServer, RecordJson};
+use common::{DEADLINE, DoorMode, DoorServer, RecordJson, ServedBinary};
 
 #[test]
 fn out_of_range_probe_settings_are_refused_before_serving() {
@@ -101,8 +101,7 @@ fn an_event_stream_cap_not_below_the_connection_cap_is_refused_before_serving() 
 
 #[test]
 fn the_answer_deadline_given_to_serve_is_the_one_probes_keep() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::process::Stdio;
+    use std::io::{Read, Write};
 
     let home = Home::new();
     let door = DoorServer::start(DoorMode::Silent);
@@ -119,20 +118,10 @@ fn the_answer_deadline_given_to_serve_is_the_one_probes_keep() {
         "400ms",
         "--probe-answer-timeout",
         "300ms",
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn serve");
-    let mut first_line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut first_line)
-        .expect("first line");
-    let addr = first_line
-        .trim()
-        .strip_prefix("listening on http://")
-        .unwrap_or_else(|| panic!("unexpected first line {first_line:?}"))
-        .to_owned();
-    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    ]);
+    let server = ServedBinary::spawn(cmd);
+    let addr = server.addr;
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
     write!(
         stream,
@@ -144,8 +133,7 @@ fn the_answer_deadline_given_to_serve_is_the_one_probes_keep() {
     .expect("request");
     let mut answer = String::new();
     stream.read_to_string(&mut answer).expect("answer");
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"state\":\"unreachable\""), "{answer}");
     assert!(answer.contains("did not answer within 300ms"), "{answer}");

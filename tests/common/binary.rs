@@ -1,25 +1,25 @@
 //! Fixtures for the tests that run the `murmur-registry` binary itself as a separate process
 //! (`tests/cli.rs`, `tests/serve_binary.rs`): a private temporary `HOME`, the command line
 //! with its environment cleared (run as the test user, as uid 65534, as uid 65534 under a
-//! `hidepid=2` `/proc`, or as the test user in a nested pid namespace), and a finished run's
-//! exit status, output and duration.
+//! `hidepid=2` `/proc`, or as the test user in a nested pid namespace), a finished run's
+//! exit status, output and duration, and `serve` started in a `HOME` ([`ServedBinary::start`]).
+//! Running as uid 65534 or in a new namespace needs root: tests that do are `#[ignore]`d.
 //!
 //! Every run is bounded by [`DEADLINE`]: a binary that does not exit by then is killed and
 //! reaped, and the test fails. Use it from a test file with `use common::binary::*;` (or by
 //! name) after `mod common;`.
 
-use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tempfile::TempDir;
 
-use super::{DEADLINE, RecordJson};
+use super::{DEADLINE, RecordJson, ServedBinary};
+
+pub use super::served::{drain, first_line};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_murmur-registry");
@@ -215,6 +215,23 @@ pub fn registry(home: &Path, user: User) -> Command {
     cmd
 }
 
+impl ServedBinary {
+    /// `serve --bind 127.0.0.1:0` in `home`, as `user`.
+    pub fn start(home: &Path, user: User) -> Self {
+        let mut cmd = registry(home, user);
+        cmd.args(["serve", "--bind", "127.0.0.1:0"]);
+        Self::spawn(cmd)
+    }
+
+    /// `serve --bind 127.0.0.1:0` in `home`, as the test user, with `RUST_LOG=trace`.
+    pub fn start_traced(home: &Path) -> Self {
+        let mut cmd = registry(home, User::Me);
+        cmd.env("RUST_LOG", "trace")
+            .args(["serve", "--bind", "127.0.0.1:0"]);
+        Self::spawn(cmd)
+    }
+}
+
 /// The environment switch for `--nested-pid-namespace`.
 pub const NESTED_PID_NAMESPACE_ENV: &str = "MURMUR_REGISTRY_NESTED_PID_NAMESPACE";
 
@@ -258,30 +275,6 @@ impl Finished {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
     }
-}
-
-/// Read a pipe to its end on its own thread.
-pub fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
-}
-
-/// Read a pipe's first line on its own thread, then keep draining it, so the writer (a
-/// server logging to stdout) never blocks on a full pipe. The receiver gets the line, or
-/// disconnects without one when the pipe closes first (the writer exited).
-pub fn first_line(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(pipe).lines();
-        if let Some(Ok(line)) = lines.next() {
-            let _ = tx.send(line);
-        }
-        for _ in lines {}
-    });
-    rx
 }
 
 /// Wait for `child` to exit, killing and reaping it and failing the test after `DEADLINE`.

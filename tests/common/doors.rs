@@ -1,0 +1,352 @@
+//! Doors: a hand-written HTTP/1.1 server on `127.0.0.1:0` that answers as a capsule's door
+//! would, or as a broken one would (silent, garbage, HTTP 500, a turned-away token), and
+//! records every request it received.
+//!
+//! Invariant: a [`DoorServer`] answers only what its [`DoorMode`] says, and every request is
+//! logged before it is answered, so a test can check what the registry sent.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use murmur_registry::running::MURMUR_CAPSULE_EXTENSION;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+/// The path of the public agent card.
+pub const CARD_PATH: &str = "/.well-known/agent-card.json";
+
+/// A spec-generation card: the session id at top level.
+pub fn spec_card(session_id: &str) -> Value {
+    json!({
+        "name": "test-capsule",
+        "version": "0.1.0",
+        "session_id": session_id,
+    })
+}
+
+/// An A2A v1.0 card naming `session_id` in the murmur capsule extension, preceded by a decoy
+/// extension whose `sessionId` must not be taken.
+pub fn a2a_card(session_id: &str) -> Value {
+    json!({
+        "protocolVersion": "1.0",
+        "name": "test-capsule",
+        "version": "0.1.0",
+        "capabilities": {
+            "streaming": true,
+            "extensions": [
+                {"uri": "https://example.invalid/another-extension",
+                 "params": {"sessionId": "ses_decoy00000000000000000000000000"}},
+                {"uri": MURMUR_CAPSULE_EXTENSION, "required": false,
+                 "params": {"sessionId": session_id}},
+            ],
+        },
+    })
+}
+
+/// The public card of an authenticated door: it names no session.
+pub fn public_card_without_session() -> Value {
+    json!({
+        "protocolVersion": "1.0",
+        "name": "test-capsule",
+        "supportsAuthenticatedExtendedCard": true,
+        "capabilities": {"extensions": [{"uri": MURMUR_CAPSULE_EXTENSION, "params": {}}]},
+    })
+}
+
+/// How an authenticated door turns away a wrong or missing bearer token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// `401 Unauthorized`.
+    Http401,
+    /// `200` with a JSON-RPC error object.
+    JsonRpcError,
+    /// `200` with a JSON-RPC error whose message quotes the `Authorization` header it received
+    /// (a careless door: its words must not carry the token into a reason).
+    EchoingJsonRpcError,
+}
+
+/// What a [`DoorServer`] does with a request.
+#[derive(Debug, Clone)]
+pub enum DoorMode {
+    /// `GET /.well-known/agent-card.json` answers [`spec_card`]; anything else is a 404.
+    SpecCard(String),
+    /// `GET /.well-known/agent-card.json` answers [`a2a_card`]; anything else is a 404.
+    A2aCard(String),
+    /// Accepts connections, reads the request, never answers.
+    Silent,
+    /// Answers `200` with a body that is not JSON.
+    NotJson,
+    /// Answers bytes that are not HTTP at all.
+    NotHttp,
+    /// Answers `500` — with a body that is a valid card for this session, so only the status
+    /// can make the probe fail.
+    ServerError(String),
+    /// An authenticated door: `POST /` with JSON-RPC `GetExtendedAgentCard` and
+    /// `Authorization: Bearer <token>` answers the [`a2a_card`] in `result`; a wrong or missing
+    /// token is turned away as `rejection` says; `GET` of the public card answers
+    /// [`public_card_without_session`].
+    Authenticated {
+        session_id: String,
+        token: String,
+        rejection: Rejection,
+    },
+}
+
+/// One request a door received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    /// Header names lowercased, in the order received.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Received {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A door on `127.0.0.1:<ephemeral>`, served on its own thread and runtime (so it works from
+/// sync and async tests alike) until dropped. Every request is recorded before it is answered.
+pub struct DoorServer {
+    addr: SocketAddr,
+    received: Arc<Mutex<Vec<Received>>>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DoorServer {
+    /// A door answering at once.
+    pub fn start(mode: DoorMode) -> Self {
+        Self::start_slow(mode, Duration::ZERO)
+    }
+
+    /// A door that waits `delay` after reading each request before it answers.
+    pub fn start_slow(mode: DoorMode, delay: Duration) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking listener");
+        let addr = listener.local_addr().expect("local address");
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let (shutdown, mut stop) = oneshot::channel::<()>();
+        let log = Arc::clone(&received);
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("door runtime");
+            runtime.block_on(async move {
+                let listener = TcpListener::from_std(listener).expect("tokio listener");
+                let mut connections = tokio::task::JoinSet::new();
+                loop {
+                    tokio::select! {
+                        _ = &mut stop => break,
+                        accepted = listener.accept() => {
+                            if let Ok((stream, _)) = accepted {
+                                let mode = mode.clone();
+                                let log = Arc::clone(&log);
+                                connections.spawn(serve_connection(stream, mode, delay, log));
+                            }
+                            while connections.try_join_next().is_some() {}
+                        }
+                    }
+                }
+                // Dropping the set aborts connections still held open (a silent door's).
+            });
+        });
+        Self {
+            addr,
+            received,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The door as a record's `url`: `127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<Received> {
+        self.received.lock().expect("request log").clone()
+    }
+}
+
+impl Drop for DoorServer {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A `127.0.0.1:<port>` where nothing listens: a port bound and released at once.
+pub fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local address");
+    drop(listener);
+    addr.to_string()
+}
+
+async fn serve_connection(
+    mut stream: TcpStream,
+    mode: DoorMode,
+    delay: Duration,
+    log: Arc<Mutex<Vec<Received>>>,
+) {
+    let Some(request) = read_request(&mut stream).await else {
+        return;
+    };
+    log.lock().expect("request log").push(request.clone());
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let answer = match answer(&mode, &request) {
+        Some(answer) => answer,
+        None => {
+            // Silent: hold the connection open until the door shuts down.
+            std::future::pending::<()>().await;
+            return;
+        }
+    };
+    let _ = stream.write_all(&answer).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Read one HTTP/1.1 request: the head up to the blank line, then `Content-Length` bytes.
+async fn read_request(stream: &mut TcpStream) -> Option<Received> {
+    let mut buf = Vec::new();
+    let head_end = loop {
+        if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break pos;
+        }
+        if buf.len() > 64 * 1024 {
+            return None;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut request_line = lines.next()?.split(' ');
+    let method = request_line.next()?.to_owned();
+    let path = request_line.next()?.to_owned();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < length {
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Some(Received {
+        method,
+        path,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+fn http(status: &str, body: &[u8]) -> Vec<u8> {
+    let mut answer = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    answer.extend_from_slice(body);
+    answer
+}
+
+fn ok_json(value: &Value) -> Vec<u8> {
+    http("200 OK", value.to_string().as_bytes())
+}
+
+fn not_found() -> Vec<u8> {
+    http("404 Not Found", br#"{"error":"not found"}"#)
+}
+
+/// The bytes a door in `mode` answers `request` with; `None` for a silent door.
+fn answer(mode: &DoorMode, request: &Received) -> Option<Vec<u8>> {
+    let is_card_get = request.method == "GET" && request.path == CARD_PATH;
+    Some(match mode {
+        DoorMode::Silent => return None,
+        DoorMode::SpecCard(id) if is_card_get => ok_json(&spec_card(id)),
+        DoorMode::A2aCard(id) if is_card_get => ok_json(&a2a_card(id)),
+        DoorMode::SpecCard(_) | DoorMode::A2aCard(_) => not_found(),
+        DoorMode::NotJson => http("200 OK", b"<html>this is not an agent card"),
+        DoorMode::NotHttp => b"SSH-2.0-OpenSSH_9.6\r\n\x00\x01\x02 garbage".to_vec(),
+        DoorMode::ServerError(id) => http(
+            "500 Internal Server Error",
+            spec_card(id).to_string().as_bytes(),
+        ),
+        DoorMode::Authenticated { .. } if is_card_get => ok_json(&public_card_without_session()),
+        DoorMode::Authenticated {
+            session_id,
+            token,
+            rejection,
+        } => {
+            if request.method != "POST" || request.path != "/" {
+                return Some(not_found());
+            }
+            let call: Value = serde_json::from_str(&request.body).unwrap_or(Value::Null);
+            if call["jsonrpc"] != "2.0" || call["method"] != "GetExtendedAgentCard" {
+                return Some(ok_json(&json!({
+                    "jsonrpc": "2.0", "id": call["id"],
+                    "error": {"code": -32601, "message": "method not found"},
+                })));
+            }
+            let presented = request.header("authorization").unwrap_or("");
+            if presented == format!("Bearer {token}") {
+                ok_json(
+                    &json!({"jsonrpc": "2.0", "id": call["id"], "result": a2a_card(session_id)}),
+                )
+            } else {
+                match rejection {
+                    Rejection::Http401 => http("401 Unauthorized", br#"{"error":"unauthorized"}"#),
+                    Rejection::JsonRpcError => ok_json(&json!({
+                        "jsonrpc": "2.0", "id": call["id"],
+                        "error": {"code": -32001, "message": "unauthorized"},
+                    })),
+                    Rejection::EchoingJsonRpcError => ok_json(&json!({
+                        "jsonrpc": "2.0", "id": call["id"],
+                        "error": {"code": -32001, "message": format!("bad credentials: {presented}")},
+                    })),
+                }
+            }
+        }
+    })
+}
