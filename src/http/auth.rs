@@ -13,12 +13,12 @@
 use std::net::SocketAddr;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::error::Problem;
+use super::error::{Problem, ProblemType};
 
 /// The `WWW-Authenticate` challenge of every 401.
 pub const CHALLENGE: &str = r#"Bearer realm="murmur-registry""#;
@@ -106,8 +106,7 @@ pub async fn check_host(State(state): State<AppState>, request: Request, next: N
         .or_else(|| request.uri().authority().map(|a| a.as_str()));
     if !host.is_some_and(|h| policy.allows_host(h)) {
         return Problem::new(
-            StatusCode::FORBIDDEN,
-            "forbidden-host",
+            ProblemType::ForbiddenHost,
             "the Host header must name this registry (localhost, 127.0.0.1 or [::1])",
         )
         .into_response();
@@ -116,8 +115,7 @@ pub async fn check_host(State(state): State<AppState>, request: Request, next: N
         && !origin.to_str().is_ok_and(|o| policy.allows_origin(o))
     {
         return Problem::new(
-            StatusCode::FORBIDDEN,
-            "forbidden-origin",
+            ProblemType::ForbiddenOrigin,
             "requests from this Origin are not accepted; start the registry with --allow-origin to permit it",
         )
         .into_response();
@@ -160,8 +158,7 @@ pub async fn require_token(
             // Fail closed: with no trustworthy token file, no token is right.
             tracing::error!(%error, "token file unusable; rejecting requests until it is fixed");
             Problem::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "token-file-unusable",
+                ProblemType::TokenFileUnusable,
                 "the registry's token file is unusable; its log says why",
             )
             .into_response()
@@ -178,8 +175,7 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn unauthorized(detail: &str) -> Response {
-    let mut response =
-        Problem::new(StatusCode::UNAUTHORIZED, "unauthorized", detail).into_response();
+    let mut response = Problem::new(ProblemType::Unauthorized, detail).into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static(CHALLENGE),

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
@@ -34,7 +34,7 @@ use tokio::sync::broadcast::error::RecvError;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::{ApiError, Problem, problem_for};
+use super::error::{ApiError, Problem, ProblemType, problem_for};
 use super::sessions::{GateProblems, SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
 
@@ -178,8 +178,7 @@ pub async fn events(
 /// 503 `events-unavailable`: the registry is shutting down and gives out no stream.
 fn closing_problem() -> ApiError {
     ApiError::from(Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "events-unavailable",
+        ProblemType::EventsUnavailable,
         SubscribeError::Closing.to_string(),
     ))
 }

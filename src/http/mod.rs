@@ -40,7 +40,7 @@ use crate::monitor::Monitor;
 use crate::registry::Registry;
 use crate::token::TokenStore;
 use auth::HostPolicy;
-use error::{ApiError, Problem};
+use error::{ApiError, Problem, ProblemType};
 pub use server::{ServeLimits, serve_router};
 
 /// Request bodies larger than this are refused with 413.
@@ -312,8 +312,7 @@ async fn unknown_route(request: Request) -> ApiError {
         return ApiError::invalid_session_id();
     }
     Problem::new(
-        StatusCode::NOT_FOUND,
-        "not-found",
+        ProblemType::NotFound,
         "no such endpoint; GET /openapi.json lists them",
     )
     .into()

@@ -45,7 +45,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, HttpBody};
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -54,7 +54,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use super::error::Problem;
+use super::error::{Problem, ProblemType};
 use crate::registry::MAX_STOP_TIMEOUT;
 use write_stall::WriteStallGuard;
 
@@ -201,16 +201,14 @@ async fn shed(mut stream: TcpStream) {
 
 fn overloaded_problem() -> Problem {
     Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "overloaded",
+        ProblemType::Overloaded,
         "the registry is handling as many requests as it takes; retry shortly",
     )
 }
 
 fn too_many_event_streams_problem(limit: usize) -> Problem {
     Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "too-many-event-streams",
+        ProblemType::TooManyEventStreams,
         format!(
             "the registry already serves {limit} event streams (--max-event-streams); close one or retry later"
         ),
@@ -365,8 +363,7 @@ fn deadline_for(request: &Request, limits: &ServeLimits) -> Duration {
 
 fn request_timeout_problem() -> Problem {
     Problem::new(
-        StatusCode::REQUEST_TIMEOUT,
-        "request-timeout",
+        ProblemType::RequestTimeout,
         "the request took longer than the registry allows and gets no other answer; a signal or stop already under way still runs to its end (GET the session to see where it stands)",
     )
 }

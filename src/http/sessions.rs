@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, IntoResponses, ToSchema};
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, ProblemType};
 use axum::extract::rejection::JsonRejection;
 use axum::response::{IntoResponse, Response};
 
@@ -680,11 +680,9 @@ pub async fn prune_session(
                 process: ProcessStatus::from(&process),
                 reason,
             };
-            Err(
-                Problem::new(StatusCode::CONFLICT, "session-not-gone", detail)
-                    .with_members(&refusal)
-                    .into(),
-            )
+            Err(Problem::new(ProblemType::SessionNotGone, detail)
+                .with_members(&refusal)
+                .into())
         }
     }
 }
@@ -753,8 +751,7 @@ async fn signal_checked(
 ) -> Result<Json<SignalResponse>, ApiError> {
     let Some(kind) = SignalKind::parse(&body.signal) else {
         return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "unknown-signal",
+            ProblemType::UnknownSignal,
             "signal must be SIGTERM or SIGKILL",
         )
         .into());
@@ -776,8 +773,7 @@ async fn signal_checked(
             outcome: "sent".to_owned(),
         })),
         SignalOutcome::AlreadyGone { reason } => Err(Problem::new(
-            StatusCode::GONE,
-            "already-gone",
+            ProblemType::AlreadyGone,
             format!("{reason}; nothing was sent and the record was removed"),
         )
         .with_members(&SignalRefusal {
@@ -789,8 +785,7 @@ async fn signal_checked(
         })
         .into()),
         SignalOutcome::Refused { reason } => Err(Problem::new(
-            StatusCode::CONFLICT,
-            "signal-refused",
+            ProblemType::SignalRefused,
             format!("{reason}; nothing was sent"),
         )
         .with_members(&SignalRefusal {
@@ -869,7 +864,7 @@ pub async fn stop_session(
                 None => format!("{reason}; nothing was sent"),
                 Some(sent) => format!("{reason}; {} was sent before the stop gave up", sent.name()),
             };
-            Err(Problem::new(StatusCode::CONFLICT, "stop-refused", detail)
+            Err(Problem::new(ProblemType::StopRefused, detail)
                 .with_members(&SignalRefusal {
                     session_id: id,
                     signal: signal.name().to_owned(),
@@ -962,9 +957,7 @@ pub async fn get_card(
         },
     };
     let detail = format!("no card: {}", members.reason);
-    Err(
-        Problem::new(StatusCode::CONFLICT, "session-not-live", detail)
-            .with_members(&members)
-            .into(),
-    )
+    Err(Problem::new(ProblemType::SessionNotLive, detail)
+        .with_members(&members)
+        .into())
 }
