@@ -1067,6 +1067,41 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_body_naming_no_known_signal_is_unknown_signal() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let mut capsule = SleepingChild::spawn();
+    let record = capsule.record();
+    record.write_in(dir);
+    let id = record.session_id();
+    let before = snapshot(dir);
+    for body in [
+        json!({}),
+        json!({"signal": 9}),
+        json!({"signal": null}),
+        json!({"signal": ["SIGTERM"]}),
+        json!({"signal": "SIGHUP"}),
+    ] {
+        let answer = api
+            .post_json(&format!("/sessions/{id}/signal"), body.clone())
+            .await;
+        assert_problem(&answer, 422);
+        assert_eq!(
+            answer.body["type"], "urn:murmur-registry:problem:unknown-signal",
+            "{body}: {}",
+            answer.text
+        );
+    }
+    assert_eq!(
+        snapshot(dir),
+        before,
+        "a refused signal changed the directory"
+    );
+    assert!(capsule.is_running(), "a refused signal reached the capsule");
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_id_is_judged_before_the_signal_body() {
     let api = Api::start().await;
     let dir = api.dir();

@@ -375,8 +375,17 @@ pub struct PruneAllResponse {
 #[schema(example = json!({"signal": "SIGTERM"}))]
 pub struct SignalRequest {
     /// `SIGTERM` or `SIGKILL` (`TERM`, `KILL` also accepted, in any case).
-    #[schema(value_type = SignalName)]
-    pub signal: String,
+    /// Missing, or not a string: 422 `unknown-signal`, as for any other name.
+    #[serde(default, deserialize_with = "text_or_none")]
+    #[schema(value_type = SignalName, required = true)]
+    pub signal: Option<String>,
+}
+
+fn text_or_none<'de, D: serde::Deserializer<'de>>(value: D) -> Result<Option<String>, D::Error> {
+    match serde_json::Value::deserialize(value)? {
+        serde_json::Value::String(text) => Ok(Some(text)),
+        _ => Ok(None),
+    }
 }
 
 /// The signals `POST /sessions/{id}/signal` accepts.
@@ -749,7 +758,7 @@ async fn signal_checked(
     id: String,
     body: &SignalRequest,
 ) -> Result<Json<SignalResponse>, ApiError> {
-    let Some(kind) = SignalKind::parse(&body.signal) else {
+    let Some(kind) = body.signal.as_deref().and_then(SignalKind::parse) else {
         return Err(Problem::new(
             ProblemType::UnknownSignal,
             "signal must be SIGTERM or SIGKILL",
