@@ -34,12 +34,12 @@ fn spec_is_openapi_3_1_with_bearer_security_and_every_route() {
     );
     let expected = [
         ("/sessions", "get", vec!["200", "400", "401"]),
-        ("/sessions", "delete", vec!["200", "401"]),
+        ("/sessions", "delete", vec!["200", "401", "413", "415"]),
         ("/sessions/{id}", "get", vec!["200", "400", "401", "404"]),
         (
             "/sessions/{id}",
             "delete",
-            vec!["200", "400", "401", "404", "409"],
+            vec!["200", "400", "401", "404", "409", "413", "415"],
         ),
         (
             "/sessions/{id}/liveness",
@@ -56,7 +56,7 @@ fn spec_is_openapi_3_1_with_bearer_security_and_every_route() {
         (
             "/sessions/{id}/stop",
             "post",
-            vec!["200", "400", "401", "404", "409"],
+            vec!["200", "400", "401", "404", "409", "413", "415"],
         ),
         ("/healthz", "get", vec!["200"]),
         ("/openapi.json", "get", vec!["200"]),

@@ -12,6 +12,7 @@
 //!   [`crate::registry::Registry`].
 
 pub mod auth;
+mod body;
 pub mod dashboard;
 pub mod error;
 pub mod events;

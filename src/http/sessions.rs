@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, IntoResponses, ToSchema};
 
 use super::AppState;
+use super::body::NoBodyOrJson;
 use super::error::{ApiError, Problem, ProblemType};
 use axum::extract::rejection::JsonRejection;
 use axum::response::{IntoResponse, Response};
@@ -296,6 +297,25 @@ pub enum SessionProblems {
         content_type = "application/problem+json"
     )]
     NotFound(Problem),
+}
+
+/// The problems of a request body (OpenAPI responses).
+#[derive(Debug, IntoResponses)]
+pub enum BodyProblems {
+    /// Too big.
+    #[response(
+        status = 413,
+        description = "Body over 16 KiB",
+        content_type = "application/problem+json"
+    )]
+    TooLarge(Problem),
+    /// Not JSON.
+    #[response(
+        status = 415,
+        description = "The body is not application/json",
+        content_type = "application/problem+json"
+    )]
+    NotJson(Problem),
 }
 
 /// Filters of `GET /sessions`.
@@ -661,14 +681,17 @@ pub async fn get_liveness(
         (status = 200, description = "The record was removed", body = PruneResponse),
         (status = 409, description = "The process is alive or unverified; the record stays", body = PruneProblem, content_type = "application/problem+json"),
         SessionProblems,
+        BodyProblems,
         GateProblems,
     )
 )]
 pub async fn prune_session(
     State(state): State<AppState>,
     Path(SessionPath { id }): Path<SessionPath>,
+    body: Result<NoBodyOrJson, ApiError>,
 ) -> Result<Json<PruneResponse>, ApiError> {
     valid_id(&id)?;
+    body?;
     match state.registry().prune_session(&id).await? {
         PruneOutcome::Pruned { reason } => Ok(Json(PruneResponse {
             session_id: id,
@@ -706,10 +729,14 @@ pub async fn prune_session(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "What was removed", body = PruneAllResponse),
+        BodyProblems,
         GateProblems,
     )
 )]
-pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllResponse>, ApiError> {
+pub async fn prune_all(
+    State(state): State<AppState>,
+    _: NoBodyOrJson,
+) -> Result<Json<PruneAllResponse>, ApiError> {
     let report = state.registry().prune_all().await?;
     Ok(Json(PruneAllResponse {
         pruned: report
@@ -733,8 +760,7 @@ pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllRes
         (status = 200, description = "The signal was delivered", body = SignalResponse),
         (status = 409, description = "Refused: the process could not be confirmed, or the kernel said EPERM", body = SignalProblem, content_type = "application/problem+json"),
         (status = 410, description = "The process was already gone; its record was removed", body = SignalProblem, content_type = "application/problem+json"),
-        (status = 413, description = "Body over 16 KiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        BodyProblems,
         (status = 422, description = "Unknown signal", body = Problem, content_type = "application/problem+json"),
         SessionProblems,
         GateProblems,
@@ -821,6 +847,7 @@ async fn signal_checked(
         (status = 200, description = "The process is gone (stopped now, or already)", body = StopResponse),
         (status = 409, description = "Refused: the process could not be confirmed, the kernel said EPERM, or it outlived SIGKILL's grace; `signal_sent` says what went out", body = SignalProblem, content_type = "application/problem+json"),
         SessionProblems,
+        BodyProblems,
         GateProblems,
     )
 )]
@@ -828,8 +855,10 @@ pub async fn stop_session(
     State(state): State<AppState>,
     Path(SessionPath { id }): Path<SessionPath>,
     Query(query): Query<StopQuery>,
+    body: Result<NoBodyOrJson, ApiError>,
 ) -> Result<Json<StopResponse>, ApiError> {
     valid_id(&id)?;
+    body?;
     let timeout = match query.timeout {
         None => DEFAULT_STOP_TIMEOUT,
         Some(secs) if secs <= MAX_STOP_TIMEOUT.as_secs() => Duration::from_secs(secs),
