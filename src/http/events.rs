@@ -35,6 +35,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemType, problem_for};
+use super::event_stream::{EventName, StreamEvent};
 use super::sessions::{GateProblems, SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
 
@@ -131,7 +132,7 @@ pub struct SessionRemoved {
     params(("Last-Event-ID" = Option<String>, Header,
         description = "The id of the last event a reconnecting client saw. Accepted; the stream starts with a full snapshot either way.")),
     responses(
-        (status = 200, description = "The event stream", content_type = "text/event-stream", body = String),
+        (status = 200, description = "The event stream", content_type = "text/event-stream", body = StreamEvent),
         GateProblems,
         (status = 503, description = "Unavailable for now: the running directory is missing, replaced or open to others (`running-dir-unavailable`, as for `GET /sessions`), the registry is shutting down (`events-unavailable`), too many requests are in flight (`overloaded`, with Retry-After), as many event streams are open as `--max-event-streams` allows (`too-many-event-streams`, with Retry-After; answered before the token is checked), or the token file is unusable (`token-file-unusable`)", body = Problem, content_type = "application/problem+json"),
     )
@@ -239,7 +240,7 @@ fn last_words(why: &str) -> SseEvent {
 fn snapshot_event(snapshot: &Snapshot) -> SseEvent {
     SseEvent::default()
         .id(snapshot.id.to_string())
-        .event("snapshot")
+        .event(EventName::Snapshot.as_str())
         .data(snapshot_event_data(snapshot))
 }
 
@@ -254,9 +255,9 @@ fn snapshot_event_data(snapshot: &Snapshot) -> &str {
 
 fn sse_event(event: &Arc<Event>) -> SseEvent {
     let name = match &event.kind {
-        EventKind::Added(_) => "session.added",
-        EventKind::Changed { .. } => "session.changed",
-        EventKind::Removed { .. } => "session.removed",
+        EventKind::Added(_) => EventName::SessionAdded,
+        EventKind::Changed { .. } => EventName::SessionChanged,
+        EventKind::Removed { .. } => EventName::SessionRemoved,
     };
     let data = event.encoded(|kind| match kind {
         EventKind::Added(reading) => encode(&SessionAdded {
@@ -290,7 +291,7 @@ fn sse_event(event: &Arc<Event>) -> SseEvent {
     });
     SseEvent::default()
         .id(event.id.to_string())
-        .event(name)
+        .event(name.as_str())
         .data(data)
 }
 

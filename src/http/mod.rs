@@ -15,6 +15,7 @@ pub mod auth;
 mod body;
 pub mod dashboard;
 pub mod error;
+pub mod event_stream;
 pub mod events;
 pub mod server;
 pub mod sessions;
