@@ -434,7 +434,21 @@ pub struct SignalResponse {
     /// `SIGTERM` or `SIGKILL`.
     pub signal: String,
     /// Always `sent`.
-    pub outcome: String,
+    pub outcome: Outcome,
+}
+
+/// What a signal or stop did, as the `outcome` member says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The signal was delivered.
+    Sent,
+    /// The stop ended the process.
+    Stopped,
+    /// The process was gone before anything was sent.
+    AlreadyGone,
+    /// Nothing more was sent: the process could not be confirmed, or the kernel refused.
+    Refused,
 }
 
 /// Options of `POST /sessions/{id}/stop`.
@@ -458,7 +472,7 @@ pub struct StopResponse {
     /// was already gone.
     pub signal_sent: Option<String>,
     /// `stopped` or `already_gone`.
-    pub outcome: String,
+    pub outcome: Outcome,
     /// How long the stop waited for the process to go, in milliseconds.
     pub waited_ms: u64,
 }
@@ -473,8 +487,7 @@ pub struct SignalRefusal {
     #[schema(example = "SIGTERM")]
     pub signal: String,
     /// `refused` (409) or `already_gone` (410).
-    #[schema(example = "refused")]
-    pub outcome: String,
+    pub outcome: Outcome,
     /// Why, in the registry's words.
     #[schema(
         example = "the kernel refused to signal pid 41234: Operation not permitted (os error 1)"
@@ -805,7 +818,7 @@ async fn signal_checked(
         SignalOutcome::Sent => Ok(Json(SignalResponse {
             session_id: id,
             signal: kind.name().to_owned(),
-            outcome: "sent".to_owned(),
+            outcome: Outcome::Sent,
         })),
         SignalOutcome::AlreadyGone { reason } => Err(Problem::new(
             ProblemType::AlreadyGone,
@@ -814,7 +827,7 @@ async fn signal_checked(
         .with_members(&SignalRefusal {
             session_id: id,
             signal: kind.name().to_owned(),
-            outcome: "already_gone".to_owned(),
+            outcome: Outcome::AlreadyGone,
             reason,
             signal_sent: None,
         })
@@ -826,7 +839,7 @@ async fn signal_checked(
         .with_members(&SignalRefusal {
             session_id: id,
             signal: kind.name().to_owned(),
-            outcome: "refused".to_owned(),
+            outcome: Outcome::Refused,
             reason,
             signal_sent: None,
         })
@@ -884,13 +897,13 @@ pub async fn stop_session(
         StopOutcome::Stopped { signal_sent } => Ok(Json(StopResponse {
             session_id: id,
             signal_sent: Some(signal_sent.name().to_owned()),
-            outcome: "stopped".to_owned(),
+            outcome: Outcome::Stopped,
             waited_ms,
         })),
         StopOutcome::AlreadyGone => Ok(Json(StopResponse {
             session_id: id,
             signal_sent: None,
-            outcome: "already_gone".to_owned(),
+            outcome: Outcome::AlreadyGone,
             waited_ms,
         })),
         StopOutcome::Refused {
@@ -906,7 +919,7 @@ pub async fn stop_session(
                 .with_members(&SignalRefusal {
                     session_id: id,
                     signal: signal.name().to_owned(),
-                    outcome: "refused".to_owned(),
+                    outcome: Outcome::Refused,
                     reason,
                     signal_sent: Some(sent.map(|s| s.name().to_owned())),
                 })
