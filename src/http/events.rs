@@ -45,6 +45,9 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The tag of the events endpoint in the OpenAPI spec.
 pub const TAG: &str = "events";
 
+/// Where the stream is served.
+pub const PATH: &str = "/events";
+
 /// Data of a `session.added` event.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SessionAdded {
@@ -127,7 +130,7 @@ pub struct SessionRemoved {
 /// stream (so it prunes nothing). Browsers' `EventSource` cannot send the `Authorization`
 /// header: read the stream with `fetch`.
 #[utoipa::path(
-    get, path = "/events", tag = TAG,
+    get, path = PATH, tag = TAG,
     security(("bearer" = [])),
     params(("Last-Event-ID" = Option<String>, Header,
         description = "The id of the last event a reconnecting client saw. Accepted; the stream starts with a full snapshot either way.")),

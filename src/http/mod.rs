@@ -17,6 +17,7 @@ pub mod dashboard;
 pub mod error;
 pub mod event_stream;
 pub mod events;
+mod routes;
 pub mod server;
 pub mod sessions;
 

@@ -44,7 +44,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, HttpBody};
-use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
@@ -55,6 +54,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 use super::error::{Problem, ProblemType};
+use super::routes::{RouteClass, class_of};
 use crate::registry::MAX_STOP_TIMEOUT;
 use write_stall::WriteStallGuard;
 
@@ -116,9 +116,6 @@ const RETRY_OVERLOADED: HeaderValue = HeaderValue::from_static("1");
 /// When a client refused an event stream is told to come back: streams last for as long as a
 /// dashboard stays open, so a place rarely frees within a second.
 const RETRY_EVENT_STREAMS: HeaderValue = HeaderValue::from_static("5");
-
-/// The path whose answers are streams that stay open (see [`super::events`]).
-const EVENTS_PATH: &str = "/events";
 
 /// A pause after an accept error (such as running out of descriptors), so a full table does
 /// not spin the loop.
@@ -304,7 +301,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
             };
             // Taken before routing, so a refused stream costs no token check, no subscription
             // and no directory pass; held by the body below for as long as the stream lasts.
-            let stream = if is_event_stream(&request) {
+            let class = class_of(request.method(), request.uri().path());
+            let stream = if class == RouteClass::EventStream {
                 match slot.gate.begin_stream() {
                     Some(stream) => Some(stream),
                     None => {
@@ -321,7 +319,10 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
                 None
             };
             let request = request.map(Body::new);
-            let deadline = deadline_for(&request, &limits);
+            let deadline = match class {
+                RouteClass::Stop => limits.request_timeout.max(STOP_DEADLINE),
+                RouteClass::EventStream | RouteClass::Ordinary => limits.request_timeout,
+            };
             let answer =
                 tokio::time::timeout(deadline, tower_service::Service::call(&mut router, request))
                     .await;
@@ -340,24 +341,6 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
             };
             Ok(response.map(|body| Body::new(IdleWhenDone::new(body, slot).holding(stream))))
         })
-    }
-}
-
-/// Whether `request` asks for an event stream (axum answers `HEAD` with the `GET` handler).
-fn is_event_stream(request: &hyper::Request<Incoming>) -> bool {
-    let method = request.method();
-    (method == axum::http::Method::GET || method == axum::http::Method::HEAD)
-        && request.uri().path() == EVENTS_PATH
-}
-
-fn deadline_for(request: &Request, limits: &ServeLimits) -> Duration {
-    let is_stop = request.method() == axum::http::Method::POST
-        && request.uri().path().starts_with("/sessions/")
-        && request.uri().path().ends_with("/stop");
-    if is_stop {
-        limits.request_timeout.max(STOP_DEADLINE)
-    } else {
-        limits.request_timeout
     }
 }
 

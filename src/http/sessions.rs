@@ -37,6 +37,9 @@ use crate::running::{Liveness, ProcessState, SignalOutcome, is_valid_session_id}
 /// The tag every sessions endpoint carries in the OpenAPI spec.
 pub const TAG: &str = "sessions";
 
+/// Where a session is stopped.
+pub const STOP_PATH: &str = "/sessions/{id}/stop";
+
 const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
 
 /// What all three layers say, as a word.
@@ -853,7 +856,7 @@ async fn signal_checked(
 /// it does; then sends SIGKILL only if layers 1–2 still confirm it. `timeout=0` sends SIGKILL
 /// at once. The record is removed once the process is gone.
 #[utoipa::path(
-    post, path = "/sessions/{id}/stop", tag = TAG,
+    post, path = STOP_PATH, tag = TAG,
     params(SessionPath, StopQuery),
     security(("bearer" = [])),
     responses(
