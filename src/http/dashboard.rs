@@ -45,7 +45,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 /// The dashboard page. Needs no token and carries no data: it asks for the token itself.
 #[utoipa::path(
     get, path = "/", tag = TAG,
-    responses((status = 200, description = "The dashboard's HTML page", content_type = "text/html", body = String), crate::http::sessions::LoadProblems)
+    responses((status = 200, description = "The dashboard's HTML page", content_type = "text/html", body = String), crate::http::responses::LoadProblems)
 )]
 pub async fn dashboard_page() -> Response {
     asset("text/html; charset=utf-8", INDEX_HTML)
@@ -54,7 +54,7 @@ pub async fn dashboard_page() -> Response {
 /// The dashboard's script. Needs no token.
 #[utoipa::path(
     get, path = "/dashboard.js", tag = TAG,
-    responses((status = 200, description = "The dashboard's JavaScript", content_type = "text/javascript", body = String), crate::http::sessions::LoadProblems)
+    responses((status = 200, description = "The dashboard's JavaScript", content_type = "text/javascript", body = String), crate::http::responses::LoadProblems)
 )]
 pub async fn dashboard_script() -> Response {
     asset("text/javascript; charset=utf-8", DASHBOARD_JS)
@@ -63,7 +63,7 @@ pub async fn dashboard_script() -> Response {
 /// The dashboard's style sheet. Needs no token.
 #[utoipa::path(
     get, path = "/dashboard.css", tag = TAG,
-    responses((status = 200, description = "The dashboard's style sheet", content_type = "text/css", body = String), crate::http::sessions::LoadProblems)
+    responses((status = 200, description = "The dashboard's style sheet", content_type = "text/css", body = String), crate::http::responses::LoadProblems)
 )]
 pub async fn dashboard_style() -> Response {
     asset("text/css; charset=utf-8", DASHBOARD_CSS)

@@ -10,7 +10,7 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::events::{SessionAdded, SessionChanged, SessionRemoved};
-use super::sessions::SessionList;
+use super::wire::SessionList;
 
 /// The `event:` field of an event on the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,7 +36,8 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemType, problem_for};
 use super::event_stream::{EventName, StreamEvent};
-use super::sessions::{GateProblems, SessionList, SessionState, SessionView};
+use super::responses::GateProblems;
+use super::wire::{SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
 
 /// How often an idle stream carries a comment, so proxies and clients know it is alive.

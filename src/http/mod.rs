@@ -17,9 +17,11 @@ pub mod dashboard;
 pub mod error;
 pub mod event_stream;
 pub mod events;
+pub mod responses;
 mod routes;
 pub mod server;
 pub mod sessions;
+pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -285,7 +287,7 @@ struct Health {
 /// Whether the registry answers. Needs no token and reveals nothing.
 #[utoipa::path(
     get, path = "/healthz", tag = "service",
-    responses((status = 200, description = "The registry is up", body = Health), sessions::LoadProblems)
+    responses((status = 200, description = "The registry is up", body = Health), responses::LoadProblems)
 )]
 async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
@@ -294,7 +296,7 @@ async fn healthz() -> Json<Health> {
 /// This document. Needs no token.
 #[utoipa::path(
     get, path = "/openapi.json", tag = "service",
-    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"), sessions::LoadProblems)
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"), responses::LoadProblems)
 )]
 async fn openapi_json() -> axum::response::Response {
     // The document is fixed for the life of the binary: render it once.
