@@ -116,7 +116,8 @@ pub async fn check_host(State(state): State<AppState>, request: Request, next: N
     {
         return Problem::new(
             ProblemType::ForbiddenOrigin,
-            "requests from this Origin are not accepted; start the registry with --allow-origin to permit it",
+            "requests from this Origin are not accepted; start the registry with --allow-origin to \
+             permit it",
         )
         .into_response();
     }
@@ -131,7 +132,8 @@ pub async fn require_token(
 ) -> Response {
     let Some(presented) = bearer_token(request.headers()) else {
         return unauthorized(
-            "this endpoint needs Authorization: Bearer <token>; the token is in the registry's token file",
+            "this endpoint needs Authorization: Bearer <token>; the token is in the registry's \
+             token file",
         );
     };
     // An unchanged token file costs one `lstat`, done here: a trip to the blocking pool would
@@ -259,7 +261,8 @@ mod properties {
         fn any_authorization_value_is_parsed_safely(bytes in prop_oneof![
             prop::collection::vec(any::<u8>(), 0..120),
             "[ -~]{0,80}".prop_map(String::into_bytes),
-            "(Bearer|bearer|BEARER|Basic|Token|Bearer:|Bear|) {0,2}[ -~]{0,40}".prop_map(String::into_bytes),
+            "(Bearer|bearer|BEARER|Basic|Token|Bearer:|Bear|) {0,2}[ -~]{0,40}"
+                .prop_map(String::into_bytes),
         ]) {
             let Ok(value) = HeaderValue::from_bytes(&bytes) else { return Ok(()); };
             let mut headers = HeaderMap::new();
@@ -291,17 +294,26 @@ mod properties {
         fn only_listed_names_pass_the_host_check(host in prop_oneof![
             "\\PC{0,60}",
             (
-                prop::sample::select(vec!["localhost", "127.0.0.1", "[::1]", "extra.test", "[::1", "["]),
+                prop::sample::select(
+                    vec!["localhost", "127.0.0.1", "[::1]", "extra.test", "[::1", "["],
+                ),
                 prop_oneof!["\\PC{0,20}", "(:[0-9]{0,6})?[\\].:a-z0-9]{0,12}"],
             ).prop_map(|(name, rest)| format!("{name}{rest}")),
         ]) {
-            let policy = HostPolicy::new("127.0.0.1:7420".parse().unwrap(), &["extra.test".to_owned()], &[]);
+            let extra = ["extra.test".to_owned()];
+            let policy = HostPolicy::new("127.0.0.1:7420".parse().unwrap(), &extra, &[]);
             let _ = host_without_port(&host);
             if policy.allows_host(&host) {
                 let name = host_without_port(&host).to_ascii_lowercase();
-                prop_assert!(["localhost", "127.0.0.1", "[::1]", "extra.test"].contains(&name.as_str()), "{:?}", host);
+                let listed = ["localhost", "127.0.0.1", "[::1]", "extra.test"];
+                prop_assert!(listed.contains(&name.as_str()), "{:?}", host);
                 let rest = &host[host_without_port(&host).len()..];
-                prop_assert!(rest.is_empty() || (rest.starts_with(':') && rest[1..].bytes().all(|b| b.is_ascii_digit())), "{:?}", host);
+                let port = rest.strip_prefix(':');
+                prop_assert!(
+                    rest.is_empty() || port.is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit())),
+                    "{:?}",
+                    host
+                );
             }
         }
 
@@ -312,7 +324,8 @@ mod properties {
             label in "[a-z0-9-]{1,20}",
             before in any::<bool>(),
         ) {
-            let policy = HostPolicy::new("127.0.0.1:7420".parse().unwrap(), &["extra.test".to_owned()], &[]);
+            let extra = ["extra.test".to_owned()];
+            let policy = HostPolicy::new("127.0.0.1:7420".parse().unwrap(), &extra, &[]);
             let host = if before { format!("{label}.{name}") } else { format!("{name}.{label}") };
             prop_assert!(!policy.allows_host(&host), "{:?}", host);
         }

@@ -302,7 +302,8 @@ pub fn problem_for(error: &RegistryError) -> Problem {
         RegistryError::Running(RunningError::DirUnavailable { why, .. }) => Problem::new(
             ProblemType::RunningDirUnavailable,
             format!(
-                "the running directory is unavailable: {why}; the registry answers again once it is back (its log says where)"
+                "the running directory is unavailable: {why}; the registry answers again once it \
+                 is back (its log says where)"
             ),
         ),
         _ => internal(),

@@ -133,9 +133,16 @@ impl AppState {
     )),
     tags(
         (name = sessions::TAG, description = "Running capsule sessions, verified in three layers"),
-        (name = events::TAG, description = "The live view: every change to the verified picture, pushed"),
+        (
+            name = events::TAG,
+            description = "The live view: every change to the verified picture, pushed"
+        ),
         (name = "service", description = "The registry itself"),
-        (name = dashboard::TAG, description = "The browser dashboard: static files embedded in the binary, served without a token"),
+        (
+            name = dashboard::TAG,
+            description = "The browser dashboard: static files embedded in the binary, \
+                served without a token"
+        ),
     )
 )]
 struct ApiDoc;
@@ -287,7 +294,10 @@ struct Health {
 /// Whether the registry answers. Needs no token and reveals nothing.
 #[utoipa::path(
     get, path = "/healthz", tag = "service",
-    responses((status = 200, description = "The registry is up", body = Health), responses::LoadProblems)
+    responses(
+        (status = 200, description = "The registry is up", body = Health),
+        responses::LoadProblems,
+    )
 )]
 async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
@@ -296,7 +306,10 @@ async fn healthz() -> Json<Health> {
 /// This document. Needs no token.
 #[utoipa::path(
     get, path = "/openapi.json", tag = "service",
-    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"), responses::LoadProblems)
+    responses(
+        (status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"),
+        responses::LoadProblems,
+    )
 )]
 async fn openapi_json() -> axum::response::Response {
     // The document is fixed for the life of the binary: render it once.

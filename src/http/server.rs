@@ -207,7 +207,8 @@ fn too_many_event_streams_problem(limit: usize) -> Problem {
     Problem::new(
         ProblemType::TooManyEventStreams,
         format!(
-            "the registry already serves {limit} event streams (--max-event-streams); close one or retry later"
+            "the registry already serves {limit} event streams (--max-event-streams); close one or \
+             retry later"
         ),
     )
 }
@@ -261,7 +262,9 @@ async fn serve_connection(
                     }
                 }
             }
-            () = async { if let Some(sleep) = cut_off.as_mut() { sleep.await } }, if cut_off.is_some() => {
+            () = async { if let Some(sleep) = cut_off.as_mut() { sleep.await } },
+                if cut_off.is_some() =>
+            {
                 // Only a connection between requests is cut off: nothing is lost.
                 if slot.is_waiting() {
                     break;
@@ -347,7 +350,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
 fn request_timeout_problem() -> Problem {
     Problem::new(
         ProblemType::RequestTimeout,
-        "the request took longer than the registry allows and gets no other answer; a signal or stop already under way still runs to its end (GET the session to see where it stands)",
+        "the request took longer than the registry allows and gets no other answer; a signal or \
+         stop already under way still runs to its end (GET the session to see where it stands)",
     )
 }
 

@@ -77,7 +77,12 @@ fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Every session that matches", body = SessionList),
-        (status = 400, description = "Unknown status, or live/unreachable asked for without the probe", body = Problem, content_type = "application/problem+json"),
+        (
+            status = 400,
+            description = "Unknown status, or live/unreachable asked for without the probe",
+            body = Problem,
+            content_type = "application/problem+json"
+        ),
         GateProblems,
     )
 )]
@@ -202,7 +207,12 @@ pub async fn get_liveness(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The record was removed", body = PruneResponse),
-        (status = 409, description = "The process is alive or unverified; the record stays", body = PruneProblem, content_type = "application/problem+json"),
+        (
+            status = 409,
+            description = "The process is alive or unverified; the record stays",
+            body = PruneProblem,
+            content_type = "application/problem+json"
+        ),
         SessionProblems,
         BodyProblems,
         GateProblems,
@@ -281,10 +291,25 @@ pub async fn prune_all(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The signal was delivered", body = SignalResponse),
-        (status = 409, description = "Refused: the process could not be confirmed, or the kernel said EPERM", body = SignalProblem, content_type = "application/problem+json"),
-        (status = 410, description = "The process was already gone; its record was removed", body = SignalProblem, content_type = "application/problem+json"),
+        (
+            status = 409,
+            description = "Refused: the process could not be confirmed, or the kernel said EPERM",
+            body = SignalProblem,
+            content_type = "application/problem+json"
+        ),
+        (
+            status = 410,
+            description = "The process was already gone; its record was removed",
+            body = SignalProblem,
+            content_type = "application/problem+json"
+        ),
         BodyProblems,
-        (status = 422, description = "Unknown signal", body = Problem, content_type = "application/problem+json"),
+        (
+            status = 422,
+            description = "Unknown signal",
+            body = Problem,
+            content_type = "application/problem+json"
+        ),
         SessionProblems,
         GateProblems,
     )
@@ -367,8 +392,18 @@ async fn signal_checked(
     params(SessionPath, StopQuery),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The process is gone (stopped now, or already)", body = StopResponse),
-        (status = 409, description = "Refused: the process could not be confirmed, the kernel said EPERM, or it outlived SIGKILL's grace; `signal_sent` says what went out", body = SignalProblem, content_type = "application/problem+json"),
+        (
+            status = 200,
+            description = "The process is gone (stopped now, or already)",
+            body = StopResponse
+        ),
+        (
+            status = 409,
+            description = "Refused: the process could not be confirmed, the kernel said EPERM, or \
+                it outlived SIGKILL's grace; `signal_sent` says what went out",
+            body = SignalProblem,
+            content_type = "application/problem+json"
+        ),
         SessionProblems,
         BodyProblems,
         GateProblems,
@@ -441,15 +476,20 @@ pub async fn stop_session(
 /// The agent card of a live session, for peers that want to talk to it.
 ///
 /// Fetched from the session's door by the code that probes it (a request of its own; the
-/// extended card for an authenticated door), so the card is proven to name this session. The registry adds
-/// no credential: to talk to an authenticated door, a peer needs its own.
+/// extended card for an authenticated door), so the card is proven to name this session. The
+/// registry adds no credential: to talk to an authenticated door, a peer needs its own.
 #[utoipa::path(
     get, path = "/sessions/{id}/card", tag = TAG,
     params(SessionPath),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The card the live door serves", body = AgentCard),
-        (status = 409, description = "The session is not live, or has no door", body = CardProblem, content_type = "application/problem+json"),
+        (
+            status = 409,
+            description = "The session is not live, or has no door",
+            body = CardProblem,
+            content_type = "application/problem+json"
+        ),
         SessionProblems,
         GateProblems,
     )
