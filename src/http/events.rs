@@ -1,24 +1,16 @@
 //! `GET /events`: the live view as a Server-Sent Events stream, for dashboards.
 //!
 //! Invariants kept here:
-//! - Every connection starts with a `snapshot` event (the whole picture), with or without
-//!   `Last-Event-ID`, so a client that reconnects never has a silent gap: whatever it missed is
-//!   in the snapshot. A `snapshot` may also come mid-stream, in place of too many changes at
-//!   once (see [`crate::monitor::SNAPSHOT_OVER`]); it means the same: replace everything. A
-//!   listener behind a mid-stream snapshot that a later one replaced gets the later one (see
-//!   [`crate::monitor::Subscription::recv`]): the stream holds no picture for a slow client.
-//! - Every event carries an `id` that only grows (the snapshot's is that of the last event it
-//!   includes), an `event` name, and one line of JSON built from the same [`SessionView`] as
-//!   `GET /sessions`: no secret has a place in it.
-//! - All listeners share one [`crate::monitor::Monitor`]; each event is encoded once, whatever
-//!   the number of listeners.
-//! - A listener that falls behind is disconnected, never buffered without bound; a shutdown
-//!   ends every stream, so a graceful shutdown does not wait on them.
-//! - A running directory that stays unreadable ends every stream (see [`crate::monitor`]), and
-//!   a stream opened while it is unreadable is refused with the problem `GET /sessions` gives
-//!   (503 `running-dir-unavailable`), so a dashboard never shows a stale picture as live.
-//! - A stream the registry ends says why in a last comment line (`: stream ended: …`), for a
-//!   human reading it with curl; clients need not parse it.
+//! - Every connection starts with a `snapshot` (the whole picture), `Last-Event-ID` or not, so
+//!   a reconnect has no silent gap. A mid-stream `snapshot` (too many changes at once) means
+//!   the same; a listener behind it gets the latest one, so no picture is held for it.
+//! - Every event has a growing `id`, an `event` name ([`EventName`]) and one line of JSON built
+//!   from the same [`SessionView`] as `GET /sessions`: no secret has a place in it.
+//! - Listeners share one [`crate::monitor::Monitor`]; each event is encoded once.
+//! - A listener that falls behind is disconnected, never buffered without bound; shutdown, or a
+//!   running directory that stays unreadable, ends every stream, and a stream asked for while
+//!   it is unreadable gets the 503 `GET /sessions` gives.
+//! - A stream the registry ends says why in a last comment (`: stream ended: …`).
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The problem responses routes share in the OpenAPI document, each set written once.
 //!
 //! Invariant: every route documents the gate's 403 and the deadline's 408 from one place
-//! ([`every_route`]), so no route's document can leave either out.
+//! (`every_route`), so no route's document can leave either out.
 
 use std::collections::BTreeMap;
 

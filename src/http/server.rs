@@ -1,37 +1,23 @@
-//! The accept loop: hyper's HTTP/1.1 connection per socket, with the limits that keep slow or
+//! The accept loop: hyper's HTTP/1.1 connection per socket, under the limits that keep slow or
 //! many clients from starving real ones.
 //!
 //! Invariants kept here:
-//! - A socket that has not sent a whole request head within [`ServeLimits::header_read_timeout`]
-//!   is closed; so is a keep-alive connection idle that long. Neither ever reaches a handler.
-//! - A request whose response head is not ready within [`ServeLimits::request_timeout`] gets
-//!   408 and its connection is closed. Only the wait for the head is timed: a streaming body is
-//!   never cut, and a handler that must finish (a signal, a stop) runs in its own task anyway.
-//! - At most [`ServeLimits::max_connections`] connections are held. When one more arrives, the
-//!   oldest connection that is waiting for a request head is told to close to make room (it
-//!   may take [`CLOSE_GRACE`] to go, so the count of open sockets can briefly exceed the cap):
-//!   a flood of stalled sockets loses to a client that sends its request at once. Only when
-//!   every held connection is inside a request (an open `/events` stream counts as one) is the
-//!   newcomer answered 503 and closed.
-//! - At most [`ServeLimits::max_in_flight`] requests are handled at once; the next gets 503
-//!   (with `Retry-After`) at once, not a place in a queue. A request holds its place only
-//!   until its response head is ready: an open `/events` stream holds none, so dashboards can
-//!   never make ordinary requests 503.
-//! - At most [`ServeLimits::max_event_streams`] `GET /events` streams are open at once; one
-//!   more gets 503 `too-many-event-streams` (with `Retry-After`) before any work is done. A
-//!   stream holds its place from its request head until its body ends or is dropped (the
-//!   client left, the listener lagged, shutdown). Since the CLI keeps this cap below
-//!   [`ServeLimits::max_connections`], streams (which can never be evicted) can never hold
-//!   every connection: the rest stay for ordinary requests, `/healthz` included.
-//! - A connection whose peer takes nothing written to it for
-//!   [`ServeLimits::write_stall_timeout`] is closed (`write_stall`): a client that opens an
-//!   `/events` stream and stops reading keeps its stream place, its connection and the events
-//!   queued for it only until the socket's buffers are full and the limit has passed (on a
-//!   busy stream, soon; on a quiet one the buffers take long to fill). A reader that keeps
-//!   draining the socket is not cut.
-//! - On shutdown the listener is closed first (new connections are refused), idle connections
-//!   close, in-flight requests finish and their connections close after the answer; whatever
-//!   has not finished after [`ServeLimits::shutdown_grace`] is dropped.
+//! - No whole request head within [`ServeLimits::header_read_timeout`] (or a keep-alive idle
+//!   that long): the socket is closed before any handler sees it.
+//! - No response head within [`ServeLimits::request_timeout`]: 408, connection closed. Only
+//!   the head is timed; a streaming body is never cut, and a signal or stop runs in its own task.
+//! - At most [`ServeLimits::max_connections`]: a newcomer evicts the oldest connection waiting
+//!   for a request head (gone within [`CLOSE_GRACE`]); only if every one is inside a request
+//!   (an open stream counts) is it answered 503.
+//! - At most [`ServeLimits::max_in_flight`] requests until their response head: the next is 503
+//!   with `Retry-After` at once. An open stream holds no such place.
+//! - At most [`ServeLimits::max_event_streams`] streams, counted before routing (see
+//!   [`super::routes`]) from request head to body end: the next is 503 with `Retry-After`.
+//!   The CLI keeps this cap below `max_connections`, so streams never hold every connection.
+//! - A peer that takes nothing written for [`ServeLimits::write_stall_timeout`] is closed
+//!   (`write_stall`), stream place and queued events with it.
+//! - Shutdown closes the listener, then idle connections; in-flight requests finish; whatever
+//!   is left after [`ServeLimits::shutdown_grace`] is dropped.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
