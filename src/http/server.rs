@@ -167,11 +167,15 @@ pub async fn serve_router(
 /// Answer a connection that cannot be held with 503, without reading its request.
 async fn shed(mut stream: TcpStream) {
     let body = overloaded_body();
+    let status = ProblemType::Overloaded.status();
     let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {}\r\ncontent-length: {}\r\n\
-         retry-after: 1\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n\
+         retry-after: {}\r\nconnection: close\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or_default(),
         super::error::PROBLEM_JSON,
-        body.len()
+        body.len(),
+        RETRY_OVERLOADED.to_str().unwrap_or("1"),
     );
     // Bounded: a peer that does not read must not hold the task.
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
