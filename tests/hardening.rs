@@ -264,6 +264,9 @@ async fn rebinding_hosts_an_empty_host_and_no_host_get_403_even_with_the_token()
         "localhost.evil.example:7420",
         "127.0.0.1.evil.example",
         "registry.internal.evil.example",
+        "[::1]evil",
+        "[::1].x.example",
+        "[::1].x.example:7420",
         "",
     ] {
         let answer = raw(&server.addr, &with_host(host)).await;

@@ -1067,6 +1067,98 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_body_naming_no_known_signal_is_unknown_signal() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let mut capsule = SleepingChild::spawn();
+    let record = capsule.record();
+    record.write_in(dir);
+    let id = record.session_id();
+    let before = snapshot(dir);
+    for body in [
+        json!({}),
+        json!({"signal": 9}),
+        json!({"signal": null}),
+        json!({"signal": ["SIGTERM"]}),
+        json!({"signal": "SIGHUP"}),
+    ] {
+        let answer = api
+            .post_json(&format!("/sessions/{id}/signal"), body.clone())
+            .await;
+        assert_problem(&answer, 422);
+        assert_eq!(
+            answer.body["type"], "urn:murmur-registry:problem:unknown-signal",
+            "{body}: {}",
+            answer.text
+        );
+    }
+    assert_eq!(
+        snapshot(dir),
+        before,
+        "a refused signal changed the directory"
+    );
+    assert!(capsule.is_running(), "a refused signal reached the capsule");
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_take_only_json_bodies() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let mut capsule = SleepingChild::spawn();
+    let record = capsule.record();
+    record.write_in(dir);
+    let id = record.session_id();
+    let gone =
+        RecordJson::fresh().process(std::process::id(), &wrong_start_token(std::process::id()));
+    gone.write_in(dir);
+    let before = snapshot(dir);
+    let stop = format!("/sessions/{id}/stop?timeout=0");
+    let one = format!("/sessions/{}", gone.session_id());
+    for (method, path) in [
+        (Method::POST, stop.as_str()),
+        (Method::DELETE, one.as_str()),
+        (Method::DELETE, "/sessions"),
+    ] {
+        for content_type in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
+            let mut request = api.request(method.clone(), path).body("{}");
+            if let Some(content_type) = content_type {
+                request = request.header(header::CONTENT_TYPE, content_type);
+            }
+            let answer = api.send(request, Auth::Token).await;
+            assert_problem(&answer, 415);
+            assert_eq!(
+                answer.body["type"], "urn:murmur-registry:problem:unsupported-media-type",
+                "{method} {path} {content_type:?}: {}",
+                answer.text
+            );
+        }
+    }
+    assert_eq!(
+        snapshot(dir),
+        before,
+        "a refused change changed the directory"
+    );
+    assert!(capsule.is_running(), "a refused stop reached the capsule");
+    // A JSON body, or none, is taken as before.
+    let answer = api
+        .send(
+            api.request(Method::DELETE, &one)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body("{}"),
+            Auth::Token,
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(api.delete("/sessions").await.status, 200);
+    api.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_id_is_judged_before_the_signal_body() {
     let api = Api::start().await;
     let dir = api.dir();

@@ -1,8 +1,14 @@
 //! The committed OpenAPI document (`openapi/openapi.json`) must equal the one generated from
-//! the handlers, and must describe every route the service answers.
+//! the handlers, and must describe every route the service answers, and every event the
+//! `/events` stream sends as it is sent.
+
+mod common;
 
 use std::path::Path;
+use std::time::Duration;
 
+use common::server::TestServer;
+use common::*;
 use serde_json::Value;
 
 const REGENERATE: &str = "cargo run -- openapi > openapi/openapi.json";
@@ -34,12 +40,12 @@ fn spec_is_openapi_3_1_with_bearer_security_and_every_route() {
     );
     let expected = [
         ("/sessions", "get", vec!["200", "400", "401"]),
-        ("/sessions", "delete", vec!["200", "401"]),
+        ("/sessions", "delete", vec!["200", "401", "413", "415"]),
         ("/sessions/{id}", "get", vec!["200", "400", "401", "404"]),
         (
             "/sessions/{id}",
             "delete",
-            vec!["200", "400", "401", "404", "409"],
+            vec!["200", "400", "401", "404", "409", "413", "415"],
         ),
         (
             "/sessions/{id}/liveness",
@@ -56,7 +62,7 @@ fn spec_is_openapi_3_1_with_bearer_security_and_every_route() {
         (
             "/sessions/{id}/stop",
             "post",
-            vec!["200", "400", "401", "404", "409"],
+            vec!["200", "400", "401", "404", "409", "413", "415"],
         ),
         ("/healthz", "get", vec!["200"]),
         ("/openapi.json", "get", vec!["200"]),
@@ -81,4 +87,105 @@ fn spec_is_openapi_3_1_with_bearer_security_and_every_route() {
         );
         assert_eq!(secured, !public, "{method} {path}: security requirement");
     }
+}
+
+/// The documented schema of one `/events` event named `name`: the `oneOf` member whose `event`
+/// is that name.
+fn documented_event<'a>(spec: &'a Value, name: &str) -> &'a Value {
+    let reference = spec["paths"]["/events"]["get"]["responses"]["200"]["content"]
+        ["text/event-stream"]["schema"]["$ref"]
+        .as_str()
+        .expect("the event schema is a component");
+    let component = reference.rsplit('/').next().unwrap_or_default();
+    spec["components"]["schemas"][component]["oneOf"]
+        .as_array()
+        .expect("events are documented one schema per name")
+        .iter()
+        .find(|variant| variant["properties"]["event"]["enum"] == serde_json::json!([name]))
+        .unwrap_or_else(|| panic!("event {name} is not documented"))
+}
+
+/// Every field `data`'s documented schema requires is in `data`.
+fn assert_event_matches(spec: &Value, id: &str, name: &str, data: &str) {
+    let variant = documented_event(spec, name);
+    for field in ["id", "event", "data"] {
+        assert!(
+            variant["required"]
+                .as_array()
+                .unwrap()
+                .contains(&Value::from(field)),
+            "{name}: {field} is not required"
+        );
+    }
+    assert!(
+        !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()),
+        "{name}: id {id:?}"
+    );
+    let documented = &variant["properties"]["data"];
+    assert_eq!(documented["contentMediaType"], "application/json", "{name}");
+    let reference = documented["contentSchema"]["$ref"]
+        .as_str()
+        .expect("contentSchema");
+    let component = &spec["components"]["schemas"][reference.rsplit('/').next().unwrap()];
+    let data: Value = serde_json::from_str(data).expect("data is one JSON document");
+    for field in component["required"].as_array().expect("required fields") {
+        let field = field.as_str().unwrap();
+        assert!(data.get(field).is_some(), "{name}: no {field} in {data}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_event_the_stream_sends_is_documented_as_sent() {
+    let spec: Value =
+        serde_json::from_str(&murmur_registry::http::openapi_json_text().unwrap()).unwrap();
+    let server = TestServer::builder()
+        .events_interval(Duration::from_millis(200))
+        .start()
+        .await;
+    let first = SleepingChild::spawn();
+    first.record().no_door().write_in(server.dir());
+    let mut response = reqwest::Client::new()
+        .get(format!("{}/events", server.base()))
+        .bearer_auth(server.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // The snapshot, then a newcomer's `session.added`.
+    let mut second = None;
+    let mut text = String::new();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let field = |key: &str| {
+                block
+                    .lines()
+                    .find_map(|line| line.strip_prefix(key))
+                    .map(str::to_owned)
+            };
+            if let (Some(id), Some(name), Some(data)) =
+                (field("id: "), field("event: "), field("data: "))
+            {
+                assert_event_matches(&spec, &id, &name, &data);
+                seen.push(name);
+            }
+        }
+        if seen.len() >= 2 {
+            break;
+        }
+        if seen.len() == 1 && second.is_none() {
+            let child = SleepingChild::spawn();
+            child.record().no_door().write_in(server.dir());
+            second = Some(child);
+        }
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .expect("two events within 30 s")
+            .unwrap()
+            .expect("the stream stays open");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert_eq!(seen, ["snapshot", "session.added"]);
 }

@@ -12,6 +12,8 @@
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
+use super::responses::LoadProblems;
+
 /// The tag of the dashboard's routes in the OpenAPI document.
 pub const TAG: &str = "dashboard";
 
@@ -45,7 +47,15 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 /// The dashboard page. Needs no token and carries no data: it asks for the token itself.
 #[utoipa::path(
     get, path = "/", tag = TAG,
-    responses((status = 200, description = "The dashboard's HTML page", content_type = "text/html", body = String), crate::http::sessions::LoadProblems)
+    responses(
+        (
+            status = 200,
+            description = "The dashboard's HTML page",
+            content_type = "text/html",
+            body = String
+        ),
+        LoadProblems,
+    )
 )]
 pub async fn dashboard_page() -> Response {
     asset("text/html; charset=utf-8", INDEX_HTML)
@@ -54,7 +64,15 @@ pub async fn dashboard_page() -> Response {
 /// The dashboard's script. Needs no token.
 #[utoipa::path(
     get, path = "/dashboard.js", tag = TAG,
-    responses((status = 200, description = "The dashboard's JavaScript", content_type = "text/javascript", body = String), crate::http::sessions::LoadProblems)
+    responses(
+        (
+            status = 200,
+            description = "The dashboard's JavaScript",
+            content_type = "text/javascript",
+            body = String
+        ),
+        LoadProblems,
+    )
 )]
 pub async fn dashboard_script() -> Response {
     asset("text/javascript; charset=utf-8", DASHBOARD_JS)
@@ -63,7 +81,15 @@ pub async fn dashboard_script() -> Response {
 /// The dashboard's style sheet. Needs no token.
 #[utoipa::path(
     get, path = "/dashboard.css", tag = TAG,
-    responses((status = 200, description = "The dashboard's style sheet", content_type = "text/css", body = String), crate::http::sessions::LoadProblems)
+    responses(
+        (
+            status = 200,
+            description = "The dashboard's style sheet",
+            content_type = "text/css",
+            body = String
+        ),
+        LoadProblems,
+    )
 )]
 pub async fn dashboard_style() -> Response {
     asset("text/css; charset=utf-8", DASHBOARD_CSS)

@@ -21,6 +21,134 @@ use crate::running::RunningError;
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
+/// Every kind of problem the registry answers, each with its one status.
+///
+/// Its slug is the last segment of the problem's `type` (`urn:murmur-registry:problem:<slug>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemType {
+    /// 400: a request the registry cannot read (a broken JSON body, a bad query string).
+    BadRequest,
+    /// 400: the session id in the path cannot name a record.
+    InvalidSessionId,
+    /// 400: a query parameter has a value the endpoint does not take.
+    InvalidQuery,
+    /// 401: a missing or wrong bearer token.
+    Unauthorized,
+    /// 403: the `Host` is not this registry's.
+    ForbiddenHost,
+    /// 403: the `Origin` is not this registry's, nor listed.
+    ForbiddenOrigin,
+    /// 404: no such endpoint, or no record for the session.
+    NotFound,
+    /// 404: the session's file is there but is not a valid record.
+    NotARecord,
+    /// 405: the endpoint does not take that method.
+    MethodNotAllowed,
+    /// 408: no answer within the request timeout.
+    RequestTimeout,
+    /// 409: a prune found the process alive or unverified.
+    SessionNotGone,
+    /// 409: the session is not live, or has no door (no card).
+    SessionNotLive,
+    /// 409: a signal was refused.
+    SignalRefused,
+    /// 409: a stop was refused or gave up.
+    StopRefused,
+    /// 410: the process was already gone; nothing was sent.
+    AlreadyGone,
+    /// 413: a body over [`super::MAX_BODY_BYTES`].
+    BodyTooLarge,
+    /// 415: a body that is not JSON.
+    UnsupportedMediaType,
+    /// 422: a signal body that names no signal the registry sends.
+    UnknownSignal,
+    /// 500: something failed inside the registry.
+    Internal,
+    /// 503: too many requests in flight.
+    Overloaded,
+    /// 503: as many event streams open as allowed.
+    TooManyEventStreams,
+    /// 503: the registry is shutting down and gives out no stream.
+    EventsUnavailable,
+    /// 503: the running directory cannot be used for now.
+    RunningDirUnavailable,
+    /// 503: the token file cannot be used.
+    TokenFileUnusable,
+}
+
+impl ProblemType {
+    /// The status every problem of this type is answered with.
+    pub const fn status(self) -> StatusCode {
+        match self {
+            Self::BadRequest | Self::InvalidSessionId | Self::InvalidQuery => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::ForbiddenHost | Self::ForbiddenOrigin => StatusCode::FORBIDDEN,
+            Self::NotFound | Self::NotARecord => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::SessionNotGone
+            | Self::SessionNotLive
+            | Self::SignalRefused
+            | Self::StopRefused => StatusCode::CONFLICT,
+            Self::AlreadyGone => StatusCode::GONE,
+            Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UnknownSignal => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Overloaded
+            | Self::TooManyEventStreams
+            | Self::EventsUnavailable
+            | Self::RunningDirUnavailable
+            | Self::TokenFileUnusable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The word a client sees at the end of `type`.
+    pub const fn slug(self) -> &'static str {
+        match self {
+            Self::BadRequest => "bad-request",
+            Self::InvalidSessionId => "invalid-session-id",
+            Self::InvalidQuery => "invalid-query",
+            Self::Unauthorized => "unauthorized",
+            Self::ForbiddenHost => "forbidden-host",
+            Self::ForbiddenOrigin => "forbidden-origin",
+            Self::NotFound => "not-found",
+            Self::NotARecord => "not-a-record",
+            Self::MethodNotAllowed => "method-not-allowed",
+            Self::RequestTimeout => "request-timeout",
+            Self::SessionNotGone => "session-not-gone",
+            Self::SessionNotLive => "session-not-live",
+            Self::SignalRefused => "signal-refused",
+            Self::StopRefused => "stop-refused",
+            Self::AlreadyGone => "already-gone",
+            Self::BodyTooLarge => "body-too-large",
+            Self::UnsupportedMediaType => "unsupported-media-type",
+            Self::UnknownSignal => "unknown-signal",
+            Self::Internal => "internal",
+            Self::Overloaded => "overloaded",
+            Self::TooManyEventStreams => "too-many-event-streams",
+            Self::EventsUnavailable => "events-unavailable",
+            Self::RunningDirUnavailable => "running-dir-unavailable",
+            Self::TokenFileUnusable => "token-file-unusable",
+        }
+    }
+
+    /// The type of an error response that is not yet a problem, by the status axum gave it.
+    fn of_plain(status: StatusCode) -> Self {
+        match status {
+            StatusCode::NOT_FOUND => Self::NotFound,
+            StatusCode::METHOD_NOT_ALLOWED => Self::MethodNotAllowed,
+            StatusCode::PAYLOAD_TOO_LARGE => Self::BodyTooLarge,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => Self::UnsupportedMediaType,
+            StatusCode::UNAUTHORIZED => Self::Unauthorized,
+            _ if status.is_server_error() => Self::Internal,
+            _ => Self::BadRequest,
+        }
+    }
+}
+
 /// An RFC 9457 problem: `type`, `title`, `status`, `detail`, plus extra members.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[schema(example = json!({
@@ -46,10 +174,15 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// A problem of kind `slug` (`urn:murmur-registry:problem:<slug>`) with this status.
-    pub fn new(status: StatusCode, slug: &str, detail: impl Into<String>) -> Self {
+    /// A problem of type `kind`, answered with its status.
+    pub fn new(kind: ProblemType, detail: impl Into<String>) -> Self {
+        Self::with_status(kind.status(), kind, detail)
+    }
+
+    /// For axum's own answers only: their status stays (a 400 or a 422 is `bad-request`).
+    fn with_status(status: StatusCode, kind: ProblemType, detail: impl Into<String>) -> Self {
         Self {
-            kind: format!("urn:murmur-registry:problem:{slug}"),
+            kind: format!("urn:murmur-registry:problem:{}", kind.slug()),
             title: status.canonical_reason().unwrap_or("Error").to_owned(),
             status: status.as_u16(),
             detail: detail.into(),
@@ -112,7 +245,7 @@ impl ApiError {
 
     /// 400: a query parameter has a value the endpoint does not take.
     pub fn bad_query(detail: impl Into<String>) -> Self {
-        Problem::new(StatusCode::BAD_REQUEST, "invalid-query", detail).into()
+        Problem::new(ProblemType::InvalidQuery, detail).into()
     }
 }
 
@@ -127,8 +260,7 @@ impl IntoResponse for ApiError {
 
 fn invalid_session_id_problem() -> Problem {
     Problem::new(
-        StatusCode::BAD_REQUEST,
-        "invalid-session-id",
+        ProblemType::InvalidSessionId,
         "a session id is 1 to 128 characters of A-Z a-z 0-9 _ -",
     )
 }
@@ -149,19 +281,16 @@ fn registry_problem(error: RegistryError) -> Problem {
 /// logged it already, or tells it again (the last words of an `/events` stream).
 pub fn problem_for(error: &RegistryError) -> Problem {
     match error {
-        RegistryError::NotFound(id) => Problem::new(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            format!("no record for session {id}"),
-        ),
+        RegistryError::NotFound(id) => {
+            Problem::new(ProblemType::NotFound, format!("no record for session {id}"))
+        }
         RegistryError::InvalidSessionId => invalid_session_id_problem(),
         // A file that could not be read says nothing about the session: that is our failure.
         RegistryError::Running(RunningError::Unreadable(entry)) if entry.why.is_read_failure() => {
             internal()
         }
         RegistryError::Running(RunningError::Unreadable(entry)) => Problem::new(
-            StatusCode::NOT_FOUND,
-            "not-a-record",
+            ProblemType::NotARecord,
             format!(
                 "{} {}; it is not a valid record",
                 entry.file_name, entry.why
@@ -171,10 +300,10 @@ pub fn problem_for(error: &RegistryError) -> Problem {
         // directory, a foreign owner, a mode open to others: nothing secret) and that it is
         // temporary.
         RegistryError::Running(RunningError::DirUnavailable { why, .. }) => Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "running-dir-unavailable",
+            ProblemType::RunningDirUnavailable,
             format!(
-                "the running directory is unavailable: {why}; the registry answers again once it is back (its log says where)"
+                "the running directory is unavailable: {why}; the registry answers again once it \
+                 is back (its log says where)"
             ),
         ),
         _ => internal(),
@@ -184,8 +313,7 @@ pub fn problem_for(error: &RegistryError) -> Problem {
 /// A 500 that says where to look, never what happened (the caller logs the error).
 fn internal() -> Problem {
     Problem::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
+        ProblemType::Internal,
         "the registry could not complete this request; its log says why",
     )
 }
@@ -216,16 +344,7 @@ pub async fn problem_for_plain_errors(response: Response) -> Response {
             _ => default_detail(status).to_owned(),
         }
     };
-    let slug = match status {
-        StatusCode::NOT_FOUND => "not-found",
-        StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",
-        StatusCode::PAYLOAD_TOO_LARGE => "body-too-large",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
-        StatusCode::UNAUTHORIZED => "unauthorized",
-        _ if status.is_server_error() => "internal",
-        _ => "bad-request",
-    };
-    let problem = Problem::new(status, slug, detail);
+    let problem = Problem::with_status(status, ProblemType::of_plain(status), detail);
     let body = serde_json::to_vec(&problem).unwrap_or_default();
     parts.headers.remove(header::CONTENT_LENGTH);
     parts

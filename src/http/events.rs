@@ -1,31 +1,23 @@
 //! `GET /events`: the live view as a Server-Sent Events stream, for dashboards.
 //!
 //! Invariants kept here:
-//! - Every connection starts with a `snapshot` event (the whole picture), with or without
-//!   `Last-Event-ID`, so a client that reconnects never has a silent gap: whatever it missed is
-//!   in the snapshot. A `snapshot` may also come mid-stream, in place of too many changes at
-//!   once (see [`crate::monitor::SNAPSHOT_OVER`]); it means the same: replace everything. A
-//!   listener behind a mid-stream snapshot that a later one replaced gets the later one (see
-//!   [`crate::monitor::Subscription::recv`]): the stream holds no picture for a slow client.
-//! - Every event carries an `id` that only grows (the snapshot's is that of the last event it
-//!   includes), an `event` name, and one line of JSON built from the same [`SessionView`] as
-//!   `GET /sessions`: no secret has a place in it.
-//! - All listeners share one [`crate::monitor::Monitor`]; each event is encoded once, whatever
-//!   the number of listeners.
-//! - A listener that falls behind is disconnected, never buffered without bound; a shutdown
-//!   ends every stream, so a graceful shutdown does not wait on them.
-//! - A running directory that stays unreadable ends every stream (see [`crate::monitor`]), and
-//!   a stream opened while it is unreadable is refused with the problem `GET /sessions` gives
-//!   (503 `running-dir-unavailable`), so a dashboard never shows a stale picture as live.
-//! - A stream the registry ends says why in a last comment line (`: stream ended: …`), for a
-//!   human reading it with curl; clients need not parse it.
+//! - Every connection starts with a `snapshot` (the whole picture), `Last-Event-ID` or not, so
+//!   a reconnect has no silent gap. A mid-stream `snapshot` (too many changes at once) means
+//!   the same; a listener behind it gets the latest one, so no picture is held for it.
+//! - Every event has a growing `id`, an `event` name ([`EventName`]) and one line of JSON built
+//!   from the same [`SessionView`] as `GET /sessions`: no secret has a place in it.
+//! - Listeners share one [`crate::monitor::Monitor`]; each event is encoded once.
+//! - A listener that falls behind is disconnected, never buffered without bound; shutdown, or a
+//!   running directory that stays unreadable, ends every stream, and a stream asked for while
+//!   it is unreadable gets the 503 `GET /sessions` gives.
+//! - A stream the registry ends says why in a last comment (`: stream ended: …`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
@@ -34,8 +26,10 @@ use tokio::sync::broadcast::error::RecvError;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::{ApiError, Problem, problem_for};
-use super::sessions::{GateProblems, SessionList, SessionState, SessionView};
+use super::error::{ApiError, Problem, ProblemType, problem_for};
+use super::event_stream::{EventName, StreamEvent};
+use super::responses::GateProblems;
+use super::wire::{SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
 
 /// How often an idle stream carries a comment, so proxies and clients know it is alive.
@@ -43,6 +37,9 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The tag of the events endpoint in the OpenAPI spec.
 pub const TAG: &str = "events";
+
+/// Where the stream is served.
+pub const PATH: &str = "/events";
 
 /// Data of a `session.added` event.
 #[derive(Debug, Serialize, ToSchema)]
@@ -95,45 +92,55 @@ pub struct SessionRemoved {
 
 /// The stream of changes to the verified picture (Server-Sent Events).
 ///
-/// `text/event-stream`; each event has an `id` (a decimal that only grows), an `event` name
-/// and one line of JSON `data`:
+/// Each event has an `id` (a decimal that only grows), an `event` name and one line of JSON
+/// `data`, whose schema depends on the name:
 ///
-/// | event | data |
-/// |---|---|
-/// | `snapshot` | `SessionList`: every session, newest first, and the count of unreadable entries. Always the first event of a connection, with or without `Last-Event-ID`; its `id` is that of the last change it includes. Replace your whole table with it. It also comes mid-stream, in place of more than 512 changes at once (e.g. a thousand doors turning unreachable together): replace your whole table then too. Its `id` is then the next one, or a later one when it stands for changes this client had not read yet (a client that fell behind a mid-stream snapshot gets the one that replaced it). |
-/// | `session.added` | `SessionAdded`: a new session, with its first complete verdict |
-/// | `session.changed` | `SessionChanged`: its `state` moved (e.g. `live` → `unreachable`), or its record was rewritten |
-/// | `session.removed` | `SessionRemoved`: it left, and why (`pruned`, `stopped`, `record_removed`, `unreadable`) |
+/// - `snapshot` (`SessionList`): the whole picture; replace your table with it. Always the
+///   first event of a connection, with or without `Last-Event-ID` (its `id` is that of the
+///   last change it includes); also sent mid-stream in place of more than 512 changes at once,
+///   and then a client that fell behind gets the latest one.
+/// - `session.added` (`SessionAdded`): a new session, with its first complete verdict.
+/// - `session.changed` (`SessionChanged`): its `state` moved, or its record was rewritten.
+/// - `session.removed` (`SessionRemoved`): it left, and why.
 ///
-/// A record whose process is found gone is `session.changed` to `gone` (or, if it is new,
-/// `session.added` as `gone`), then pruned on that evidence and `session.removed` with reason
-/// `pruned`: while anyone listens, the registry prunes gone records as `DELETE` would (a record
-/// file that cannot be read for now, e.g. `EACCES`, is kept, and pruned once it can). Records
-/// already gone when the first listener arrives are pruned before its snapshot. Every session is re-verified each
-/// interval (`--events-interval`, 2 s by default) and at once when its record file changes.
-/// An idle stream carries an empty comment line (`:`) every 15 s. A client that falls more
-/// than 1,024 events behind is disconnected; on reconnecting it gets a fresh snapshot. At most
-/// `--max-event-streams` streams (128 by default) are open at once.
+/// While anyone listens, a record whose process is found gone is `session.changed` to `gone`
+/// (or `session.added` as `gone`), then pruned as `DELETE` would and `session.removed` as
+/// `pruned`; records already gone when the first listener arrives are pruned before its
+/// snapshot. Sessions are re-verified every `--events-interval` (2 s) and when their record
+/// changes. An idle stream carries a comment (`:`) every 15 s; a client more than 1,024
+/// events behind is disconnected; at most `--max-event-streams` (128) streams are open.
 ///
-/// A running directory that cannot be read (removed, replaced by a file or a link, owned by
-/// another user, opened to group or others, or an I/O error) is never taken as evidence that
-/// sessions ended: no event is sent for it. If it is still unreadable one interval later (two
-/// periodic passes), every stream ends, so no client keeps showing a stale picture as live; a
-/// reconnect then gets the answer `GET /sessions` gives (503 `running-dir-unavailable`, whose
-/// detail says what is wrong), and a fresh snapshot once it is back. A stream the registry
-/// ends (for this, a shutdown, or a client too far behind) closes with a comment line saying
-/// why (`: stream ended: …`). `HEAD /events` answers as `GET` would, without opening a
-/// stream (so it prunes nothing). Browsers' `EventSource` cannot send the `Authorization`
-/// header: read the stream with `fetch`.
+/// A running directory that cannot be read is never evidence that sessions ended; if it stays
+/// unreadable for one more interval every stream ends, and a reconnect gets the 503
+/// `GET /sessions` gives. A stream the registry ends closes with a comment saying why
+/// (`: stream ended: …`). `HEAD /events` answers as `GET` would, opening no stream. Browsers'
+/// `EventSource` cannot send `Authorization`: read the stream with `fetch`.
 #[utoipa::path(
-    get, path = "/events", tag = TAG,
+    get, path = PATH, tag = TAG,
     security(("bearer" = [])),
     params(("Last-Event-ID" = Option<String>, Header,
-        description = "The id of the last event a reconnecting client saw. Accepted; the stream starts with a full snapshot either way.")),
+        description = "The id of the last event a reconnecting client saw. Accepted; the \
+            stream starts with a full snapshot either way.")),
     responses(
-        (status = 200, description = "The event stream", content_type = "text/event-stream", body = String),
+        (
+            status = 200,
+            description = "The event stream",
+            content_type = "text/event-stream",
+            body = StreamEvent
+        ),
         GateProblems,
-        (status = 503, description = "Unavailable for now: the running directory is missing, replaced or open to others (`running-dir-unavailable`, as for `GET /sessions`), the registry is shutting down (`events-unavailable`), too many requests are in flight (`overloaded`, with Retry-After), as many event streams are open as `--max-event-streams` allows (`too-many-event-streams`, with Retry-After; answered before the token is checked), or the token file is unusable (`token-file-unusable`)", body = Problem, content_type = "application/problem+json"),
+        (
+            status = 503,
+            description = "Unavailable for now: the running directory is missing, replaced or open \
+                to others (`running-dir-unavailable`, as for `GET /sessions`), the registry is \
+                shutting down (`events-unavailable`), too many requests are in flight \
+                (`overloaded`, with Retry-After), as many event streams are open as \
+                `--max-event-streams` allows (`too-many-event-streams`, with Retry-After; answered \
+                before the token is checked), or the token file is unusable \
+                (`token-file-unusable`)",
+            body = Problem,
+            content_type = "application/problem+json"
+        ),
     )
 )]
 pub async fn events(
@@ -178,8 +185,7 @@ pub async fn events(
 /// 503 `events-unavailable`: the registry is shutting down and gives out no stream.
 fn closing_problem() -> ApiError {
     ApiError::from(Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "events-unavailable",
+        ProblemType::EventsUnavailable,
         SubscribeError::Closing.to_string(),
     ))
 }
@@ -240,7 +246,7 @@ fn last_words(why: &str) -> SseEvent {
 fn snapshot_event(snapshot: &Snapshot) -> SseEvent {
     SseEvent::default()
         .id(snapshot.id.to_string())
-        .event("snapshot")
+        .event(EventName::Snapshot.as_str())
         .data(snapshot_event_data(snapshot))
 }
 
@@ -255,9 +261,9 @@ fn snapshot_event_data(snapshot: &Snapshot) -> &str {
 
 fn sse_event(event: &Arc<Event>) -> SseEvent {
     let name = match &event.kind {
-        EventKind::Added(_) => "session.added",
-        EventKind::Changed { .. } => "session.changed",
-        EventKind::Removed { .. } => "session.removed",
+        EventKind::Added(_) => EventName::SessionAdded,
+        EventKind::Changed { .. } => EventName::SessionChanged,
+        EventKind::Removed { .. } => EventName::SessionRemoved,
     };
     let data = event.encoded(|kind| match kind {
         EventKind::Added(reading) => encode(&SessionAdded {
@@ -291,7 +297,7 @@ fn sse_event(event: &Arc<Event>) -> SseEvent {
     });
     SseEvent::default()
         .id(event.id.to_string())
-        .event(name)
+        .event(name.as_str())
         .data(data)
 }
 

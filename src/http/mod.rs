@@ -12,11 +12,16 @@
 //!   [`crate::registry::Registry`].
 
 pub mod auth;
+mod body;
 pub mod dashboard;
 pub mod error;
+pub mod event_stream;
 pub mod events;
+pub mod responses;
+mod routes;
 pub mod server;
 pub mod sessions;
+pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -40,7 +45,7 @@ use crate::monitor::Monitor;
 use crate::registry::Registry;
 use crate::token::TokenStore;
 use auth::HostPolicy;
-use error::{ApiError, Problem};
+use error::{ApiError, Problem, ProblemType};
 pub use server::{ServeLimits, serve_router};
 
 /// Request bodies larger than this are refused with 413.
@@ -128,9 +133,16 @@ impl AppState {
     )),
     tags(
         (name = sessions::TAG, description = "Running capsule sessions, verified in three layers"),
-        (name = events::TAG, description = "The live view: every change to the verified picture, pushed"),
+        (
+            name = events::TAG,
+            description = "The live view: every change to the verified picture, pushed"
+        ),
         (name = "service", description = "The registry itself"),
-        (name = dashboard::TAG, description = "The browser dashboard: static files embedded in the binary, served without a token"),
+        (
+            name = dashboard::TAG,
+            description = "The browser dashboard: static files embedded in the binary, \
+                served without a token"
+        ),
     )
 )]
 struct ApiDoc;
@@ -282,7 +294,10 @@ struct Health {
 /// Whether the registry answers. Needs no token and reveals nothing.
 #[utoipa::path(
     get, path = "/healthz", tag = "service",
-    responses((status = 200, description = "The registry is up", body = Health), sessions::LoadProblems)
+    responses(
+        (status = 200, description = "The registry is up", body = Health),
+        responses::LoadProblems,
+    )
 )]
 async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
@@ -291,7 +306,10 @@ async fn healthz() -> Json<Health> {
 /// This document. Needs no token.
 #[utoipa::path(
     get, path = "/openapi.json", tag = "service",
-    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"), sessions::LoadProblems)
+    responses(
+        (status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json"),
+        responses::LoadProblems,
+    )
 )]
 async fn openapi_json() -> axum::response::Response {
     // The document is fixed for the life of the binary: render it once.
@@ -312,8 +330,7 @@ async fn unknown_route(request: Request) -> ApiError {
         return ApiError::invalid_session_id();
     }
     Problem::new(
-        StatusCode::NOT_FOUND,
-        "not-found",
+        ProblemType::NotFound,
         "no such endpoint; GET /openapi.json lists them",
     )
     .into()

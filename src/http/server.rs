@@ -1,37 +1,23 @@
-//! The accept loop: hyper's HTTP/1.1 connection per socket, with the limits that keep slow or
+//! The accept loop: hyper's HTTP/1.1 connection per socket, under the limits that keep slow or
 //! many clients from starving real ones.
 //!
 //! Invariants kept here:
-//! - A socket that has not sent a whole request head within [`ServeLimits::header_read_timeout`]
-//!   is closed; so is a keep-alive connection idle that long. Neither ever reaches a handler.
-//! - A request whose response head is not ready within [`ServeLimits::request_timeout`] gets
-//!   408 and its connection is closed. Only the wait for the head is timed: a streaming body is
-//!   never cut, and a handler that must finish (a signal, a stop) runs in its own task anyway.
-//! - At most [`ServeLimits::max_connections`] connections are held. When one more arrives, the
-//!   oldest connection that is waiting for a request head is told to close to make room (it
-//!   may take [`CLOSE_GRACE`] to go, so the count of open sockets can briefly exceed the cap):
-//!   a flood of stalled sockets loses to a client that sends its request at once. Only when
-//!   every held connection is inside a request (an open `/events` stream counts as one) is the
-//!   newcomer answered 503 and closed.
-//! - At most [`ServeLimits::max_in_flight`] requests are handled at once; the next gets 503
-//!   (with `Retry-After`) at once, not a place in a queue. A request holds its place only
-//!   until its response head is ready: an open `/events` stream holds none, so dashboards can
-//!   never make ordinary requests 503.
-//! - At most [`ServeLimits::max_event_streams`] `GET /events` streams are open at once; one
-//!   more gets 503 `too-many-event-streams` (with `Retry-After`) before any work is done. A
-//!   stream holds its place from its request head until its body ends or is dropped (the
-//!   client left, the listener lagged, shutdown). Since the CLI keeps this cap below
-//!   [`ServeLimits::max_connections`], streams (which can never be evicted) can never hold
-//!   every connection: the rest stay for ordinary requests, `/healthz` included.
-//! - A connection whose peer takes nothing written to it for
-//!   [`ServeLimits::write_stall_timeout`] is closed (`write_stall`): a client that opens an
-//!   `/events` stream and stops reading keeps its stream place, its connection and the events
-//!   queued for it only until the socket's buffers are full and the limit has passed (on a
-//!   busy stream, soon; on a quiet one the buffers take long to fill). A reader that keeps
-//!   draining the socket is not cut.
-//! - On shutdown the listener is closed first (new connections are refused), idle connections
-//!   close, in-flight requests finish and their connections close after the answer; whatever
-//!   has not finished after [`ServeLimits::shutdown_grace`] is dropped.
+//! - No whole request head within [`ServeLimits::header_read_timeout`] (or a keep-alive idle
+//!   that long): the socket is closed before any handler sees it.
+//! - No response head within [`ServeLimits::request_timeout`]: 408, connection closed. Only
+//!   the head is timed; a streaming body is never cut, and a signal or stop runs in its own task.
+//! - At most [`ServeLimits::max_connections`]: a newcomer evicts the oldest connection waiting
+//!   for a request head (gone within [`CLOSE_GRACE`]); only if every one is inside a request
+//!   (an open stream counts) is it answered 503.
+//! - At most [`ServeLimits::max_in_flight`] requests until their response head: the next is 503
+//!   with `Retry-After` at once. An open stream holds no such place.
+//! - At most [`ServeLimits::max_event_streams`] streams, counted before routing (see
+//!   [`super::routes`]) from request head to body end: the next is 503 with `Retry-After`.
+//!   The CLI keeps this cap below `max_connections`, so streams never hold every connection.
+//! - A peer that takes nothing written for [`ServeLimits::write_stall_timeout`] is closed
+//!   (`write_stall`), stream place and queued events with it.
+//! - Shutdown closes the listener, then idle connections; in-flight requests finish; whatever
+//!   is left after [`ServeLimits::shutdown_grace`] is dropped.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -44,8 +30,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, HttpBody};
-use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -54,7 +39,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use super::error::Problem;
+use super::error::{Problem, ProblemType};
+use super::routes::{RouteClass, class_of};
 use crate::registry::MAX_STOP_TIMEOUT;
 use write_stall::WriteStallGuard;
 
@@ -116,9 +102,6 @@ const RETRY_OVERLOADED: HeaderValue = HeaderValue::from_static("1");
 /// When a client refused an event stream is told to come back: streams last for as long as a
 /// dashboard stays open, so a place rarely frees within a second.
 const RETRY_EVENT_STREAMS: HeaderValue = HeaderValue::from_static("5");
-
-/// The path whose answers are streams that stay open (see [`super::events`]).
-const EVENTS_PATH: &str = "/events";
 
 /// A pause after an accept error (such as running out of descriptors), so a full table does
 /// not spin the loop.
@@ -184,11 +167,15 @@ pub async fn serve_router(
 /// Answer a connection that cannot be held with 503, without reading its request.
 async fn shed(mut stream: TcpStream) {
     let body = overloaded_body();
+    let status = ProblemType::Overloaded.status();
     let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: {}\r\ncontent-length: {}\r\n\
-         retry-after: 1\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n\
+         retry-after: {}\r\nconnection: close\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or_default(),
         super::error::PROBLEM_JSON,
-        body.len()
+        body.len(),
+        RETRY_OVERLOADED.to_str().unwrap_or("1"),
     );
     // Bounded: a peer that does not read must not hold the task.
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
@@ -201,18 +188,17 @@ async fn shed(mut stream: TcpStream) {
 
 fn overloaded_problem() -> Problem {
     Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "overloaded",
+        ProblemType::Overloaded,
         "the registry is handling as many requests as it takes; retry shortly",
     )
 }
 
 fn too_many_event_streams_problem(limit: usize) -> Problem {
     Problem::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "too-many-event-streams",
+        ProblemType::TooManyEventStreams,
         format!(
-            "the registry already serves {limit} event streams (--max-event-streams); close one or retry later"
+            "the registry already serves {limit} event streams (--max-event-streams); close one or \
+             retry later"
         ),
     )
 }
@@ -266,7 +252,9 @@ async fn serve_connection(
                     }
                 }
             }
-            () = async { if let Some(sleep) = cut_off.as_mut() { sleep.await } }, if cut_off.is_some() => {
+            () = async { if let Some(sleep) = cut_off.as_mut() { sleep.await } },
+                if cut_off.is_some() =>
+            {
                 // Only a connection between requests is cut off: nothing is lost.
                 if slot.is_waiting() {
                     break;
@@ -306,7 +294,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
             };
             // Taken before routing, so a refused stream costs no token check, no subscription
             // and no directory pass; held by the body below for as long as the stream lasts.
-            let stream = if is_event_stream(&request) {
+            let class = class_of(request.method(), request.uri().path());
+            let stream = if class == RouteClass::EventStream {
                 match slot.gate.begin_stream() {
                     Some(stream) => Some(stream),
                     None => {
@@ -323,7 +312,10 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
                 None
             };
             let request = request.map(Body::new);
-            let deadline = deadline_for(&request, &limits);
+            let deadline = match class {
+                RouteClass::Stop => limits.request_timeout.max(STOP_DEADLINE),
+                RouteClass::EventStream | RouteClass::Ordinary => limits.request_timeout,
+            };
             let answer =
                 tokio::time::timeout(deadline, tower_service::Service::call(&mut router, request))
                     .await;
@@ -345,29 +337,11 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
     }
 }
 
-/// Whether `request` asks for an event stream (axum answers `HEAD` with the `GET` handler).
-fn is_event_stream(request: &hyper::Request<Incoming>) -> bool {
-    let method = request.method();
-    (method == axum::http::Method::GET || method == axum::http::Method::HEAD)
-        && request.uri().path() == EVENTS_PATH
-}
-
-fn deadline_for(request: &Request, limits: &ServeLimits) -> Duration {
-    let is_stop = request.method() == axum::http::Method::POST
-        && request.uri().path().starts_with("/sessions/")
-        && request.uri().path().ends_with("/stop");
-    if is_stop {
-        limits.request_timeout.max(STOP_DEADLINE)
-    } else {
-        limits.request_timeout
-    }
-}
-
 fn request_timeout_problem() -> Problem {
     Problem::new(
-        StatusCode::REQUEST_TIMEOUT,
-        "request-timeout",
-        "the request took longer than the registry allows and gets no other answer; a signal or stop already under way still runs to its end (GET the session to see where it stands)",
+        ProblemType::RequestTimeout,
+        "the request took longer than the registry allows and gets no other answer; a signal or \
+         stop already under way still runs to its end (GET the session to see where it stands)",
     )
 }
 

@@ -1,496 +1,48 @@
-//! The sessions API: list, inspect, prune, signal and stop, each documented in the OpenAPI spec
-//! by its own handler's annotation.
+//! The sessions API's handlers: list, inspect, prune, signal and stop, each documented in the
+//! OpenAPI spec by its own annotation (wire types in [`super::wire`]).
 //!
 //! Invariants kept here:
 //! - Session ids are validated before anything reaches the registry; no path is built from
 //!   raw input.
-//! - The session JSON is built field by field from the record ([`SessionView`]): it has no
-//!   place for `door_token` or `credentials`, so they cannot leak through it.
 //! - These GETs change nothing on disk; only DELETE, signal and stop remove a record, and only
-//!   on the evidence the registry returns. (`GET /events` is the exception, by design: while a
-//!   listener is connected the live view prunes gone records, on the same evidence.)
-//! - A list body is the encoding of the listing the registry handed this request; a listing
-//!   shared by several requests (`probe=false`) is encoded once, by the first of them, into
-//!   the listing itself ([`Listing::encoded`]), so the bytes are always that listing's own.
+//!   on the evidence the registry returns (and `GET /events`, whose live view prunes gone
+//!   records on the same evidence while someone listens).
+//! - A list body encodes the listing handed to this request; a listing shared by several
+//!   (`probe=false`) is encoded once, into the listing itself ([`Listing::encoded`]).
 
 use std::time::Duration;
 
 use axum::Json;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, IntoResponses, ToSchema};
 
 use super::AppState;
-use super::error::{ApiError, Problem};
-use axum::extract::rejection::JsonRejection;
-use axum::response::{IntoResponse, Response};
+use super::body::NoBodyOrJson;
+use super::error::{ApiError, Problem, ProblemType};
+use super::responses::{BodyProblems, GateProblems, SessionProblems};
+use super::wire::{
+    AgentCard, CardProblem, CardRefusalMembers, ListQuery, LivenessReport, LivenessView, Outcome,
+    ProbeQuery, ProcessStatus, PruneAllResponse, PruneProblem, PruneRefusal, PruneResponse,
+    PrunedEntry, SessionList, SessionPath, SignalProblem, SignalRefusal, SignalRequest,
+    SignalResponse, StopQuery, StopResponse,
+};
+/// The CLI prints sessions as the API serves them.
+pub use super::wire::{SessionState, SessionView};
 
 use crate::registry::{
-    CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, Reading,
-    RegistryError, SignalKind, StopOutcome,
+    CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, RegistryError,
+    SignalKind, StopOutcome,
 };
-use crate::running::{Liveness, ProcessState, SignalOutcome, is_valid_session_id};
+use crate::running::{ProcessState, SignalOutcome, is_valid_session_id};
 
 /// The tag every sessions endpoint carries in the OpenAPI spec.
 pub const TAG: &str = "sessions";
 
-const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
-
-/// What all three layers say, as a word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum SessionState {
-    /// The process is the writer and the door answers for the session.
-    Live,
-    /// The process is alive (or unverified) but the door did not confirm the session.
-    Unreachable,
-    /// No process holds the pid, or another process does.
-    Gone,
-}
-
-impl From<&Liveness> for SessionState {
-    fn from(liveness: &Liveness) -> Self {
-        match liveness {
-            Liveness::Live => Self::Live,
-            Liveness::Unreachable { .. } => Self::Unreachable,
-            Liveness::Gone { .. } => Self::Gone,
-        }
-    }
-}
-
-/// What layers 1–2 say, as a word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ProcessStatus {
-    /// The pid is held by the process that wrote the record.
-    Alive,
-    /// The pid is held, but by whom could not be established.
-    Unverified,
-    /// No process holds the pid, or another process does.
-    Gone,
-}
-
-impl From<&ProcessState> for ProcessStatus {
-    fn from(state: &ProcessState) -> Self {
-        match state {
-            ProcessState::Alive => Self::Alive,
-            ProcessState::Unverified { .. } => Self::Unverified,
-            ProcessState::Gone { .. } => Self::Gone,
-        }
-    }
-}
-
-/// The verification of one session.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct LivenessView {
-    /// All three layers' verdict. Omitted under `probe=false` when only the door could decide.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<SessionState>,
-    /// Layers 1–2 alone.
-    pub process: ProcessStatus,
-    /// Why the session is not live, when it is not.
-    #[schema(example = "no process holds pid 41234")]
-    pub reason: Option<String>,
-}
-
-impl LivenessView {
-    fn of(reading: &Reading) -> Self {
-        let reason = reading
-            .liveness
-            .as_ref()
-            .and_then(Liveness::reason)
-            .or(match &reading.process {
-                ProcessState::Unverified { reason } | ProcessState::Gone { reason } => Some(reason),
-                ProcessState::Alive => None,
-            })
-            .map(str::to_owned);
-        Self {
-            state: reading.liveness.as_ref().map(SessionState::from),
-            process: ProcessStatus::from(&reading.process),
-            reason,
-        }
-    }
-}
-
-/// One running session: its record's fields (never its secrets) and its verification.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-#[schema(example = json!({
-    "session_id": EXAMPLE_ID,
-    "url": "127.0.0.1:41235",
-    "pid": 41234,
-    "process_start": "8234517",
-    "capsule_name": "researcher",
-    "capsule_version": "0.3.1",
-    "workdir": "/home/ada/.murmur/sessions/ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d",
-    "outlives_launcher": true,
-    "started_at": "2026-11-30T09:12:44Z",
-    "liveness": {"state": "live", "process": "alive", "reason": null}
-}))]
-pub struct SessionView {
-    /// The session id (`ses_` + 32 hex digits in murmur).
-    pub session_id: String,
-    /// `host:port` of the A2A door; `null` for a capsule without one.
-    pub url: Option<String>,
-    /// The process that holds the door.
-    pub pid: u32,
-    /// The process's start token as recorded (clock ticks since boot on Linux).
-    pub process_start: String,
-    /// The capsule's name.
-    pub capsule_name: String,
-    /// The capsule's version.
-    pub capsule_version: String,
-    /// The session directory.
-    pub workdir: String,
-    /// Whether the capsule outlives the terminal that launched it.
-    pub outlives_launcher: bool,
-    /// When the session started (RFC 3339, UTC).
-    pub started_at: String,
-    /// The formation the session belongs to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub formation_id: Option<String>,
-    /// The session's name in its formation's roster.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub formation_member: Option<String>,
-    /// The session that delegated to this one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub spawned_by: Option<String>,
-    /// Where the session's trace lives.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub records_dir: Option<String>,
-    /// The verification.
-    pub liveness: LivenessView,
-}
-
-impl SessionView {
-    /// The view of one reading. Copies public fields only.
-    pub fn of(reading: &Reading) -> Self {
-        let r = &reading.record;
-        Self {
-            session_id: r.session_id.clone(),
-            url: r.url.clone(),
-            pid: r.pid,
-            process_start: r.process_start.clone(),
-            capsule_name: r.capsule_name.clone(),
-            capsule_version: r.capsule_version.clone(),
-            workdir: r.workdir.to_string_lossy().into_owned(),
-            outlives_launcher: r.outlives_launcher,
-            started_at: r.started_at.clone(),
-            formation_id: r.formation_id.clone(),
-            formation_member: r.formation_member.clone(),
-            spawned_by: r.spawned_by.clone(),
-            records_dir: r
-                .records_dir
-                .as_ref()
-                .map(|p| p.to_string_lossy().into_owned()),
-            liveness: LivenessView::of(reading),
-        }
-    }
-}
-
-/// Every session, newest first.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionList {
-    /// The sessions that match the filter, newest first.
-    pub sessions: Vec<SessionView>,
-    /// How many `*.json` entries in the running directory are not valid records.
-    #[schema(example = 0)]
-    pub unreadable: usize,
-}
-
-/// The session named in a path.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Path)]
-pub struct SessionPath {
-    /// The session id (murmur's are `ses_` + 32 hex digits).
-    #[param(
-        pattern = "^[A-Za-z0-9_-]{1,128}$",
-        example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d"
-    )]
-    pub id: String,
-}
-
-/// The problems every authenticated route may answer (OpenAPI responses).
-#[derive(Debug, IntoResponses)]
-pub enum GateProblems {
-    /// Missing or wrong bearer token.
-    #[response(
-        status = 401,
-        description = "Missing or wrong bearer token",
-        content_type = "application/problem+json"
-    )]
-    Unauthorized(Problem),
-    /// The `Host` or `Origin` is not this registry's.
-    #[response(
-        status = 403,
-        description = "Host or Origin is not this registry's",
-        content_type = "application/problem+json"
-    )]
-    Forbidden(Problem),
-    /// The request took too long to be answered; a signal or stop under way still finishes.
-    #[response(
-        status = 408,
-        description = "The request was not answered within the registry's request timeout; the connection is closed",
-        content_type = "application/problem+json"
-    )]
-    RequestTimeout(Problem),
-    /// Unavailable for now: overloaded, the running directory is missing, or the token file
-    /// is unusable.
-    #[response(
-        status = 503,
-        description = "Unavailable for now: too many requests in flight (`overloaded`, with Retry-After), the running directory is missing, replaced or open to others (`running-dir-unavailable`), or the token file is unusable (`token-file-unusable`)",
-        content_type = "application/problem+json"
-    )]
-    Unavailable(Problem),
-    /// Something failed inside the registry; the detail says where to look, never what.
-    #[response(
-        status = 500,
-        description = "The registry could not complete the request; its log says why",
-        content_type = "application/problem+json"
-    )]
-    Internal(Problem),
-}
-
-/// The problems a route without a token may answer: the Host/Origin gate, and load
-/// (OpenAPI responses).
-#[derive(Debug, IntoResponses)]
-pub enum LoadProblems {
-    /// The `Host` or `Origin` is not this registry's.
-    #[response(
-        status = 403,
-        description = "Host or Origin is not this registry's",
-        content_type = "application/problem+json"
-    )]
-    Forbidden(Problem),
-    /// The request took too long to be answered; a signal or stop under way still finishes.
-    #[response(
-        status = 408,
-        description = "The request was not answered within the registry's request timeout; the connection is closed",
-        content_type = "application/problem+json"
-    )]
-    RequestTimeout(Problem),
-    /// Too many requests in flight.
-    #[response(
-        status = 503,
-        description = "Too many requests in flight (`overloaded`); retry after the Retry-After seconds",
-        content_type = "application/problem+json"
-    )]
-    Overloaded(Problem),
-}
-
-/// The problems every route naming one session may answer (OpenAPI responses).
-#[derive(Debug, IntoResponses)]
-pub enum SessionProblems {
-    /// Bad input.
-    #[response(
-        status = 400,
-        description = "Bad input: an invalid session id, query or body",
-        content_type = "application/problem+json"
-    )]
-    BadRequest(Problem),
-    /// No valid record for this session.
-    #[response(
-        status = 404,
-        description = "No valid record for this session",
-        content_type = "application/problem+json"
-    )]
-    NotFound(Problem),
-}
-
-/// Filters of `GET /sessions`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ListQuery {
-    /// Comma-separated states to keep: `live`, `unreachable`, `gone`.
-    #[param(
-        example = "live,unreachable",
-        pattern = "^(live|unreachable|gone)(,(live|unreachable|gone))*$"
-    )]
-    pub status: Option<String>,
-    /// `false` runs layers 1–2 only (no door probes). Default `true`.
-    #[param(example = false)]
-    pub probe: Option<bool>,
-}
-
-/// Options of `GET /sessions/{id}`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ProbeQuery {
-    /// `false` runs layers 1–2 only (no door probe). Default `true`.
-    pub probe: Option<bool>,
-}
-
-/// The three layers for one session.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"session_id": EXAMPLE_ID, "state": "unreachable", "process": "alive",
-    "reason": "door at 127.0.0.1:41235 did not answer within 5s"}))]
-pub struct LivenessReport {
-    /// The session.
-    pub session_id: String,
-    /// All three layers' verdict.
-    pub state: SessionState,
-    /// Layers 1–2 alone.
-    pub process: ProcessStatus,
-    /// Why the session is not live, when it is not.
-    pub reason: Option<String>,
-}
-
-/// A record removed on evidence.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"session_id": EXAMPLE_ID, "pruned": true,
-    "reason": "no process holds pid 41234"}))]
-pub struct PruneResponse {
-    /// The session whose record was removed.
-    pub session_id: String,
-    /// Always `true`.
-    pub pruned: bool,
-    /// The evidence.
-    pub reason: String,
-}
-
-/// One record removed by `DELETE /sessions`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PrunedEntry {
-    /// The session whose record was removed.
-    pub session_id: String,
-    /// The evidence.
-    pub reason: String,
-}
-
-/// What `DELETE /sessions` removed.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"pruned": [{"session_id": EXAMPLE_ID,
-    "reason": "pid 41234 is held by a process that started at another time"}],
-    "removed_unreadable": 1}))]
-pub struct PruneAllResponse {
-    /// Records whose process was gone.
-    pub pruned: Vec<PrunedEntry>,
-    /// How many entries that were not valid records were removed.
-    pub removed_unreadable: usize,
-}
-
-/// The body of `POST /sessions/{id}/signal`.
-#[derive(Debug, Deserialize, ToSchema)]
-#[schema(example = json!({"signal": "SIGTERM"}))]
-pub struct SignalRequest {
-    /// `SIGTERM` or `SIGKILL` (`TERM`, `KILL` also accepted, in any case).
-    #[schema(value_type = SignalName)]
-    pub signal: String,
-}
-
-/// The signals `POST /sessions/{id}/signal` accepts.
-#[derive(Debug, Clone, Copy, ToSchema)]
-pub enum SignalName {
-    /// Ask the capsule to finish.
-    #[schema(rename = "SIGTERM")]
-    Sigterm,
-    /// End it now.
-    #[schema(rename = "SIGKILL")]
-    Sigkill,
-    /// Same as `SIGTERM`.
-    #[schema(rename = "TERM")]
-    Term,
-    /// Same as `SIGKILL`.
-    #[schema(rename = "KILL")]
-    Kill,
-}
-
-/// A signal that was delivered.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"session_id": EXAMPLE_ID, "signal": "SIGTERM", "outcome": "sent"}))]
-pub struct SignalResponse {
-    /// The session signalled.
-    pub session_id: String,
-    /// `SIGTERM` or `SIGKILL`.
-    pub signal: String,
-    /// Always `sent`.
-    pub outcome: String,
-}
-
-/// Options of `POST /sessions/{id}/stop`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct StopQuery {
-    /// Seconds to wait after SIGTERM before SIGKILL (default 10, at most 300; `0` = SIGKILL at
-    /// once).
-    #[param(example = 10, maximum = 300)]
-    pub timeout: Option<u64>,
-}
-
-/// A stop that ended.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"session_id": EXAMPLE_ID, "signal_sent": "SIGTERM",
-    "outcome": "stopped", "waited_ms": 132}))]
-pub struct StopResponse {
-    /// The session stopped.
-    pub session_id: String,
-    /// The last signal sent (`SIGTERM` if it sufficed, else `SIGKILL`); `null` if the process
-    /// was already gone.
-    pub signal_sent: Option<String>,
-    /// `stopped` or `already_gone`.
-    pub outcome: String,
-    /// How long the stop waited for the process to go, in milliseconds.
-    pub waited_ms: u64,
-}
-
-/// The members a signal or stop problem carries beside `type`, `title`, `status`, `detail`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SignalRefusal {
-    /// The session.
-    #[schema(example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")]
-    pub session_id: String,
-    /// The signal that did not get through.
-    #[schema(example = "SIGTERM")]
-    pub signal: String,
-    /// `refused` (409) or `already_gone` (410).
-    #[schema(example = "refused")]
-    pub outcome: String,
-    /// Why, in the registry's words.
-    #[schema(
-        example = "the kernel refused to signal pid 41234: Operation not permitted (os error 1)"
-    )]
-    pub reason: String,
-    /// For a stop: the last signal that was delivered before it gave up (`null` when none was).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(example = "SIGTERM")]
-    pub signal_sent: Option<Option<String>>,
-}
-
-/// A signal or stop that did not happen, or did not finish: problem details plus what was
-/// attempted.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SignalProblem {
-    /// The problem.
-    #[serde(flatten)]
-    pub problem: Problem,
-    /// What was attempted.
-    #[serde(flatten)]
-    pub refusal: SignalRefusal,
-}
-
-/// The members a refused prune carries beside `type`, `title`, `status`, `detail`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PruneRefusal {
-    /// The session.
-    #[schema(example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")]
-    pub session_id: String,
-    /// `alive` or `unverified`.
-    pub process: ProcessStatus,
-    /// Why the process could not be verified, when it could not.
-    pub reason: Option<String>,
-}
-
-/// A refused prune: problem details plus what layers 1–2 said.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PruneProblem {
-    /// The problem.
-    #[serde(flatten)]
-    pub problem: Problem,
-    /// What layers 1–2 said.
-    #[serde(flatten)]
-    pub refusal: PruneRefusal,
-}
+/// Where a session is stopped.
+pub const STOP_PATH: &str = "/sessions/{id}/stop";
 
 fn valid_id(id: &str) -> Result<(), ApiError> {
     if is_valid_session_id(id) {
@@ -525,7 +77,12 @@ fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Every session that matches", body = SessionList),
-        (status = 400, description = "Unknown status, or live/unreachable asked for without the probe", body = Problem, content_type = "application/problem+json"),
+        (
+            status = 400,
+            description = "Unknown status, or live/unreachable asked for without the probe",
+            body = Problem,
+            content_type = "application/problem+json"
+        ),
         GateProblems,
     )
 )]
@@ -650,16 +207,24 @@ pub async fn get_liveness(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The record was removed", body = PruneResponse),
-        (status = 409, description = "The process is alive or unverified; the record stays", body = PruneProblem, content_type = "application/problem+json"),
+        (
+            status = 409,
+            description = "The process is alive or unverified; the record stays",
+            body = PruneProblem,
+            content_type = "application/problem+json"
+        ),
         SessionProblems,
+        BodyProblems,
         GateProblems,
     )
 )]
 pub async fn prune_session(
     State(state): State<AppState>,
     Path(SessionPath { id }): Path<SessionPath>,
+    body: Result<NoBodyOrJson, ApiError>,
 ) -> Result<Json<PruneResponse>, ApiError> {
     valid_id(&id)?;
+    body?;
     match state.registry().prune_session(&id).await? {
         PruneOutcome::Pruned { reason } => Ok(Json(PruneResponse {
             session_id: id,
@@ -680,11 +245,9 @@ pub async fn prune_session(
                 process: ProcessStatus::from(&process),
                 reason,
             };
-            Err(
-                Problem::new(StatusCode::CONFLICT, "session-not-gone", detail)
-                    .with_members(&refusal)
-                    .into(),
-            )
+            Err(Problem::new(ProblemType::SessionNotGone, detail)
+                .with_members(&refusal)
+                .into())
         }
     }
 }
@@ -699,10 +262,14 @@ pub async fn prune_session(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "What was removed", body = PruneAllResponse),
+        BodyProblems,
         GateProblems,
     )
 )]
-pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllResponse>, ApiError> {
+pub async fn prune_all(
+    State(state): State<AppState>,
+    _: NoBodyOrJson,
+) -> Result<Json<PruneAllResponse>, ApiError> {
     let report = state.registry().prune_all().await?;
     Ok(Json(PruneAllResponse {
         pruned: report
@@ -724,11 +291,25 @@ pub async fn prune_all(State(state): State<AppState>) -> Result<Json<PruneAllRes
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The signal was delivered", body = SignalResponse),
-        (status = 409, description = "Refused: the process could not be confirmed, or the kernel said EPERM", body = SignalProblem, content_type = "application/problem+json"),
-        (status = 410, description = "The process was already gone; its record was removed", body = SignalProblem, content_type = "application/problem+json"),
-        (status = 413, description = "Body over 16 KiB", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Unknown signal", body = Problem, content_type = "application/problem+json"),
+        (
+            status = 409,
+            description = "Refused: the process could not be confirmed, or the kernel said EPERM",
+            body = SignalProblem,
+            content_type = "application/problem+json"
+        ),
+        (
+            status = 410,
+            description = "The process was already gone; its record was removed",
+            body = SignalProblem,
+            content_type = "application/problem+json"
+        ),
+        BodyProblems,
+        (
+            status = 422,
+            description = "Unknown signal",
+            body = Problem,
+            content_type = "application/problem+json"
+        ),
         SessionProblems,
         GateProblems,
     )
@@ -751,10 +332,9 @@ async fn signal_checked(
     id: String,
     body: &SignalRequest,
 ) -> Result<Json<SignalResponse>, ApiError> {
-    let Some(kind) = SignalKind::parse(&body.signal) else {
+    let Some(kind) = body.signal.as_deref().and_then(SignalKind::parse) else {
         return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "unknown-signal",
+            ProblemType::UnknownSignal,
             "signal must be SIGTERM or SIGKILL",
         )
         .into());
@@ -773,30 +353,28 @@ async fn signal_checked(
         SignalOutcome::Sent => Ok(Json(SignalResponse {
             session_id: id,
             signal: kind.name().to_owned(),
-            outcome: "sent".to_owned(),
+            outcome: Outcome::Sent,
         })),
         SignalOutcome::AlreadyGone { reason } => Err(Problem::new(
-            StatusCode::GONE,
-            "already-gone",
+            ProblemType::AlreadyGone,
             format!("{reason}; nothing was sent and the record was removed"),
         )
         .with_members(&SignalRefusal {
             session_id: id,
             signal: kind.name().to_owned(),
-            outcome: "already_gone".to_owned(),
+            outcome: Outcome::AlreadyGone,
             reason,
             signal_sent: None,
         })
         .into()),
         SignalOutcome::Refused { reason } => Err(Problem::new(
-            StatusCode::CONFLICT,
-            "signal-refused",
+            ProblemType::SignalRefused,
             format!("{reason}; nothing was sent"),
         )
         .with_members(&SignalRefusal {
             session_id: id,
             signal: kind.name().to_owned(),
-            outcome: "refused".to_owned(),
+            outcome: Outcome::Refused,
             reason,
             signal_sent: None,
         })
@@ -810,13 +388,24 @@ async fn signal_checked(
 /// it does; then sends SIGKILL only if layers 1–2 still confirm it. `timeout=0` sends SIGKILL
 /// at once. The record is removed once the process is gone.
 #[utoipa::path(
-    post, path = "/sessions/{id}/stop", tag = TAG,
+    post, path = STOP_PATH, tag = TAG,
     params(SessionPath, StopQuery),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The process is gone (stopped now, or already)", body = StopResponse),
-        (status = 409, description = "Refused: the process could not be confirmed, the kernel said EPERM, or it outlived SIGKILL's grace; `signal_sent` says what went out", body = SignalProblem, content_type = "application/problem+json"),
+        (
+            status = 200,
+            description = "The process is gone (stopped now, or already)",
+            body = StopResponse
+        ),
+        (
+            status = 409,
+            description = "Refused: the process could not be confirmed, the kernel said EPERM, or \
+                it outlived SIGKILL's grace; `signal_sent` says what went out",
+            body = SignalProblem,
+            content_type = "application/problem+json"
+        ),
         SessionProblems,
+        BodyProblems,
         GateProblems,
     )
 )]
@@ -824,8 +413,10 @@ pub async fn stop_session(
     State(state): State<AppState>,
     Path(SessionPath { id }): Path<SessionPath>,
     Query(query): Query<StopQuery>,
+    body: Result<NoBodyOrJson, ApiError>,
 ) -> Result<Json<StopResponse>, ApiError> {
     valid_id(&id)?;
+    body?;
     let timeout = match query.timeout {
         None => DEFAULT_STOP_TIMEOUT,
         Some(secs) if secs <= MAX_STOP_TIMEOUT.as_secs() => Duration::from_secs(secs),
@@ -851,13 +442,13 @@ pub async fn stop_session(
         StopOutcome::Stopped { signal_sent } => Ok(Json(StopResponse {
             session_id: id,
             signal_sent: Some(signal_sent.name().to_owned()),
-            outcome: "stopped".to_owned(),
+            outcome: Outcome::Stopped,
             waited_ms,
         })),
         StopOutcome::AlreadyGone => Ok(Json(StopResponse {
             session_id: id,
             signal_sent: None,
-            outcome: "already_gone".to_owned(),
+            outcome: Outcome::AlreadyGone,
             waited_ms,
         })),
         StopOutcome::Refused {
@@ -869,11 +460,11 @@ pub async fn stop_session(
                 None => format!("{reason}; nothing was sent"),
                 Some(sent) => format!("{reason}; {} was sent before the stop gave up", sent.name()),
             };
-            Err(Problem::new(StatusCode::CONFLICT, "stop-refused", detail)
+            Err(Problem::new(ProblemType::StopRefused, detail)
                 .with_members(&SignalRefusal {
                     session_id: id,
                     signal: signal.name().to_owned(),
-                    outcome: "refused".to_owned(),
+                    outcome: Outcome::Refused,
                     reason,
                     signal_sent: Some(sent.map(|s| s.name().to_owned())),
                 })
@@ -882,54 +473,23 @@ pub async fn stop_session(
     }
 }
 
-/// The agent card a live session's door serves, exactly as the door answered it (secrets of
-/// the record redacted, should the door echo one).
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(value_type = Object, example = json!({
-    "protocolVersion": "1.0",
-    "name": "researcher",
-    "version": "0.3.1",
-    "capabilities": {"extensions": [{
-        "uri": "https://docs.murmur.nexus/reference/agent-card/#murmur-capsule-v1",
-        "params": {"sessionId": EXAMPLE_ID}
-    }]}
-}))]
-pub struct AgentCard(serde_json::Value);
-
-/// Why a session has no card: what the layers said.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CardRefusalMembers {
-    /// The session.
-    pub session_id: String,
-    /// All three layers' verdict (`live` for a session without a door).
-    pub state: SessionState,
-    /// Layers 1–2 alone.
-    pub process: ProcessStatus,
-    /// Why there is no card.
-    pub reason: String,
-}
-
-/// A card refusal as the client sees it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CardProblem {
-    #[serde(flatten)]
-    problem: Problem,
-    #[serde(flatten)]
-    members: CardRefusalMembers,
-}
-
 /// The agent card of a live session, for peers that want to talk to it.
 ///
 /// Fetched from the session's door by the code that probes it (a request of its own; the
-/// extended card for an authenticated door), so the card is proven to name this session. The registry adds
-/// no credential: to talk to an authenticated door, a peer needs its own.
+/// extended card for an authenticated door), so the card is proven to name this session. The
+/// registry adds no credential: to talk to an authenticated door, a peer needs its own.
 #[utoipa::path(
     get, path = "/sessions/{id}/card", tag = TAG,
     params(SessionPath),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The card the live door serves", body = AgentCard),
-        (status = 409, description = "The session is not live, or has no door", body = CardProblem, content_type = "application/problem+json"),
+        (
+            status = 409,
+            description = "The session is not live, or has no door",
+            body = CardProblem,
+            content_type = "application/problem+json"
+        ),
         SessionProblems,
         GateProblems,
     )
@@ -962,9 +522,7 @@ pub async fn get_card(
         },
     };
     let detail = format!("no card: {}", members.reason);
-    Err(
-        Problem::new(StatusCode::CONFLICT, "session-not-live", detail)
-            .with_members(&members)
-            .into(),
-    )
+    Err(Problem::new(ProblemType::SessionNotLive, detail)
+        .with_members(&members)
+        .into())
 }

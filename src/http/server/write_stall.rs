@@ -1,20 +1,12 @@
 //! A connection whose writes must keep moving: a peer that stops reading is cut off.
 //!
-//! A client that opens an `/events` stream and never reads it (a frozen tab, a script that
-//! forgot the socket) fills the kernel's buffers, and from then on hyper waits to write and no
-//! longer polls the stream: the listener is never seen to lag, and its stream place, its
-//! connection and the events queued for it are held for as long as the socket lives.
+//! Why: a client that never reads its `/events` stream fills the socket's buffers, after which
+//! hyper waits to write and never polls the stream, so it is never seen to lag.
 //!
 //! Invariant kept here: once a write (or flush, or shutdown) has found the socket unable to
-//! take a single byte for the whole of the limit, the connection fails with `TimedOut`. Any
-//! write that goes through restarts the clock.
-//!
-//! What that does and does not catch: the kernel reports a full socket writable again only
-//! once a good share of its buffer has drained, so a peer that reads, but slower than that
-//! share per limit (some tens of KB a minute with the default), is cut too; on loopback a
-//! reader that slow is a stuck one. A peer whose kernel still takes data (some megabytes of
-//! buffers) is not stalled yet: a quiet stream, a comment every 15 s, can sit in them for
-//! days before the clock starts. That costs its connection and its stream place, no memory.
+//! take a byte for the whole limit, the connection fails with `TimedOut`; any write that goes
+//! through restarts the clock. A peer reading slower than a buffer's share per limit is cut
+//! too; one whose kernel still takes data (megabytes) is not stalled yet.
 
 use std::io;
 use std::pin::Pin;

@@ -1,0 +1,440 @@
+//! The sessions API's wire types: every JSON body, query and path parameter a client sees,
+//! each documented in the OpenAPI spec by its own type.
+//!
+//! Invariant: the session JSON is built field by field from the record ([`SessionView::of`]);
+//! it has no place for `door_token` or `credentials`, so they cannot leak through it.
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::Problem;
+use crate::registry::Reading;
+use crate::running::{Liveness, ProcessState};
+
+const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
+
+/// What all three layers say, as a word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionState {
+    /// The process is the writer and the door answers for the session.
+    Live,
+    /// The process is alive (or unverified) but the door did not confirm the session.
+    Unreachable,
+    /// No process holds the pid, or another process does.
+    Gone,
+}
+
+impl From<&Liveness> for SessionState {
+    fn from(liveness: &Liveness) -> Self {
+        match liveness {
+            Liveness::Live => Self::Live,
+            Liveness::Unreachable { .. } => Self::Unreachable,
+            Liveness::Gone { .. } => Self::Gone,
+        }
+    }
+}
+
+/// What layers 1–2 say, as a word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessStatus {
+    /// The pid is held by the process that wrote the record.
+    Alive,
+    /// The pid is held, but by whom could not be established.
+    Unverified,
+    /// No process holds the pid, or another process does.
+    Gone,
+}
+
+impl From<&ProcessState> for ProcessStatus {
+    fn from(state: &ProcessState) -> Self {
+        match state {
+            ProcessState::Alive => Self::Alive,
+            ProcessState::Unverified { .. } => Self::Unverified,
+            ProcessState::Gone { .. } => Self::Gone,
+        }
+    }
+}
+
+/// The verification of one session.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LivenessView {
+    /// All three layers' verdict. Omitted under `probe=false` when only the door could decide.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<SessionState>,
+    /// Layers 1–2 alone.
+    pub process: ProcessStatus,
+    /// Why the session is not live, when it is not.
+    #[schema(example = "no process holds pid 41234")]
+    pub reason: Option<String>,
+}
+
+impl LivenessView {
+    /// The verification of one reading.
+    pub fn of(reading: &Reading) -> Self {
+        let reason = reading
+            .liveness
+            .as_ref()
+            .and_then(Liveness::reason)
+            .or(match &reading.process {
+                ProcessState::Unverified { reason } | ProcessState::Gone { reason } => Some(reason),
+                ProcessState::Alive => None,
+            })
+            .map(str::to_owned);
+        Self {
+            state: reading.liveness.as_ref().map(SessionState::from),
+            process: ProcessStatus::from(&reading.process),
+            reason,
+        }
+    }
+}
+
+/// One running session: its record's fields (never its secrets) and its verification.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(example = json!({
+    "session_id": EXAMPLE_ID,
+    "url": "127.0.0.1:41235",
+    "pid": 41234,
+    "process_start": "8234517",
+    "capsule_name": "researcher",
+    "capsule_version": "0.3.1",
+    "workdir": "/home/ada/.murmur/sessions/ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d",
+    "outlives_launcher": true,
+    "started_at": "2026-11-30T09:12:44Z",
+    "liveness": {"state": "live", "process": "alive", "reason": null}
+}))]
+pub struct SessionView {
+    /// The session id (`ses_` + 32 hex digits in murmur).
+    pub session_id: String,
+    /// `host:port` of the A2A door; `null` for a capsule without one.
+    pub url: Option<String>,
+    /// The process that holds the door.
+    pub pid: u32,
+    /// The process's start token as recorded (clock ticks since boot on Linux).
+    pub process_start: String,
+    /// The capsule's name.
+    pub capsule_name: String,
+    /// The capsule's version.
+    pub capsule_version: String,
+    /// The session directory.
+    pub workdir: String,
+    /// Whether the capsule outlives the terminal that launched it.
+    pub outlives_launcher: bool,
+    /// When the session started (RFC 3339, UTC).
+    pub started_at: String,
+    /// The formation the session belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub formation_id: Option<String>,
+    /// The session's name in its formation's roster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub formation_member: Option<String>,
+    /// The session that delegated to this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<String>,
+    /// Where the session's trace lives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records_dir: Option<String>,
+    /// The verification.
+    pub liveness: LivenessView,
+}
+
+impl SessionView {
+    /// The view of one reading. Copies public fields only.
+    pub fn of(reading: &Reading) -> Self {
+        let r = &reading.record;
+        Self {
+            session_id: r.session_id.clone(),
+            url: r.url.clone(),
+            pid: r.pid,
+            process_start: r.process_start.clone(),
+            capsule_name: r.capsule_name.clone(),
+            capsule_version: r.capsule_version.clone(),
+            workdir: r.workdir.to_string_lossy().into_owned(),
+            outlives_launcher: r.outlives_launcher,
+            started_at: r.started_at.clone(),
+            formation_id: r.formation_id.clone(),
+            formation_member: r.formation_member.clone(),
+            spawned_by: r.spawned_by.clone(),
+            records_dir: r
+                .records_dir
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            liveness: LivenessView::of(reading),
+        }
+    }
+}
+
+/// Every session, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionList {
+    /// The sessions that match the filter, newest first.
+    pub sessions: Vec<SessionView>,
+    /// How many `*.json` entries in the running directory are not valid records.
+    #[schema(example = 0)]
+    pub unreadable: usize,
+}
+
+/// The session named in a path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct SessionPath {
+    /// The session id (murmur's are `ses_` + 32 hex digits).
+    #[param(
+        pattern = "^[A-Za-z0-9_-]{1,128}$",
+        example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d"
+    )]
+    pub id: String,
+}
+
+/// Filters of `GET /sessions`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Comma-separated states to keep: `live`, `unreachable`, `gone`.
+    #[param(
+        example = "live,unreachable",
+        pattern = "^(live|unreachable|gone)(,(live|unreachable|gone))*$"
+    )]
+    pub status: Option<String>,
+    /// `false` runs layers 1–2 only (no door probes). Default `true`.
+    #[param(example = false)]
+    pub probe: Option<bool>,
+}
+
+/// Options of `GET /sessions/{id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ProbeQuery {
+    /// `false` runs layers 1–2 only (no door probe). Default `true`.
+    pub probe: Option<bool>,
+}
+
+/// The three layers for one session.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"session_id": EXAMPLE_ID, "state": "unreachable", "process": "alive",
+    "reason": "door at 127.0.0.1:41235 did not answer within 5s"}))]
+pub struct LivenessReport {
+    /// The session.
+    pub session_id: String,
+    /// All three layers' verdict.
+    pub state: SessionState,
+    /// Layers 1–2 alone.
+    pub process: ProcessStatus,
+    /// Why the session is not live, when it is not.
+    pub reason: Option<String>,
+}
+
+/// A record removed on evidence.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"session_id": EXAMPLE_ID, "pruned": true,
+    "reason": "no process holds pid 41234"}))]
+pub struct PruneResponse {
+    /// The session whose record was removed.
+    pub session_id: String,
+    /// Always `true`.
+    pub pruned: bool,
+    /// The evidence.
+    pub reason: String,
+}
+
+/// One record removed by `DELETE /sessions`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PrunedEntry {
+    /// The session whose record was removed.
+    pub session_id: String,
+    /// The evidence.
+    pub reason: String,
+}
+
+/// What `DELETE /sessions` removed.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"pruned": [{"session_id": EXAMPLE_ID,
+    "reason": "pid 41234 is held by a process that started at another time"}],
+    "removed_unreadable": 1}))]
+pub struct PruneAllResponse {
+    /// Records whose process was gone.
+    pub pruned: Vec<PrunedEntry>,
+    /// How many entries that were not valid records were removed.
+    pub removed_unreadable: usize,
+}
+
+/// The body of `POST /sessions/{id}/signal`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"signal": "SIGTERM"}))]
+pub struct SignalRequest {
+    /// `SIGTERM` or `SIGKILL` (`TERM`, `KILL` also accepted, in any case).
+    /// Missing, or not a string: 422 `unknown-signal`, as for any other name.
+    #[serde(default, deserialize_with = "text_or_none")]
+    #[schema(value_type = SignalName, required = true)]
+    pub signal: Option<String>,
+}
+
+fn text_or_none<'de, D: serde::Deserializer<'de>>(value: D) -> Result<Option<String>, D::Error> {
+    match serde_json::Value::deserialize(value)? {
+        serde_json::Value::String(text) => Ok(Some(text)),
+        _ => Ok(None),
+    }
+}
+
+/// The signals `POST /sessions/{id}/signal` accepts.
+#[derive(Debug, Clone, Copy, ToSchema)]
+pub enum SignalName {
+    /// Ask the capsule to finish.
+    #[schema(rename = "SIGTERM")]
+    Sigterm,
+    /// End it now.
+    #[schema(rename = "SIGKILL")]
+    Sigkill,
+    /// Same as `SIGTERM`.
+    #[schema(rename = "TERM")]
+    Term,
+    /// Same as `SIGKILL`.
+    #[schema(rename = "KILL")]
+    Kill,
+}
+
+/// A signal that was delivered.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"session_id": EXAMPLE_ID, "signal": "SIGTERM", "outcome": "sent"}))]
+pub struct SignalResponse {
+    /// The session signalled.
+    pub session_id: String,
+    /// `SIGTERM` or `SIGKILL`.
+    pub signal: String,
+    /// Always `sent`.
+    pub outcome: Outcome,
+}
+
+/// What a signal or stop did, as the `outcome` member says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The signal was delivered.
+    Sent,
+    /// The stop ended the process.
+    Stopped,
+    /// The process was gone before anything was sent.
+    AlreadyGone,
+    /// Nothing more was sent: the process could not be confirmed, or the kernel refused.
+    Refused,
+}
+
+/// Options of `POST /sessions/{id}/stop`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StopQuery {
+    /// Seconds to wait after SIGTERM before SIGKILL (default 10, at most 300; `0` = SIGKILL at
+    /// once).
+    #[param(example = 10, maximum = 300)]
+    pub timeout: Option<u64>,
+}
+
+/// A stop that ended.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"session_id": EXAMPLE_ID, "signal_sent": "SIGTERM",
+    "outcome": "stopped", "waited_ms": 132}))]
+pub struct StopResponse {
+    /// The session stopped.
+    pub session_id: String,
+    /// The last signal sent (`SIGTERM` if it sufficed, else `SIGKILL`); `null` if the process
+    /// was already gone.
+    pub signal_sent: Option<String>,
+    /// `stopped` or `already_gone`.
+    pub outcome: Outcome,
+    /// How long the stop waited for the process to go, in milliseconds.
+    pub waited_ms: u64,
+}
+
+/// The members a signal or stop problem carries beside `type`, `title`, `status`, `detail`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignalRefusal {
+    /// The session.
+    #[schema(example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")]
+    pub session_id: String,
+    /// The signal that did not get through.
+    #[schema(example = "SIGTERM")]
+    pub signal: String,
+    /// `refused` (409) or `already_gone` (410).
+    pub outcome: Outcome,
+    /// Why, in the registry's words.
+    #[schema(
+        example = "the kernel refused to signal pid 41234: Operation not permitted (os error 1)"
+    )]
+    pub reason: String,
+    /// For a stop: the last signal that was delivered before it gave up (`null` when none was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "SIGTERM")]
+    pub signal_sent: Option<Option<String>>,
+}
+
+/// A signal or stop that did not happen, or did not finish: problem details plus what was
+/// attempted.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignalProblem {
+    /// The problem.
+    #[serde(flatten)]
+    pub problem: Problem,
+    /// What was attempted.
+    #[serde(flatten)]
+    pub refusal: SignalRefusal,
+}
+
+/// The members a refused prune carries beside `type`, `title`, `status`, `detail`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PruneRefusal {
+    /// The session.
+    #[schema(example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")]
+    pub session_id: String,
+    /// `alive` or `unverified`.
+    pub process: ProcessStatus,
+    /// Why the process could not be verified, when it could not.
+    pub reason: Option<String>,
+}
+
+/// A refused prune: problem details plus what layers 1–2 said.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PruneProblem {
+    /// The problem.
+    #[serde(flatten)]
+    pub problem: Problem,
+    /// What layers 1–2 said.
+    #[serde(flatten)]
+    pub refusal: PruneRefusal,
+}
+
+/// The agent card a live session's door serves, exactly as the door answered it (secrets of
+/// the record redacted, should the door echo one).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(value_type = Object, example = json!({
+    "protocolVersion": "1.0",
+    "name": "researcher",
+    "version": "0.3.1",
+    "capabilities": {"extensions": [{
+        "uri": "https://docs.murmur.nexus/reference/agent-card/#murmur-capsule-v1",
+        "params": {"sessionId": EXAMPLE_ID}
+    }]}
+}))]
+pub struct AgentCard(pub(crate) serde_json::Value);
+
+/// Why a session has no card: what the layers said.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CardRefusalMembers {
+    /// The session.
+    pub session_id: String,
+    /// All three layers' verdict (`live` for a session without a door).
+    pub state: SessionState,
+    /// Layers 1–2 alone.
+    pub process: ProcessStatus,
+    /// Why there is no card.
+    pub reason: String,
+}
+
+/// A card refusal as the client sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CardProblem {
+    #[serde(flatten)]
+    problem: Problem,
+    #[serde(flatten)]
+    members: CardRefusalMembers,
+}
