@@ -145,3 +145,6 @@ impl Feed {
 fn new_ring() -> broadcast::Sender<Published> {
     broadcast::channel(EVENT_BUFFER).0
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,6 +7,9 @@
 //!   another: together within one step's share of the ring (see [`super::SNAPSHOT_OVER`]).
 //! - Prunes are published after the picture changes that found them gone, so no listener sees a
 //!   removal before its session's `changed` (or `added`) to gone.
+//! - The first picture and every later pass are judged alike; the first differs only in asking
+//!   every door and in keeping its sessions as the baseline rather than publishing them. Its
+//!   gone records are pruned before any listener gets it, so no snapshot lists them.
 //! - A directory that cannot be read leaves the picture exactly as it was.
 
 use std::collections::HashMap;
