@@ -90,6 +90,8 @@ pub(super) struct ProbeAnswer {
 
 /// Judge a pass: bring `picture` in line with what was read, given the record on disk for each
 /// session after the last pass and the record each in-flight probe is probing.
+///
+/// No I/O: it changes `picture` in memory and returns everything else for the loop to do.
 pub(super) fn judge_pass(
     pass: Pass,
     read: PassRead,
