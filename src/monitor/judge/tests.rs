@@ -552,3 +552,52 @@ fn a_probe_answer_of_gone_is_changed_and_pruned() {
     assert!(matches!(&events[..], [EventKind::Changed { .. }]));
     assert_eq!(gone_ids, [CARRIED]);
 }
+
+#[test]
+fn a_move_of_either_layer_alone_is_a_change() {
+    // The door stops answering; layers 1–2 still say alive.
+    let mut picture = picture_with(&[live(CARRIED)]);
+    let silent = unreachable(CARRIED, "the door timed out");
+    let (pass, read) = later(true, vec![silent.clone()]);
+    let judgement = judge(pass, read, &mut picture, &[live(CARRIED)]);
+    assert!(matches!(
+        &judgement.events[..],
+        [EventKind::Changed { old: Liveness::Live, now }] if same(now, &silent)
+    ));
+
+    // Still unreachable, but layers 1–2 can no longer confirm the writer.
+    let known = [silent];
+    let mut picture = picture_with(&known);
+    let unverified = Reading {
+        process: ProcessState::Unverified {
+            reason: "cannot read /proc/1/stat".to_owned(),
+        },
+        liveness: None,
+        ..live(CARRIED)
+    };
+    let (pass, read) = later(true, vec![unverified]);
+    let judgement = judge(pass, read, &mut picture, &known);
+    assert!(matches!(
+        &judgement.events[..],
+        [EventKind::Changed { old: Liveness::Unreachable { .. }, now }]
+            if matches!(now.process, ProcessState::Unverified { .. })
+    ));
+}
+
+#[test]
+fn another_unreadable_file_does_not_name_a_departure_unreadable() {
+    let known = [live(CARRIED), live(OTHER)];
+    let mut picture = picture_with(&known);
+    let read = PassRead {
+        readings: vec![live(OTHER)],
+        unreadable: vec![entry(ABSENT, Unreadable::TooLarge)],
+        ..PassRead::default()
+    };
+    let judgement = judge(Pass::Later { full: true }, read, &mut picture, &known);
+    let departure = Departure {
+        session_id: CARRIED.to_owned(),
+        file_unreadable: false,
+    };
+    assert_eq!(judgement.left, [departure]);
+    assert_eq!(picture.snapshot(0).unreadable, 1);
+}
