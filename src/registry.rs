@@ -30,6 +30,7 @@
 
 mod flights;
 mod passes;
+mod removal;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +47,8 @@ use crate::running::{
 };
 use flights::Flights;
 use passes::SharedPasses;
+use removal::RemovalNotes;
+pub use removal::{Removal, RemovalCause};
 
 /// A directory whose last scan found at most this many entries is read on the calling task
 /// instead of the blocking pool (see the module's invariants).
@@ -298,59 +301,6 @@ fn is_stopping(stops: &StopsInProgress, session_id: &str) -> bool {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get(session_id)
         .is_some_and(|lock| Arc::strong_count(lock) > 1)
-}
-
-/// Why the registry itself removed a record, kept for the event stream to name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemovalCause {
-    /// Pruned on the evidence that its process is gone.
-    Pruned,
-    /// A stop ended the process and the record went with it.
-    Stopped,
-}
-
-/// One removal the registry made: what, why, on what evidence, and when.
-#[derive(Debug, Clone)]
-pub struct Removal {
-    /// Why.
-    pub cause: RemovalCause,
-    /// The evidence (layers 1–2's reason).
-    pub evidence: String,
-    at: Instant,
-}
-
-/// How long a removal note waits to be taken before it is forgotten: the event stream takes
-/// its notes within one pass, and nobody else reads them.
-const REMOVAL_NOTE_LIFETIME: Duration = Duration::from_secs(60);
-
-/// The removals the registry made lately, by session id. Shared with blocking tasks.
-#[derive(Debug, Clone, Default)]
-struct RemovalNotes(Arc<Mutex<HashMap<String, Removal>>>);
-
-impl RemovalNotes {
-    fn note(&self, session_id: &str, cause: RemovalCause, evidence: &str) {
-        let mut notes = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Forget notes nobody took, so the map cannot grow while no event stream runs.
-        notes.retain(|_, note| note.at.elapsed() < REMOVAL_NOTE_LIFETIME);
-        notes.insert(
-            session_id.to_owned(),
-            Removal {
-                cause,
-                evidence: evidence.to_owned(),
-                at: Instant::now(),
-            },
-        );
-    }
-
-    fn take(&self, session_id: &str) -> Option<Removal> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(session_id)
-    }
 }
 
 /// Why a session has no card to show.

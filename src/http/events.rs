@@ -31,6 +31,7 @@ use super::event_stream::{EventName, StreamEvent};
 use super::responses::GateProblems;
 use super::wire::{SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
+use crate::registry::RemovalCause;
 
 /// How often an idle stream carries a comment, so proxies and clients know it is alive.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -65,27 +66,13 @@ pub struct SessionChanged {
     pub session: SessionView,
 }
 
-/// Why a session left.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RemovalReason {
-    /// The registry pruned its record: its process is gone.
-    Pruned,
-    /// The registry stopped it (`POST /sessions/{id}/stop`).
-    Stopped,
-    /// Its record file disappeared (murmur removes it when a capsule exits cleanly).
-    RecordRemoved,
-    /// Its record file is still there but is no longer a valid record.
-    Unreadable,
-}
-
 /// Data of a `session.removed` event.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SessionRemoved {
     /// The session.
     pub session_id: String,
     /// Why it left.
-    pub reason: RemovalReason,
+    pub reason: RemovalCause,
     /// The evidence, when there is some (e.g. `no process holds pid 41234`).
     pub detail: Option<String>,
 }
@@ -282,16 +269,11 @@ fn sse_event(event: &Arc<Event>) -> SseEvent {
         }
         EventKind::Removed {
             session_id,
-            because,
+            cause,
             detail,
         } => encode(&SessionRemoved {
             session_id: session_id.clone(),
-            reason: match because {
-                crate::monitor::RemovedBecause::Pruned => RemovalReason::Pruned,
-                crate::monitor::RemovedBecause::Stopped => RemovalReason::Stopped,
-                crate::monitor::RemovedBecause::RecordRemoved => RemovalReason::RecordRemoved,
-                crate::monitor::RemovedBecause::Unreadable => RemovalReason::Unreadable,
-            },
+            reason: *cause,
             detail: detail.clone(),
         }),
     });

@@ -129,7 +129,7 @@ impl AppState {
         events::SessionAdded,
         events::SessionChanged,
         events::SessionRemoved,
-        events::RemovalReason,
+        crate::registry::RemovalCause,
     )),
     tags(
         (name = sessions::TAG, description = "Running capsule sessions, verified in three layers"),

@@ -1,0 +1,315 @@
+//! The verification loop: a first picture, then a pass on every tick and every nudge of the
+//! directory watch, and the probe answers as they come in. Each step reads (async I/O), judges
+//! ([`super::judge`], pure) and follows up (probes, prunes).
+//!
+//! Invariants:
+//! - A step's events are published as one batch under the hub's lock, then its prunes' as
+//!   another: together within one step's share of the ring (see [`super::SNAPSHOT_OVER`]).
+//! - Prunes are published after the picture changes that found them gone, so no listener sees a
+//!   removal before its session's `changed` (or `added`) to gone.
+//! - The first picture and every later pass are judged alike; the first differs only in asking
+//!   every door and in keeping its sessions as the baseline rather than publishing them. Its
+//!   gone records are pruned before any listener gets it, so no snapshot lists them.
+//! - A directory that cannot be read leaves the picture exactly as it was.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::hub::{Hub, closed};
+use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
+use super::watch::DirectoryWatch;
+use crate::registry::{PruneOutcome, Registry, RegistryError};
+use crate::running::{RECORD_SUFFIX, RunningRecord};
+
+/// How many periodic passes in a row (one interval apart) must fail to read the running
+/// directory before the loop ends every stream.
+///
+/// One failed pass is often a blip (`EMFILE` in a burst of connections, a directory murmur is
+/// recreating), and ending every stream on it would make every dashboard reconnect; a failure
+/// still there an interval later is the directory's state. Only periodic passes count, so a
+/// nudge just after a tick cannot make a blip look persistent.
+pub const FAILED_PASSES_TO_END: u32 = 2;
+
+/// Start the loop of `generation` on its own task.
+pub(super) fn spawn(hub: Arc<Hub>, generation: u64) {
+    tokio::spawn(run(hub, generation));
+}
+
+/// The loop's own bookkeeping, beside the hub.
+struct Looper {
+    hub: Arc<Hub>,
+    /// The record on disk for every session seen by the last scan (probed or not).
+    on_disk: HashMap<String, RunningRecord>,
+    /// The record each in-flight probe is probing, by session.
+    probing: HashMap<String, RunningRecord>,
+    probes: JoinSet<ProbeAnswer>,
+    watch: Option<DirectoryWatch>,
+    changes: mpsc::Receiver<()>,
+    changes_sender: mpsc::Sender<()>,
+    /// How many periodic passes in a row failed to read the directory.
+    failed_passes: u32,
+}
+
+/// The loop of `generation`: a first picture, then passes until the last listener leaves, the
+/// directory stays unreadable, or the registry shuts down.
+async fn run(hub: Arc<Hub>, generation: u64) {
+    let (changes_sender, changes) = mpsc::channel(1);
+    let mut looper = Looper {
+        hub: Arc::clone(&hub),
+        on_disk: HashMap::new(),
+        probing: HashMap::new(),
+        probes: JoinSet::new(),
+        watch: None,
+        changes,
+        changes_sender,
+        failed_passes: 0,
+    };
+    let interval = hub.lock().interval;
+    let mut closing = hub.closing.subscribe();
+    looper.rewatch();
+    let first = tokio::select! {
+        first = looper.pass(Pass::First) => first.map_err(Some),
+        // Its waiters see the registry closing and answer that; there is no failure to keep.
+        () = closed(&mut closing) => Err(None),
+    };
+    {
+        let mut state = hub.lock();
+        match first {
+            Ok(()) => state.ready = true,
+            Err(failure) => {
+                state.failure = failure.map(|error| (generation, Arc::new(error)));
+                // Nobody subscribed to this loop's ring yet: stopping drops it unused.
+                hub.stop(&mut state);
+                return;
+            }
+        }
+    }
+    hub.bump_progress();
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = closed(&mut closing) => {
+                hub.stop(&mut hub.lock());
+                break;
+            }
+            _ = ticks.tick() => {
+                if looper.stop_if_nobody_listens() || looper.later_pass(true).await.is_break() {
+                    break;
+                }
+            }
+            Some(()) = looper.changes.recv() => {
+                if looper.later_pass(false).await.is_break() {
+                    break;
+                }
+            }
+            Some(joined) = looper.probes.join_next(), if !looper.probes.is_empty() => {
+                // Every answer already in is one step, so doors that time out together make one
+                // batch of events (or one snapshot), not one each.
+                let mut answers: Vec<ProbeAnswer> = joined.into_iter().collect();
+                while let Some(joined) = looper.probes.try_join_next() {
+                    answers.extend(joined);
+                }
+                looper.apply_answers(answers).await;
+            }
+        }
+    }
+    looper.probes.abort_all();
+}
+
+impl Looper {
+    fn registry(&self) -> &Registry {
+        &self.hub.registry
+    }
+
+    /// Stop when the last listener has left, under the lock a new listener takes: a newcomer
+    /// either counts here or finds the loop stopped and starts another.
+    fn stop_if_nobody_listens(&self) -> bool {
+        let mut state = self.hub.lock();
+        if state.listeners == 0 {
+            self.hub.stop(&mut state);
+            return true;
+        }
+        false
+    }
+
+    /// (Re)start the directory watch when there is none or the directory was replaced.
+    fn rewatch(&mut self) {
+        let dir = self.registry().dir().to_path_buf();
+        DirectoryWatch::renew(&mut self.watch, &dir, &self.changes_sender);
+    }
+
+    /// A pass after the first: a full one (every tick) re-probes every door and renews the
+    /// watch; a nudged one probes only records not yet probed as they are. `Break` when this
+    /// was the [`FAILED_PASSES_TO_END`]th periodic pass in a row that could not read the
+    /// directory: the loop has ended every stream.
+    async fn later_pass(&mut self, full: bool) -> ControlFlow<()> {
+        if full {
+            self.rewatch();
+        }
+        let Err(error) = self.pass(Pass::Later { full }).await else {
+            self.failed_passes = 0;
+            return ControlFlow::Continue(());
+        };
+        // Not evidence that any session ended: the picture is kept either way.
+        self.watch = None;
+        // A nudged pass that fails neither counts nor resets the count.
+        if full {
+            self.failed_passes += 1;
+        }
+        if self.failed_passes < FAILED_PASSES_TO_END {
+            tracing::warn!(%error, "cannot scan the running directory; keeping the last picture");
+            return ControlFlow::Continue(());
+        }
+        tracing::warn!(
+            %error,
+            passes = self.failed_passes,
+            "the running directory stays unreadable; ending every event stream"
+        );
+        self.hub.end(&mut self.hub.lock(), error);
+        ControlFlow::Break(())
+    }
+
+    /// One pass: read, judge, follow up. `Err` (the directory could not be read) leaves the
+    /// picture exactly as it was.
+    async fn pass(&mut self, pass: Pass) -> Result<(), RegistryError> {
+        self.hub.lock().feed.begin_step();
+        let read = self.read(pass).await?;
+        let (on_disk, to_probe, gone) = {
+            let mut state = self.hub.lock();
+            let feed = &mut state.feed;
+            feed.begin_batch();
+            let PassJudgement {
+                events,
+                left,
+                on_disk,
+                to_probe,
+                gone,
+            } = judge::judge_pass(pass, read, &mut feed.picture, &self.on_disk, &self.probing);
+            for event in events {
+                feed.publish(event);
+            }
+            for departure in left {
+                let note = self
+                    .registry()
+                    .take_removal(&departure.session_id)
+                    .map(|note| (note.cause, note.evidence));
+                feed.publish(departure.removed(note));
+            }
+            feed.flush();
+            (on_disk, to_probe, gone)
+        };
+        self.on_disk = on_disk;
+        self.follow_up(to_probe, gone).await;
+        Ok(())
+    }
+
+    /// Scan the directory and read layers 1–2 (and the doors, on the first pass) of every
+    /// record, and layers 1–2 again of the record last read for each file that failed to read.
+    async fn read(&self, pass: Pass) -> Result<PassRead, RegistryError> {
+        let first = matches!(pass, Pass::First);
+        let scan = self.registry().scan().await?;
+        let readings = self.registry().verify_records(scan.records, first).await;
+        // A file nobody can read must not hide its process's death (nor a pid turned
+        // unverified); the first pass has no record last read.
+        let last_read: Vec<RunningRecord> = scan
+            .unreadable
+            .iter()
+            .filter(|entry| entry.why.is_read_failure())
+            .filter_map(|entry| entry.file_name.strip_suffix(RECORD_SUFFIX))
+            .filter_map(|id| self.on_disk.get(id).cloned())
+            .collect();
+        let last_read = self.registry().still_the_files_read(last_read).await;
+        let carried = if first || last_read.is_empty() {
+            Vec::new()
+        } else {
+            self.registry().verify_records(last_read, false).await
+        };
+        Ok(PassRead {
+            readings,
+            unreadable: scan.unreadable,
+            carried,
+        })
+    }
+
+    /// Probe what the judge left open, and prune what it found gone.
+    async fn follow_up(&mut self, to_probe: Vec<RunningRecord>, gone: Vec<String>) {
+        for record in to_probe {
+            self.start_probe(record);
+        }
+        self.prune(gone).await;
+    }
+
+    /// Ask `record`'s door, through the registry's one verification path.
+    fn start_probe(&mut self, record: RunningRecord) {
+        self.probing
+            .insert(record.session_id.clone(), record.clone());
+        let hub = Arc::clone(&self.hub);
+        self.probes.spawn(async move {
+            let reading = hub.registry.verify(record.clone()).await;
+            ProbeAnswer {
+                probed: record,
+                reading,
+            }
+        });
+    }
+
+    /// Apply a batch of probe answers as one step, then prune what they found gone.
+    async fn apply_answers(&mut self, answers: Vec<ProbeAnswer>) {
+        for answer in &answers {
+            let id = &answer.probed.session_id;
+            if self.probing.get(id) == Some(&answer.probed) {
+                self.probing.remove(id);
+            }
+        }
+        let gone = {
+            let mut state = self.hub.lock();
+            let feed = &mut state.feed;
+            feed.begin_step();
+            feed.begin_batch();
+            let (events, gone) = judge::judge_answers(answers, &mut feed.picture, &self.on_disk);
+            for event in events {
+                feed.publish(event);
+            }
+            feed.flush();
+            gone
+        };
+        self.prune(gone).await;
+    }
+
+    /// Prune the records of `session_ids` on fresh evidence, and publish their removals as one
+    /// batch of the step that found them gone. Until then the picture keeps them, as gone.
+    async fn prune(&mut self, session_ids: Vec<String>) {
+        let mut removed = Vec::new();
+        for id in session_ids {
+            match self.registry().prune_session(&id).await {
+                Ok(PruneOutcome::Pruned { reason }) => {
+                    let noted = self.registry().take_removal(&id).map(|note| note.cause);
+                    self.on_disk.remove(&id);
+                    removed.push(judge::pruned(id, reason, noted));
+                }
+                // Rewritten for a live process since, or removed by someone else: the next
+                // pass reports what is there.
+                Ok(PruneOutcome::Kept { .. }) | Err(RegistryError::NotFound(_)) => {}
+                Err(error) => {
+                    tracing::warn!(session_id = %id, %error, "cannot prune a gone session's record");
+                }
+            }
+        }
+        if removed.is_empty() {
+            return;
+        }
+        let mut state = self.hub.lock();
+        let feed = &mut state.feed;
+        feed.begin_batch();
+        for kind in removed {
+            feed.picture.remove(kind.session_id());
+            feed.publish(kind);
+        }
+        feed.flush();
+    }
+}

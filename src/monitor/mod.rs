@@ -1,0 +1,141 @@
+//! The live view of the running directory: one verification loop keeps a verified picture
+//! current and publishes every change as an [`Event`], for any number of listeners (the
+//! `/events` stream is its only client today).
+//!
+//! This module is the facade: it starts the loop (`looper`) when a listener subscribes and
+//! hands out subscriptions to the feed (`feed`) the loop publishes through. Neither of those
+//! knows the facade, so subscribing can start the loop without a circle.
+//!
+//! Invariants:
+//! - One loop, however many listeners: a listener costs a receiver, never a scan or a probe.
+//!   The loop runs while anyone listens and stops after the last one leaves.
+//! - A listener changes the disk: while anyone listens, records of sessions found gone are
+//!   pruned (on fresh evidence, through the registry). With nobody listening, nothing is.
+//! - A failure belongs to its loop: a first picture that fails is reported only to the
+//!   listeners that waited on that loop; a later listener starts a new loop.
+//! - A directory that stays unreadable ([`FAILED_PASSES_TO_END`] periodic passes) ends the
+//!   loop, and every stream after the events already published; [`Subscription::ended_by`]
+//!   says why. It is never evidence about sessions: nothing is published for it.
+//! - No gap, no repeat, ids only grow: a listener's snapshot and receiver are taken under the
+//!   lock the loop publishes under; a mid-stream snapshot stands for the events it replaces.
+//! - Bounded memory: a listener more than [`EVENT_BUFFER`] behind is dropped, and the ring
+//!   never holds a whole picture.
+
+mod event;
+mod feed;
+mod hub;
+mod judge;
+mod looper;
+mod picture;
+mod subscription;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::registry::{Registry, copy_error};
+pub use event::{Event, EventKind, Next, Published, Snapshot, SnapshotLink};
+pub use feed::{EVENT_BUFFER, SNAPSHOT_OVER};
+use hub::Hub;
+pub use hub::closed;
+pub use looper::FAILED_PASSES_TO_END;
+use subscription::ListenerGuard;
+pub use subscription::{SubscribeError, Subscription};
+
+/// How often every session is re-verified when nothing else asks for it (the default).
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
+/// The shortest interval accepted: a shorter one would turn the loop into a busy wait.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
+
+/// The live view over one registry. Cheap to clone; clones share the loop.
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    hub: Arc<Hub>,
+}
+
+impl Monitor {
+    /// A monitor over `registry`, not running until someone subscribes.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Self {
+            hub: Arc::new(Hub::new(registry, DEFAULT_INTERVAL)),
+        }
+    }
+
+    /// Set how often every session is re-verified (at least [`MIN_INTERVAL`]); applies from
+    /// the next time the loop starts.
+    pub fn set_interval(&self, interval: Duration) {
+        self.hub.lock().interval = interval.max(MIN_INTERVAL);
+    }
+
+    /// Start listening: the picture now and every change after it.
+    ///
+    /// Starts the loop if it is not running, and waits for its first complete picture (at most
+    /// as long as the slowest door's deadlines). Fails with the first picture's failure only
+    /// if it came from a loop this call waited on.
+    pub async fn subscribe(&self) -> Result<Subscription, SubscribeError> {
+        let guard = ListenerGuard::new(&self.hub);
+        let mut progress = self.hub.progress();
+        // The generation of the loop this call waits on, once it waits on one.
+        let mut waited_on = None;
+        loop {
+            if *self.hub.closing.borrow() {
+                return Err(SubscribeError::Closing);
+            }
+            {
+                let mut state = self.hub.lock();
+                if state.running && state.ready {
+                    return Ok(Subscription::new(
+                        state.feed.subscribe(),
+                        self.hub.closing.subscribe(),
+                        Arc::clone(&state.ended),
+                        guard,
+                    ));
+                }
+                if state.running {
+                    waited_on = Some(state.generation);
+                } else {
+                    if let Some((generation, failure)) = &state.failure
+                        && waited_on == Some(*generation)
+                    {
+                        // Left in place: every listener that waited on this loop gets it.
+                        return Err(SubscribeError::Unavailable(copy_error(failure)));
+                    }
+                    // Any failure on record is from a loop nobody here waited on, perhaps long
+                    // ago: it says nothing about the directory now. Try again.
+                    state.generation += 1;
+                    state.failure = None;
+                    state.running = true;
+                    state.ready = false;
+                    state.feed.open();
+                    state.ended = Default::default();
+                    waited_on = Some(state.generation);
+                    looper::spawn(Arc::clone(&self.hub), state.generation);
+                }
+            }
+            if progress.changed().await.is_err() {
+                return Err(SubscribeError::Closing);
+            }
+        }
+    }
+
+    /// Stop the loop and end every listener's stream (for a graceful shutdown: an open event
+    /// stream would otherwise keep its connection, and the server, alive).
+    pub fn close(&self) {
+        self.hub.closing.send_replace(true);
+    }
+
+    /// Whether [`Monitor::close`] was called: no stream is given out any more.
+    pub fn is_closing(&self) -> bool {
+        *self.hub.closing.borrow()
+    }
+
+    /// How many listeners are subscribed (or waiting for their first picture).
+    pub fn listeners(&self) -> usize {
+        self.hub.lock().listeners
+    }
+
+    /// Whether the verification loop is running.
+    pub fn is_running(&self) -> bool {
+        self.hub.lock().running
+    }
+}
