@@ -876,6 +876,28 @@ async fn prune_all_removes_gone_records_and_unreadable_files_only() {
     api.shut_down().await;
 }
 
+/// A valid record of a live process owned by another user (needs root: chown) is counted as
+/// unreadable and kept by `DELETE /sessions`: ownership proves nothing about being a record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_owned_by_another_user_is_counted_and_kept_by_prune_all() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let mut capsule = SleepingChild::spawn();
+    let record = capsule.record().no_door();
+    let path = record.write_in(dir);
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown to nobody");
+
+    let listing = api.get("/sessions?probe=false").await;
+    assert_eq!(listing.status, 200, "{}", listing.text);
+    assert_eq!(listing.body["unreadable"], 1, "{}", listing.text);
+    let answer = api.delete("/sessions").await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(answer.body["removed_unreadable"], 0, "{}", answer.text);
+    assert!(path.exists(), "a foreign record was removed");
+    assert!(capsule.is_running());
+    api.shut_down().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_directory_does_not_break_pruning() {
     let api = Api::start().await;

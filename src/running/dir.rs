@@ -205,9 +205,8 @@ pub struct UnreadableEntry {
 impl UnreadableEntry {
     /// Whether this entry can be removed on what was read of it: it is named like a murmur
     /// record (`ses_` + 32 hex digits: any other name may be someone else's file) and can
-    /// never become one. Not a directory (its contents are not ours to judge), and not an
-    /// entry that merely failed to read (that proves nothing). Removing a symlink removes the
-    /// link, never its target.
+    /// never become one. Not a directory, not a file of another owner (neither was read), and
+    /// not an entry that merely failed to read. Removing a symlink removes only the link.
     pub fn is_removable(&self) -> bool {
         self.file_name
             .strip_suffix(RECORD_SUFFIX)
@@ -217,7 +216,13 @@ impl UnreadableEntry {
 }
 
 fn is_removable(why: &Unreadable) -> bool {
-    !why.is_read_failure() && !matches!(why, Unreadable::Directory | Unreadable::InvalidName)
+    // Ownership proves nothing about the contents: a foreign file may be a valid record (one
+    // written by root, say), and nothing of it was read.
+    !why.is_read_failure()
+        && !matches!(
+            why,
+            Unreadable::Directory | Unreadable::InvalidName | Unreadable::ForeignOwner(_)
+        )
 }
 
 /// What one pass over the running directory found, without changing it.
