@@ -1310,6 +1310,24 @@ fn prune_leaves_a_record_replaced_since_it_was_read() {
 }
 
 #[test]
+fn prune_leaves_a_control_file_re_created_since_the_record_was_read() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    let path = record.write_in(dir.path());
+    let control_name = format!("{}.control", record.session_id());
+    write_raw(dir.path(), &control_name, "old-token");
+    let read = read_record(dir.path(), &record.session_id())
+        .unwrap()
+        .unwrap();
+    // A writer re-creating the session puts a new control token in place.
+    let control = replace_by_rename(dir.path(), &control_name, "new-token");
+
+    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_absent(&path);
+    assert_eq!(std::fs::read(&control).unwrap(), b"new-token");
+}
+
+#[test]
 fn prune_never_follows_a_record_replaced_by_a_symlink() {
     let dir = temp_dir();
     let elsewhere = temp_dir();

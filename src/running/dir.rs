@@ -595,8 +595,21 @@ fn read_entry_seen(
         dir: dir.to_path_buf(),
         file_name: file_name.to_owned(),
         identity: FileIdentity::of(&stat),
+        control: control_identity(dir_fd, stem),
     }));
     Ok((record, SeenFile::of(&stat)))
+}
+
+/// The identity of `<stem>.control` as it is now; `None` when there is none, or it is a
+/// directory (which is never removed).
+fn control_identity(dir_fd: &OwnedFd, stem: &str) -> Option<FileIdentity> {
+    let stat = rustix::fs::statat(
+        dir_fd,
+        format!("{stem}{CONTROL_SUFFIX}").as_str(),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .ok()?;
+    (FileType::from_raw_mode(stat.st_mode) != FileType::Directory).then(|| FileIdentity::of(&stat))
 }
 
 /// What is wrong with a record's bytes, in words that never quote them: serde's own message
@@ -622,7 +635,7 @@ fn describe_parse_error(error: &serde_json::Error) -> String {
 /// What [`prune`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pruned {
-    /// The record's file (and its `.control`, if any) was unlinked.
+    /// The record's file was unlinked (and its `.control`, if still the one read beside it).
     Removed,
     /// The file was already gone, or had been replaced by another since it was read; nothing
     /// was unlinked.
@@ -632,7 +645,8 @@ pub enum Pruned {
 /// Unlink one record. For a [`Liveness::Gone`] reading only.
 ///
 /// Unlinks exactly the file `record` was read from (checked by identity at the moment of
-/// removal, never through a link) and `<session_id>.control` beside it. Any other reading is
+/// removal, never through a link) and the `<session_id>.control` seen beside it then, if that
+/// is still the same file. Any other reading is
 /// refused with [`RunningError::NotGone`] and nothing is touched; so is a record that was not
 /// read from disk.
 pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, RunningError> {
@@ -651,16 +665,21 @@ pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, Runni
         Unlinked::Removed => {}
         Unlinked::Missing | Unlinked::Kept => return Ok(Pruned::AlreadyGone),
     }
-    // The record is gone; its control token goes with it. Failing that is worth a warning,
-    // not an error: the evidence-based part is done, and a stray `.control` is never read.
-    let control = format!("{}{CONTROL_SUFFIX}", record.session_id);
-    match rustix::fs::unlinkat(&dir_fd, control.as_str(), AtFlags::empty()) {
-        Ok(()) | Err(Errno::NOENT) => {}
-        Err(e) => tracing::warn!(
-            path = %origin.dir.join(&control).display(),
-            error = %std::io::Error::from(e),
-            "could not remove a pruned session's control file"
-        ),
+    // The control token goes too, but only the very file seen beside the record when it was
+    // read: one created since belongs to a writer re-creating the session. Failing is worth a
+    // warning, not an error: the record is gone, and a stray `.control` is never read.
+    if let Some(seen) = origin.control {
+        let control = format!("{}{CONTROL_SUFFIX}", record.session_id);
+        let same_control = |dir_fd: &OwnedFd, quarantined: &str| {
+            FileIdentity::at(dir_fd, quarantined).is_ok_and(|now| now == seen)
+        };
+        if let Err(error) = unlink_checked(&dir_fd, &control, same_control) {
+            tracing::warn!(
+                path = %origin.dir.join(&control).display(),
+                %error,
+                "could not remove a pruned session's control file"
+            );
+        }
     }
     Ok(Pruned::Removed)
 }
