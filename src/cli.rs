@@ -664,8 +664,12 @@ async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         StopOutcome::AlreadyGone => {
+            let pruned = report
+                .pruned
+                .as_ref()
+                .map_or_else(String::new, |fate| format!("; {}", fate.sentence()));
             eprintln!(
-                "error: session {} was not running (pid {} is gone); its record was removed",
+                "error: session {} was not running (pid {} is gone){pruned}",
                 record.session_id, record.pid
             );
             Ok(ExitCode::FAILURE)

@@ -234,10 +234,37 @@ impl SignalKind {
 /// What a signal request did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignalReport {
-    /// The outcome; for `AlreadyGone`, the record has been pruned.
+    /// The outcome.
     pub outcome: SignalOutcome,
     /// The record the signal was meant for.
     pub record: RunningRecord,
+    /// For `AlreadyGone`, what the prune that followed did to the record.
+    pub pruned: Option<RecordFate>,
+}
+
+/// What the prune after a signal or stop found the process gone did to its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordFate {
+    /// The record read was unlinked.
+    Removed,
+    /// Nothing was unlinked: the file was already gone, or another had replaced it.
+    AlreadyGone,
+    /// Unlinking failed; the record stays for the next prune.
+    Kept {
+        /// Why it could not be removed.
+        error: String,
+    },
+}
+
+impl RecordFate {
+    /// What happened, as the end of a sentence: `the record was removed`, ….
+    pub fn sentence(&self) -> String {
+        match self {
+            Self::Removed => "the record was removed".to_owned(),
+            Self::AlreadyGone => "the record had already been removed or replaced".to_owned(),
+            Self::Kept { error } => format!("the record could not be removed: {error}"),
+        }
+    }
 }
 
 /// How a stop ended.
@@ -271,6 +298,8 @@ pub struct StopReport {
     pub record: RunningRecord,
     /// How long the stop waited for the process to go.
     pub waited: Duration,
+    /// Once the process was found gone, what the prune that followed did to the record.
+    pub pruned: Option<RecordFate>,
 }
 
 /// The registry over one running directory.
@@ -662,10 +691,14 @@ impl Registry {
         kind: SignalKind,
     ) -> Result<SignalReport, RegistryError> {
         let record = self.record(session_id).await?;
-        let outcome = self
+        let (outcome, pruned) = self
             .signal_record(&record, kind, RemovalCause::Pruned)
             .await?;
-        Ok(SignalReport { outcome, record })
+        Ok(SignalReport {
+            outcome,
+            record,
+            pruned,
+        })
     }
 
     /// Stop a session: SIGTERM, wait up to `timeout` for the process to go, then SIGKILL if it
@@ -689,29 +722,36 @@ impl Registry {
         } else {
             SignalKind::Term
         };
-        let report = |outcome| StopReport {
+        let report = |outcome, pruned| StopReport {
             outcome,
             record: record.clone(),
             waited: started.elapsed(),
+            pruned,
         };
         match self
             .signal_record(&record, first, RemovalCause::Pruned)
             .await?
         {
-            SignalOutcome::Sent => {}
-            SignalOutcome::AlreadyGone { .. } => return Ok(report(StopOutcome::AlreadyGone)),
-            SignalOutcome::Refused { reason } => {
-                return Ok(report(StopOutcome::Refused {
+            (SignalOutcome::Sent, _) => {}
+            (SignalOutcome::AlreadyGone { .. }, pruned) => {
+                return Ok(report(StopOutcome::AlreadyGone, pruned));
+            }
+            (SignalOutcome::Refused { reason }, _) => {
+                let refused = StopOutcome::Refused {
                     reason,
                     signal: first,
                     sent: None,
-                }));
+                };
+                return Ok(report(refused, None));
             }
         }
-        if first == SignalKind::Term && self.wait_until_gone(&record, timeout).await? {
-            return Ok(report(StopOutcome::Stopped {
+        if first == SignalKind::Term
+            && let Some(pruned) = self.wait_until_gone(&record, timeout).await?
+        {
+            let stopped = StopOutcome::Stopped {
                 signal_sent: SignalKind::Term,
-            }));
+            };
+            return Ok(report(stopped, Some(pruned)));
         }
         if first == SignalKind::Term {
             match self
@@ -719,37 +759,44 @@ impl Registry {
                 .await?
             {
                 // Gone between the last poll and the SIGKILL: SIGTERM did it.
-                SignalOutcome::AlreadyGone { .. } => {
-                    return Ok(report(StopOutcome::Stopped {
+                (SignalOutcome::AlreadyGone { .. }, pruned) => {
+                    let stopped = StopOutcome::Stopped {
                         signal_sent: SignalKind::Term,
-                    }));
+                    };
+                    return Ok(report(stopped, pruned));
                 }
-                SignalOutcome::Refused { reason } => {
-                    return Ok(report(StopOutcome::Refused {
+                (SignalOutcome::Refused { reason }, _) => {
+                    let refused = StopOutcome::Refused {
                         reason,
                         signal: SignalKind::Kill,
                         sent: Some(SignalKind::Term),
-                    }));
+                    };
+                    return Ok(report(refused, None));
                 }
-                SignalOutcome::Sent => {}
+                (SignalOutcome::Sent, _) => {}
             }
         }
         // SIGKILL cannot be ignored; the wait is only for the kernel to tear the process down.
         // A process stuck in an uninterruptible sleep can outlast it, and is not called stopped.
-        if self.wait_until_gone(&record, KILL_GRACE).await? {
-            Ok(report(StopOutcome::Stopped {
-                signal_sent: SignalKind::Kill,
-            }))
-        } else {
-            Ok(report(StopOutcome::Refused {
-                reason: format!(
-                    "SIGKILL was delivered but pid {} has not exited after {} s",
-                    record.pid,
-                    KILL_GRACE.as_secs()
-                ),
-                signal: SignalKind::Kill,
-                sent: Some(SignalKind::Kill),
-            }))
+        match self.wait_until_gone(&record, KILL_GRACE).await? {
+            Some(pruned) => {
+                let stopped = StopOutcome::Stopped {
+                    signal_sent: SignalKind::Kill,
+                };
+                Ok(report(stopped, Some(pruned)))
+            }
+            None => {
+                let refused = StopOutcome::Refused {
+                    reason: format!(
+                        "SIGKILL was delivered but pid {} has not exited after {} s",
+                        record.pid,
+                        KILL_GRACE.as_secs()
+                    ),
+                    signal: SignalKind::Kill,
+                    sent: Some(SignalKind::Kill),
+                };
+                Ok(report(refused, None))
+            }
         }
     }
 
@@ -779,47 +826,54 @@ impl Registry {
     }
 
     /// Signal and, on `AlreadyGone`, prune (noting `cause`): the kernel's ESRCH is evidence.
+    /// Answers what the prune did, when there was one.
     async fn signal_record(
         &self,
         record: &RunningRecord,
         kind: SignalKind,
         cause: RemovalCause,
-    ) -> Result<SignalOutcome, RegistryError> {
+    ) -> Result<(SignalOutcome, Option<RecordFate>), RegistryError> {
         let record = record.clone();
         let notes = self.removals.clone();
         blocking(move || {
             let outcome = send_signal(&record, kind);
-            if let SignalOutcome::AlreadyGone { reason } = &outcome {
-                prune_after_the_fact(&record, reason, &notes, cause);
-            }
-            Ok(outcome)
+            let pruned = match &outcome {
+                SignalOutcome::AlreadyGone { reason } => {
+                    Some(prune_after_the_fact(&record, reason, &notes, cause))
+                }
+                _ => None,
+            };
+            (outcome, pruned)
         })
-        .await?
+        .await
     }
 
-    /// Poll layers 1–2 until the process is gone (then prune) or `limit` passes. True if gone.
+    /// Poll layers 1–2 until the process is gone (then prune) or `limit` passes. Answers what
+    /// the prune did once gone, `None` if it never went.
     async fn wait_until_gone(
         &self,
         record: &RunningRecord,
         limit: Duration,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<Option<RecordFate>, RegistryError> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let probe = record.clone();
             let notes = self.removals.clone();
             let gone = blocking(move || match running::process_state(&probe) {
-                ProcessState::Gone { reason } => {
-                    prune_after_the_fact(&probe, &reason, &notes, RemovalCause::Stopped);
-                    true
-                }
-                _ => false,
+                ProcessState::Gone { reason } => Some(prune_after_the_fact(
+                    &probe,
+                    &reason,
+                    &notes,
+                    RemovalCause::Stopped,
+                )),
+                _ => None,
             })
             .await?;
-            if gone {
-                return Ok(true);
+            if gone.is_some() {
+                return Ok(gone);
             }
             if tokio::time::Instant::now() >= deadline {
-                return Ok(false);
+                return Ok(None);
             }
             tokio::time::sleep_until(
                 deadline.min(tokio::time::Instant::now() + STOP_POLL_INTERVAL),
@@ -837,20 +891,27 @@ fn send_signal(record: &RunningRecord, kind: SignalKind) -> SignalOutcome {
 }
 
 /// Prune a record whose process a signal or stop has just found gone. What the signal or stop
-/// did stands whether or not the file could be removed, so a failure is logged, not returned;
-/// the record stays and the next prune will find the same evidence.
+/// did stands whether or not the file could be removed, so a failure is logged and answered,
+/// not returned as an error; the record stays and the next prune finds the same evidence.
 fn prune_after_the_fact(
     record: &RunningRecord,
     reason: &str,
     notes: &RemovalNotes,
     cause: RemovalCause,
-) {
-    if let Err(error) = unlink_gone(record, reason, notes, cause) {
-        tracing::warn!(
-            session_id = %record.session_id,
-            %error,
-            "could not prune a gone session's record"
-        );
+) -> RecordFate {
+    match unlink_gone(record, reason, notes, cause) {
+        Ok(Pruned::Removed) => RecordFate::Removed,
+        Ok(Pruned::AlreadyGone) => RecordFate::AlreadyGone,
+        Err(error) => {
+            tracing::warn!(
+                session_id = %record.session_id,
+                %error,
+                "could not prune a gone session's record"
+            );
+            RecordFate::Kept {
+                error: error.to_string(),
+            }
+        }
     }
 }
 

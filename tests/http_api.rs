@@ -994,6 +994,44 @@ async fn signal_sent_already_gone_and_refused() {
     api.shut_down().await;
 }
 
+/// Holds a file immutable (`chattr +i`, needs root) until dropped, so nothing can unlink it.
+struct Immutable(std::path::PathBuf);
+
+impl Immutable {
+    fn hold(path: std::path::PathBuf) -> Self {
+        let done = std::process::Command::new("chattr").arg("+i").arg(&path).status();
+        assert!(done.is_ok_and(|s| s.success()), "chattr +i {}", path.display());
+        Self(path)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+/// A 410 words what the prune after it did: a record that could not be unlinked (immutable,
+/// needs root) is not said to be removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_says_the_record_stays_when_it_could_not_be_removed() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let record = ExitedChild::spawn().record().no_door();
+    let path = record.write_in(dir);
+    let held = Immutable::hold(path.clone());
+
+    let gone = api.signal(&record.session_id(), "SIGKILL").await;
+    assert_problem(&gone, 410);
+    assert_eq!(gone.body["outcome"], "already_gone");
+    let detail = gone.body["detail"].as_str().unwrap_or_default();
+    assert!(!detail.contains("was removed"), "{detail}");
+    assert!(detail.contains("could not be removed"), "{detail}");
+    assert!(path.exists());
+    drop(held);
+    api.shut_down().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
     let api = Api::start().await;
