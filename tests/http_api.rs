@@ -999,15 +999,25 @@ struct Immutable(std::path::PathBuf);
 
 impl Immutable {
     fn hold(path: std::path::PathBuf) -> Self {
-        let done = std::process::Command::new("chattr").arg("+i").arg(&path).status();
-        assert!(done.is_ok_and(|s| s.success()), "chattr +i {}", path.display());
+        let done = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&path)
+            .status();
+        assert!(
+            done.is_ok_and(|s| s.success()),
+            "chattr +i {}",
+            path.display()
+        );
         Self(path)
     }
 }
 
 impl Drop for Immutable {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("chattr").arg("-i").arg(&self.0).status();
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
     }
 }
 

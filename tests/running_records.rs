@@ -22,8 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    DEADLINE, ExitedChild, NINE_FIELDS, RecordJson, assert_absent, dir_snapshot, make_fifo,
-    mode_of, replace_by_rename, session_id, temp_dir, thread_bytes_read, within, write_raw,
+    DEADLINE, ExitedChild, NINE_FIELDS, RecordJson, SleepingChild, assert_absent, dir_snapshot,
+    make_fifo, mode_of, replace_by_rename, session_id, temp_dir, thread_bytes_read, within,
+    write_raw,
 };
 use murmur_registry::running::{
     Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RecordCache, RunningError, RunningGuard,
@@ -1359,12 +1360,14 @@ fn entries_a_crashed_removal_left_in_quarantine_are_put_back_by_the_next_pruning
         stranded.file_name()
     );
     stranded.write_as(dir.path(), &quarantined);
-    // One whose remover is alive (this process) is left to it.
+    // One whose remover is alive (the very process that started then) is left to it.
+    let remover = SleepingChild::spawn();
     let in_progress = RecordJson::fresh();
     let busy = format!(
-        ".{}.{}.fedcba9876543210.unlinking",
+        ".{}.{}-{}.fedcba9876543210.unlinking",
         in_progress.file_name(),
-        std::process::id()
+        remover.pid(),
+        remover.start_token()
     );
     in_progress.write_as(dir.path(), &busy);
     assert!(
