@@ -31,7 +31,7 @@
 mod flights;
 mod passes;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -200,6 +200,15 @@ pub struct PruneReport {
     pub pruned: Vec<(String, String)>,
     /// The unreadable entries removed.
     pub removed_unreadable: Vec<UnreadableEntry>,
+}
+
+/// The sessions left after a pruning pass over a listing ([`Registry::sessions_pruned`]).
+#[derive(Debug)]
+pub struct PrunedListing {
+    /// Newest session first; none the pass pruned.
+    pub readings: Vec<Reading>,
+    /// What the pass removed.
+    pub report: PruneReport,
 }
 
 /// Which signal to send.
@@ -449,10 +458,7 @@ impl Registry {
     /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.
     pub async fn session(&self, session_id: &str, probe: bool) -> Result<Reading, RegistryError> {
         let (record, process) = self.read_with_process(session_id).await?;
-        let mut readings = self.read_all(vec![record], vec![process], probe).await;
-        readings
-            .pop()
-            .ok_or_else(|| RegistryError::Task("verification returned nothing".to_owned()))
+        Ok(self.read_one(record, process, probe).await)
     }
 
     /// The record of `session_id` and what layers 1–2 say of it, in one trip to the pool.
@@ -555,16 +561,8 @@ impl Registry {
     /// layers 1–2 are read afresh, and the door is asked unless a probe of this very record is
     /// already in the air.
     pub async fn verify(&self, record: RunningRecord) -> Reading {
-        let mut readings = self.verify_records(vec![record.clone()], true).await;
-        readings.pop().unwrap_or(Reading {
-            record,
-            process: ProcessState::Unverified {
-                reason: "the verification returned nothing".to_owned(),
-            },
-            liveness: Some(Liveness::Unreachable {
-                reason: "the verification returned nothing".to_owned(),
-            }),
-        })
+        let process = running::process_state_off_worker(record.clone()).await;
+        self.read_one(record, process, true).await
     }
 
     /// How many door probes are in flight right now, and how many verifications wait on them
@@ -583,41 +581,47 @@ impl Registry {
         probe: bool,
     ) -> Vec<Reading> {
         if !probe {
-            return lean_readings(records, states);
+            return records.into_iter().zip(states).map(lean_reading).collect();
         }
         // Every flight is joined (and so started) before any answer is awaited: the probes run
         // side by side, and awaiting them in order costs only the slowest one.
         let pending: Vec<_> = records
             .into_iter()
             .zip(states)
-            .map(
-                |(record, process)| match running::settled_without_door(&record, process) {
-                    Ok(verdict) => (record, verdict.process, Err(verdict.liveness)),
-                    Err(process) => {
-                        let flight = self.flights.join(&record, &self.door);
-                        (record, process, Ok(flight))
-                    }
-                },
-            )
+            .map(|(record, process)| self.start_reading(record, process))
             .collect();
         let mut readings = Vec::with_capacity(pending.len());
-        for (record, process, flight) in pending {
-            let liveness = match flight {
-                Err(settled) => settled,
-                Ok(flight) => match flight.answer().await {
-                    Ok(()) => Liveness::Live,
-                    Err(reason) => Liveness::Unreachable {
-                        reason: running::redact_secrets(reason, &record),
-                    },
-                },
-            };
-            readings.push(Reading {
-                record,
-                process,
-                liveness: Some(liveness),
-            });
+        for pending in pending {
+            readings.push(pending.finish().await);
         }
         readings
+    }
+
+    /// [`Registry::read_all`] of one record.
+    async fn read_one(&self, record: RunningRecord, process: ProcessState, probe: bool) -> Reading {
+        if !probe {
+            return lean_reading((record, process));
+        }
+        self.start_reading(record, process).finish().await
+    }
+
+    /// The verdict where layers 1–2 settle it, else the probe of the door joined.
+    fn start_reading(&self, record: RunningRecord, process: ProcessState) -> PendingReading {
+        match running::settled_without_door(&record, process) {
+            Ok(verdict) => PendingReading {
+                record,
+                process: verdict.process,
+                verdict: Err(verdict.liveness),
+            },
+            Err(process) => {
+                let flight = self.flights.join(&record, &self.door);
+                PendingReading {
+                    record,
+                    process,
+                    verdict: Ok(flight),
+                }
+            }
+        }
     }
 
     /// The record of `session_id`, or why there is none.
@@ -639,39 +643,24 @@ impl Registry {
     /// yet), so its removal note says [`RemovalCause::Stopped`].
     pub async fn prune_session(&self, session_id: &str) -> Result<PruneOutcome, RegistryError> {
         let record = self.record(session_id).await?;
-        let id = session_id.to_owned();
-        let notes = self.removals.clone();
-        let stops = Arc::clone(&self.stopping);
-        blocking(move || match running::process_state(&record) {
-            ProcessState::Gone { reason } => {
-                let cause = if is_stopping(&stops, &id) {
-                    RemovalCause::Stopped
-                } else {
-                    RemovalCause::Pruned
-                };
-                match unlink_gone(&record, &reason, &notes, cause)? {
-                    Pruned::Removed => Ok(PruneOutcome::Pruned { reason }),
-                    // Someone else removed or replaced it since it was read: nothing of ours went.
-                    Pruned::AlreadyGone => Err(RegistryError::NotFound(id)),
-                }
-            }
-            process => Ok(PruneOutcome::Kept { process }),
-        })
-        .await?
+        let (notes, stops) = (self.removals.clone(), Arc::clone(&self.stopping));
+        // `None`: someone else removed or replaced it since it was read; nothing of ours went.
+        blocking(move || prune_if_gone(&record, &notes, &stops))
+            .await??
+            .ok_or_else(|| RegistryError::NotFound(session_id.to_owned()))
     }
 
     /// Prune every record whose process is gone, and every removable unreadable entry.
     pub async fn prune_all(&self) -> Result<PruneReport, RegistryError> {
         let dir = self.reader.dir.clone();
-        let notes = self.removals.clone();
+        let (notes, stops) = (self.removals.clone(), Arc::clone(&self.stopping));
         blocking(move || {
             running::recover_quarantined(&dir)?;
             let scan = running::scan(&dir)?;
             let mut report = PruneReport::default();
             for record in &scan.records {
-                if let ProcessState::Gone { reason } = running::process_state(record)
-                    && unlink_gone(record, &reason, &notes, RemovalCause::Pruned)?
-                        == Pruned::Removed
+                if let Some(PruneOutcome::Pruned { reason }) =
+                    prune_if_gone(record, &notes, &stops)?
                 {
                     report.pruned.push((record.session_id.clone(), reason));
                 }
@@ -680,6 +669,49 @@ impl Registry {
             Ok(report)
         })
         .await?
+    }
+
+    /// Every session verified by all three layers, after pruning on fresh evidence what the
+    /// listing found gone and removing the unreadable entries that can never be records (the
+    /// CLI's `ps`). Entries stranded in quarantine are put back first, so they are listed.
+    pub async fn sessions_pruned(&self) -> Result<PrunedListing, RegistryError> {
+        let dir = self.reader.dir.clone();
+        blocking(move || running::recover_quarantined(&dir)).await??;
+        let listing = self.sessions(true).await?;
+        let is_gone = |reading: &Reading| matches!(reading.liveness, Some(Liveness::Gone { .. }));
+        let gone: Vec<String> = listing
+            .readings
+            .iter()
+            .filter(|reading| is_gone(reading))
+            .map(|reading| reading.record.session_id.clone())
+            .collect();
+        let (dir, unreadable) = (self.reader.dir.clone(), listing.unreadable.clone());
+        let (notes, stops) = (self.removals.clone(), Arc::clone(&self.stopping));
+        let (report, revived) = blocking(move || {
+            let mut report = PruneReport::default();
+            let mut revived = HashSet::new();
+            for id in gone {
+                // Read again: the listing may hold a reading of an unchanged file from earlier.
+                let Some(record) = running::read_record(&dir, &id)? else {
+                    continue;
+                };
+                match prune_if_gone(&record, &notes, &stops)? {
+                    Some(PruneOutcome::Pruned { reason }) => report.pruned.push((id, reason)),
+                    Some(PruneOutcome::Kept { .. }) => _ = revived.insert(id),
+                    None => {}
+                }
+            }
+            report.removed_unreadable = running::remove_unreadable(&dir, &unreadable)?;
+            Ok::<_, RegistryError>((report, revived))
+        })
+        .await??;
+        let readings = listing
+            .readings
+            .iter()
+            .filter(|reading| !is_gone(reading) || revived.contains(&reading.record.session_id))
+            .cloned()
+            .collect();
+        Ok(PrunedListing { readings, report })
     }
 
     /// Send one signal to a session's process, through the module's pidfd path.
@@ -915,6 +947,30 @@ fn prune_after_the_fact(
     }
 }
 
+/// Read layers 1–2 afresh on `record` and unlink it if they say gone. `None` when the file was
+/// already gone or replaced, so nothing was unlinked. A removal while a stop of the session
+/// runs is the stop's doing: its SIGTERM or SIGKILL ended the process before the stop polled.
+fn prune_if_gone(
+    record: &RunningRecord,
+    notes: &RemovalNotes,
+    stops: &StopsInProgress,
+) -> Result<Option<PruneOutcome>, RunningError> {
+    match running::process_state(record) {
+        ProcessState::Gone { reason } => {
+            let cause = if is_stopping(stops, &record.session_id) {
+                RemovalCause::Stopped
+            } else {
+                RemovalCause::Pruned
+            };
+            Ok(match unlink_gone(record, &reason, notes, cause)? {
+                Pruned::Removed => Some(PruneOutcome::Pruned { reason }),
+                Pruned::AlreadyGone => None,
+            })
+        }
+        process => Ok(Some(PruneOutcome::Kept { process })),
+    }
+}
+
 /// Unlink a record whose process is gone and, if this call removed it, note why.
 fn unlink_gone(
     record: &RunningRecord,
@@ -962,20 +1018,41 @@ fn on_local_filesystem(dir: &Path) -> bool {
     })
 }
 
-/// Readings from layers 1–2 alone: a verdict only where they decide it.
-fn lean_readings(records: Vec<RunningRecord>, states: Vec<ProcessState>) -> Vec<Reading> {
-    records
-        .into_iter()
-        .zip(states)
-        .map(|(record, process)| {
-            let liveness = running::decided_by_process(&record, &process);
-            Reading {
-                record,
-                process,
-                liveness,
-            }
-        })
-        .collect()
+/// A reading from layers 1–2 alone: a verdict only where they decide it.
+fn lean_reading((record, process): (RunningRecord, ProcessState)) -> Reading {
+    let liveness = running::decided_by_process(&record, &process);
+    Reading {
+        record,
+        process,
+        liveness,
+    }
+}
+
+/// A record whose verdict is settled (`Err`) or awaits its door's probe (`Ok`).
+struct PendingReading {
+    record: RunningRecord,
+    process: ProcessState,
+    verdict: Result<Arc<flights::Flight>, Liveness>,
+}
+
+impl PendingReading {
+    /// The reading, once the probe (if any) has answered; its reason redacted for this record.
+    async fn finish(self) -> Reading {
+        let liveness = match self.verdict {
+            Err(settled) => settled,
+            Ok(flight) => match flight.answer().await {
+                Ok(()) => Liveness::Live,
+                Err(reason) => Liveness::Unreachable {
+                    reason: running::redact_secrets(reason, &self.record),
+                },
+            },
+        };
+        Reading {
+            record: self.record,
+            process: self.process,
+            liveness: Some(liveness),
+        }
+    }
 }
 
 /// What a directory pass reads with, owned, so that a pass runs as a task of its own and to
@@ -1014,10 +1091,8 @@ impl PassReader {
             scan.records.len() + scan.unreadable.len(),
             Ordering::Relaxed,
         );
-        Ok(Arc::new(Listing::new(
-            lean_readings(scan.records, states),
-            scan.unreadable,
-        )))
+        let readings = scan.records.into_iter().zip(states).map(lean_reading);
+        Ok(Arc::new(Listing::new(readings.collect(), scan.unreadable)))
     }
 }
 

@@ -11,9 +11,9 @@
 //! - Only `*.json` entries are records. A record is read through `O_NOFOLLOW | O_NONBLOCK`, only
 //!   when it is a regular file we own, and never past [`MAX_RECORD_BYTES`]: a symlink, a FIFO or
 //!   an endless file cannot redirect, block or exhaust the reader.
-//! - [`scan`] changes nothing. [`list`] removes only files named like a murmur record that
-//!   what was read proves can never be one ([`UnreadableEntry::is_removable`]). [`prune`]
-//!   removes a record only for a `Gone` reading, and only the very file the record was read
+//! - [`scan`] and [`list`] change nothing. Pruning passes remove only files named like a murmur
+//!   record that what was read proves can never be one ([`UnreadableEntry::is_removable`]).
+//!   [`prune`] removes a record only for a `Gone` reading, and only the very file it was read
 //!   from.
 //! - An entry that no longer exists when it is read (removed, or renamed away, after the
 //!   listing) is skipped by every scan: it is neither a record nor unreadable. Only `ENOENT`
@@ -395,26 +395,17 @@ impl RecordCache {
     }
 }
 
-/// Put back entries that a crashed removal left hidden in `dir`'s quarantine; answers how many.
-///
-/// Part of every pruning pass ([`list`], and the registry's prune-all and `ps`), never of a
-/// read-only one.
-pub fn recover_quarantined(dir: &Path) -> Result<usize, RunningError> {
+/// Put back entries that a failed or crashed removal left hidden in `dir`'s quarantine; answers
+/// how many. Part of every pruning pass, never of a read-only one.
+pub(crate) fn recover_quarantined(dir: &Path) -> Result<usize, RunningError> {
     let dir_fd = open_running_dir(dir)?;
     crate::private_fs::recover_quarantined(&dir_fd).map_err(io_at(dir))
 }
 
-/// Every record that parses, most recent session first; removes entries that never will.
-///
-/// Like [`scan`] (after putting back anything a crashed removal left in quarantine), then
-/// unlinks each removable unreadable entry ([`UnreadableEntry::is_removable`]; a symlink is
-/// removed as a link, its target untouched). Removal is skipped for an entry that was replaced
-/// since it was read. Use [`scan`] where nothing may change.
+/// Every record that parses, most recent session first. Changes nothing: [`scan`] also
+/// reports the entries that are not records.
 pub fn list(dir: &Path) -> Result<Vec<RunningRecord>, RunningError> {
-    recover_quarantined(dir)?;
-    let found = scan(dir)?;
-    remove_unreadable(dir, &found.unreadable)?;
-    Ok(found.records)
+    Ok(scan(dir)?.records)
 }
 
 /// Unlink the removable entries of `unreadable` from `dir`; answers which went.
@@ -422,7 +413,7 @@ pub fn list(dir: &Path) -> Result<Vec<RunningRecord>, RunningError> {
 /// Each entry is judged again at the moment of removal, under a quarantine name: one that is
 /// already gone, or that a writer has since replaced with a valid record, is left alone and
 /// not reported.
-pub fn remove_unreadable(
+pub(crate) fn remove_unreadable(
     dir: &Path,
     unreadable: &[UnreadableEntry],
 ) -> Result<Vec<UnreadableEntry>, RunningError> {

@@ -42,15 +42,17 @@ mod signal;
 
 pub use dir::{
     MAX_RECORD_BYTES, Pruned, RecordCache, Scan, Unreadable, UnreadableEntry, list, prune,
-    read_record, recover_quarantined, remove_unreadable, running_dir, running_dir_in, scan,
-    scan_cached, still_the_file_read,
+    read_record, running_dir, running_dir_in, scan, scan_cached, still_the_file_read,
 };
+pub(crate) use dir::{recover_quarantined, remove_unreadable};
 pub use door::{
     ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MAX_CARD_BYTES, MAX_CONCURRENT_PROBES,
-    MURMUR_CAPSULE_EXTENSION, Verdict, decided_by_process, process_state_off_workers,
-    session_id_of, verify, verify_many, verify_verdict,
+    MURMUR_CAPSULE_EXTENSION, decided_by_process, session_id_of, verify,
 };
-pub(crate) use door::{redact_secrets, settled_without_door};
+pub(crate) use door::{
+    Verdict, process_state_off_worker, process_state_off_workers, redact_secrets,
+    settled_without_door,
+};
 pub use process::{
     ProcessState, has_controlling_terminal, process_start_token, process_state, reason_no_process,
     reason_pid_reused,
