@@ -541,6 +541,44 @@ mod tests {
     }
 
     #[test]
+    fn a_stale_entry_whose_name_a_newer_file_holds_is_dropped_and_the_newer_kept() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let dir_fd = open_dir(dir.path()).expect("open");
+        let mut reaped = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let dead = reaped.id();
+        reaped.wait().expect("reap");
+        let stale = format!(".ses_c.json.{dead}.0123456789abcdef.unlinking");
+        std::fs::write(dir.path().join(&stale), "stale").expect("write");
+        std::fs::write(dir.path().join("ses_c.json"), "newer").expect("write");
+
+        assert_eq!(recover_quarantined(&dir_fd).expect("recover"), 1);
+        assert_eq!(
+            std::fs::read(dir.path().join("ses_c.json")).expect("read"),
+            b"newer"
+        );
+        assert!(!dir.path().join(stale).exists());
+    }
+
+    #[test]
+    fn a_directory_is_never_unlinked_even_when_judged_removable() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let dir_fd = open_dir(dir.path()).expect("open");
+        std::fs::create_dir(dir.path().join("x.json")).expect("mkdir");
+        std::fs::write(dir.path().join("x.json").join("inside"), "kept").expect("write");
+
+        let unlinked = unlink_checked(&dir_fd, "x.json", |_, _| true).expect("unlink_checked");
+        assert_eq!(unlinked, Unlinked::Kept);
+        assert!(dir.path().join("x.json").join("inside").exists());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["x.json"], "nothing is left in quarantine");
+    }
+
+    #[test]
     fn quarantine_names_parse_back() {
         let me = std::process::id();
         let ours = quarantine_name("ses_1.json").expect("a name");

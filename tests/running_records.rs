@@ -627,6 +627,30 @@ fn names_that_are_not_session_ids_are_reported_and_never_removed() {
     assert_eq!(dir_snapshot(dir.path()), before);
 }
 
+/// What was read proves none of these is not a record (needs root: chown), so a pruning pass
+/// keeps them all: junk under a name murmur never gives, a directory, and a record of another
+/// owner, each under a murmur-shaped name but the first.
+#[test]
+fn entries_nothing_read_proves_no_record_are_kept_by_a_pruning_pass() {
+    let dir = temp_dir();
+    let junk = write_raw(dir.path(), "junk.json", "not json");
+    let folder = dir.path().join(format!("{}.json", session_id()));
+    std::fs::create_dir(&folder).unwrap();
+    let foreign = RecordJson::fresh();
+    let foreign_path = foreign.write_in(dir.path());
+    std::os::unix::fs::chown(&foreign_path, Some(65534), Some(65534)).expect("chown to nobody");
+    let before = dir_snapshot(dir.path());
+
+    let found = scan(dir.path()).unwrap();
+    assert_eq!(found.unreadable.len(), 3, "{:?}", found.unreadable);
+    for entry in &found.unreadable {
+        assert!(!entry.is_removable(), "{entry:?}");
+    }
+    assert!(prune_all(dir.path()).removed_unreadable.is_empty());
+    assert!(junk.exists() && folder.is_dir() && foreign_path.exists());
+    assert_eq!(dir_snapshot(dir.path()), before);
+}
+
 #[test]
 fn staging_control_and_hidden_files_are_not_records() {
     let dir = temp_dir();
