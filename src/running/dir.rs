@@ -2,26 +2,20 @@
 //! removing them.
 //!
 //! Invariants kept here:
-//! - `~/.murmur` and `~/.murmur/running` are directories owned by the effective user, mode 0700.
-//!   A wider mode is narrowed when the directory is set up; a symlink, a non-directory or a
-//!   foreign owner is refused with the path in the error. Every later pass over the running
-//!   directory checks it again and refuses it (without touching it) while it is not a
-//!   directory we own at a mode that keeps group and others out. Checks and fixes go through one file descriptor opened with
-//!   `O_NOFOLLOW`, so what is checked is what is fixed.
-//! - Only `*.json` entries are records. A record is read through `O_NOFOLLOW | O_NONBLOCK`, only
-//!   when it is a regular file we own, and never past [`MAX_RECORD_BYTES`]: a symlink, a FIFO or
-//!   an endless file cannot redirect, block or exhaust the reader.
+//! - `~/.murmur` and `~/.murmur/running` are directories of the effective user at 0700: a wider
+//!   mode is narrowed at setup; a link, a non-directory or a foreign owner is refused with the
+//!   path. Every pass checks the directory again through one `O_NOFOLLOW` descriptor and
+//!   refuses it, untouched, while it is not ours or lets group or others in.
+//! - Only `*.json` entries are records, read through `O_NOFOLLOW | O_NONBLOCK` only when they
+//!   are regular files we own, and never past [`MAX_RECORD_BYTES`].
 //! - [`scan`] and [`list`] change nothing. Pruning passes remove only files named like a murmur
 //!   record that what was read proves can never be one ([`UnreadableEntry::is_removable`]).
-//!   [`prune`] removes a record only for a `Gone` reading, and only the very file it was read
-//!   from.
-//! - An entry that no longer exists when it is read (removed, or renamed away, after the
-//!   listing) is skipped by every scan: it is neither a record nor unreadable. Only `ENOENT`
-//!   means that; any other failure to read is reported as [`Unreadable::Io`].
-//! - [`scan_cached`] judges every entry on every scan; it skips opening and parsing a file only
-//!   when `lstat` shows the very file it read before, unchanged (device, inode, size, mode,
-//!   owner, modification and change time), and that file had not changed for a second before
-//!   it was read, so no rewrite can hide inside one tick of the timestamps.
+//!   [`prune`] removes a record only for a `Gone` reading, only the very file it was read from,
+//!   and with it only the `.control` seen beside it then.
+//! - An entry gone (`ENOENT`) by the time it is read is skipped, neither a record nor
+//!   unreadable; any other failure to read is [`Unreadable::Io`].
+//! - [`scan_cached`] reuses a parse only while `lstat` shows the very file read before,
+//!   unchanged, and that file had not changed for a second before it was read.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -53,9 +47,9 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> RunningError + '_ {
 
 /// Open the running directory for one pass, without following a link.
 ///
-/// A directory that is missing, replaced by a file or a link, owned by another user, open to
-/// group or others, or closed to us (`EACCES`, `EPERM`) is [`RunningError::DirUnavailable`]: no record can be judged, and nothing
-/// is removed, until it is back as it should be. Each pass opens it anew, so a directory put back is used at once.
+/// A directory that is missing, not a directory, a link, another user's, open to group or
+/// others, or closed to us (`EACCES`, `EPERM`) is [`RunningError::DirUnavailable`]: nothing is
+/// judged or removed until it is back. Each pass opens it anew.
 fn open_running_dir(dir: &Path) -> Result<OwnedFd, RunningError> {
     let unavailable = |why: String| RunningError::DirUnavailable {
         path: dir.to_path_buf(),
@@ -360,11 +354,9 @@ impl SeenFile {
         }
     }
 
-    /// Whether the file has not changed for long enough that a later change must show in its
-    /// timestamps: both are over a second old, so any later write stamps a later second, on
-    /// nanosecond filesystems (ext4, XFS, tmpfs) and one-second ones (ext3, small-inode ext4)
-    /// alike. This trusts that the filesystem stamps with this machine's clock, which a
-    /// network filesystem stamping with its server's clock need not do (see the README).
+    /// Whether both timestamps are over a second old, so any later write must stamp a later
+    /// second, at nanosecond or one-second resolution alike. Trusts that the filesystem stamps
+    /// with this machine's clock (a network filesystem need not; see the README).
     fn is_settled(&self) -> bool {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
