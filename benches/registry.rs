@@ -30,6 +30,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, header};
 use hyper_util::rt::TokioIo;
+use murmur_registry::http::wire::SessionState;
 use murmur_registry::running::{self, DoorProbe, Liveness, RunningRecord, process_start_token};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -648,9 +649,10 @@ async fn slow_doors(rows: &mut Vec<Row>, full_baseline: bool) {
     let sequential = sequential_verify(dir.path(), Some(sample)).await;
     let per_record = began.elapsed() / sample as u32;
     let baseline = per_record * SLOW as u32;
-    let same = sequential
-        .iter()
-        .all(|(id, liveness)| states.get(id).map(String::as_str) == Some(liveness.as_str()));
+    let same = sequential.iter().all(|(id, liveness)| {
+        let word = serde_json::to_value(SessionState::from(liveness)).unwrap_or_default();
+        states.get(id).map(String::as_str) == word.as_str()
+    });
     let live = states.values().filter(|s| *s == "live").count();
     let worst = took.iter().max().copied().unwrap_or_default();
     let mut row = latency_row(

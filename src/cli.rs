@@ -16,11 +16,11 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 
-use crate::http::sessions::{SessionState, SessionView};
+use crate::http::wire::{SessionState, SessionView};
 use crate::http::{self, AppState};
 use crate::private_fs::{WiderMode, hold_private_dir};
 use crate::registry::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, Reading, Registry, StopOutcome};
-use crate::running::{self, DoorProbe, Liveness, RunningRecord};
+use crate::running::{self, DoorProbe, RunningRecord};
 use crate::token::{self, TokenStore};
 
 /// The verified registry of running murmur capsules.
@@ -483,41 +483,21 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + 
     })
 }
 
-/// The sessions `ps` shows, after pruning what is gone (each named on stderr).
+/// The sessions `ps` shows, after pruning what is gone (each removal named on stderr).
 async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<Reading>> {
-    let dir = registry.dir().to_path_buf();
-    tokio::task::spawn_blocking(move || running::recover_quarantined(&dir)).await??;
-    let listing = registry.sessions(true).await.with_context(|| {
+    let pass = registry.sessions_pruned().await.with_context(|| {
         format!(
             "cannot read the running directory {}",
             registry.dir().display()
         )
     })?;
-    let mut shown = Vec::new();
-    for reading in &listing.readings {
-        if matches!(reading.liveness, Some(Liveness::Gone { .. })) {
-            // Prune on fresh evidence; a record that came back to life stays listed.
-            match registry.prune_session(&reading.record.session_id).await {
-                Ok(crate::registry::PruneOutcome::Pruned { reason }) => {
-                    eprintln!("pruned: {} — {reason}", reading.record.session_id);
-                    continue;
-                }
-                Ok(crate::registry::PruneOutcome::Kept { .. }) => {}
-                Err(crate::registry::RegistryError::NotFound(_)) => continue,
-                Err(error) => return Err(error.into()),
-            }
-        }
-        shown.push(reading.clone());
+    for (session_id, reason) in &pass.report.pruned {
+        eprintln!("pruned: {session_id} — {reason}");
     }
-    let dir = registry.dir().to_path_buf();
-    let unreadable = listing.unreadable.clone();
-    let removed =
-        tokio::task::spawn_blocking(move || running::remove_unreadable(&dir, &unreadable))
-            .await??;
-    for entry in removed {
+    for entry in &pass.report.removed_unreadable {
         eprintln!("removed: {} — {}", entry.file_name, entry.why);
     }
-    Ok(shown)
+    Ok(pass.readings)
 }
 
 async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
@@ -664,8 +644,12 @@ async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         StopOutcome::AlreadyGone => {
+            let pruned = report
+                .pruned
+                .as_ref()
+                .map_or_else(String::new, |fate| format!("; {}", fate.sentence()));
             eprintln!(
-                "error: session {} was not running (pid {} is gone); its record was removed",
+                "error: session {} was not running (pid {} is gone){pruned}",
                 record.session_id, record.pid
             );
             Ok(ExitCode::FAILURE)

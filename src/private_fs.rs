@@ -7,12 +7,15 @@
 //!   directory (mode 0600 whatever the umask), fsynced, renamed into place, directory fsynced.
 //! - A file is removed only while it is provably the one the caller judged: it is first renamed
 //!   to a hidden quarantine name (atomically taking whatever is under the name now), judged
-//!   there, and unlinked, or put back if a writer had replaced it meanwhile. Entries a crash
-//!   stranded in quarantine are put back by the next pruning pass.
+//!   there, and unlinked, or put back if a writer had replaced it meanwhile. The quarantine name
+//!   carries its owner's pid and start token; an entry stranded there (a crash, or a removal
+//!   that failed halfway, this process's own included) is put back by the next pruning pass.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
@@ -72,14 +75,19 @@ pub(crate) fn fill_random(bytes: &mut [u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A hidden name beside `name`, unique to this call: `.<name>.<pid>.<random>.<purpose>`.
-fn hidden_sibling(name: &str, purpose: &str) -> std::io::Result<String> {
+/// 16 random hex digits, to make a hidden name unique.
+fn random_hex() -> std::io::Result<String> {
     let mut random = [0u8; 8];
     fill_random(&mut random)?;
+    Ok(format!("{:016x}", u64::from_le_bytes(random)))
+}
+
+/// A hidden name beside `name`, unique to this call: `.<name>.<pid>.<random>.<purpose>`.
+fn hidden_sibling(name: &str, purpose: &str) -> std::io::Result<String> {
     Ok(format!(
-        ".{name}.{}.{:016x}.{purpose}",
+        ".{name}.{}.{}.{purpose}",
         std::process::id(),
-        u64::from_le_bytes(random)
+        random_hex()?
     ))
 }
 
@@ -164,6 +172,54 @@ pub(crate) enum Unlinked {
 /// The suffix of an entry moved aside by [`unlink_checked`] while it is judged.
 const QUARANTINE: &str = "unlinking";
 
+/// This process as a quarantine names its owner: `<pid>-<start token>`, so that a later holder
+/// of the pid is not taken for it. The token is `""` if it cannot be read.
+fn quarantine_owner() -> &'static str {
+    static OWNER: OnceLock<String> = OnceLock::new();
+    OWNER.get_or_init(|| {
+        let pid = std::process::id();
+        let start = crate::running::process_start_token(pid).unwrap_or_default();
+        format!("{pid}-{start}")
+    })
+}
+
+/// A quarantine name for `name`, unique to this call: `.<name>.<pid>-<start>.<random>.unlinking`.
+fn quarantine_name(name: &str) -> std::io::Result<String> {
+    Ok(format!(
+        ".{name}.{}.{}.{QUARANTINE}",
+        quarantine_owner(),
+        random_hex()?
+    ))
+}
+
+/// The quarantine names this process holds right now: an entry of ours not among them was
+/// stranded (its removal failed halfway) and is put back like a dead process's.
+static HELD_QUARANTINES: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// One quarantine name held for the span of an [`unlink_checked`] call.
+struct HeldQuarantine(String);
+
+impl HeldQuarantine {
+    fn hold(name: &str) -> std::io::Result<Self> {
+        let quarantine = quarantine_name(name)?;
+        held_quarantines().insert(quarantine.clone());
+        Ok(Self(quarantine))
+    }
+}
+
+impl Drop for HeldQuarantine {
+    fn drop(&mut self) {
+        held_quarantines().remove(&self.0);
+    }
+}
+
+fn held_quarantines() -> std::sync::MutexGuard<'static, BTreeSet<String>> {
+    // A set of names: no invariant a panicking holder could break halfway.
+    HELD_QUARANTINES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Unlink `dir_fd`/`name` only if `judge` says so of it, and still says so of the entry taken
 /// from under the name.
 ///
@@ -187,45 +243,54 @@ pub(crate) fn unlink_checked(
     if !judge(dir_fd, name) {
         return Ok(Unlinked::Kept);
     }
-    // The quarantine name is random and new: a plain rename cannot replace anything.
-    let quarantine = hidden_sibling(name, QUARANTINE)?;
-    match rustix::fs::renameat(dir_fd, name, dir_fd, quarantine.as_str()) {
+    // The quarantine name is random and new: a plain rename cannot replace anything. It is
+    // held before the rename, so recovery in this process never takes it while it is judged.
+    let held = HeldQuarantine::hold(name)?;
+    let quarantine = held.0.as_str();
+    match rustix::fs::renameat(dir_fd, name, dir_fd, quarantine) {
         Ok(()) => {}
         Err(Errno::NOENT) => return Ok(Unlinked::Missing),
         Err(e) => return Err(e.into()),
     }
-    let is_dir = rustix::fs::statat(dir_fd, quarantine.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+    let is_dir = rustix::fs::statat(dir_fd, quarantine, AtFlags::SYMLINK_NOFOLLOW)
         .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
-    if !is_dir && judge(dir_fd, &quarantine) {
-        rustix::fs::unlinkat(dir_fd, quarantine.as_str(), AtFlags::empty())?;
+    if !is_dir && judge(dir_fd, quarantine) {
+        rustix::fs::unlinkat(dir_fd, quarantine, AtFlags::empty())?;
         return Ok(Unlinked::Removed);
     }
-    put_back(dir_fd, &quarantine, name, is_dir)?;
+    put_back(dir_fd, quarantine, name, is_dir)?;
     Ok(Unlinked::Kept)
 }
 
 /// Return a quarantined entry to `name`, unless something newer already holds the name.
-fn put_back(dir_fd: &OwnedFd, quarantine: &str, name: &str, is_dir: bool) -> std::io::Result<()> {
-    if is_dir {
+/// `false` when the entry was no longer there (another recovery took it first).
+fn put_back(dir_fd: &OwnedFd, quarantine: &str, name: &str, is_dir: bool) -> std::io::Result<bool> {
+    let moved = if is_dir {
         // Directories cannot be hard-linked; a rename onto an occupied name fails instead of
         // replacing a file, which is what is wanted.
-        return Ok(rustix::fs::renameat(dir_fd, quarantine, dir_fd, name)?);
-    }
-    match rustix::fs::linkat(dir_fd, quarantine, dir_fd, name, AtFlags::empty()) {
-        // EEXIST: a writer has put a newer file under the name, superseding this one.
-        Ok(()) | Err(Errno::EXIST) => {
-            rustix::fs::unlinkat(dir_fd, quarantine, AtFlags::empty())?;
-            Ok(())
+        rustix::fs::renameat(dir_fd, quarantine, dir_fd, name)
+    } else {
+        match rustix::fs::linkat(dir_fd, quarantine, dir_fd, name, AtFlags::empty()) {
+            // EEXIST: a writer has put a newer file under the name, superseding this one.
+            Ok(()) | Err(Errno::EXIST) => {
+                rustix::fs::unlinkat(dir_fd, quarantine, AtFlags::empty())
+            }
+            Err(e) => Err(e),
         }
+    };
+    match moved {
+        Ok(()) => Ok(true),
+        Err(Errno::NOENT) => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
 
-/// Put back every entry a crashed [`unlink_checked`] left in quarantine in `dir_fd`.
+/// Put back every entry a failed or crashed [`unlink_checked`] left in quarantine in `dir_fd`.
 ///
-/// An entry whose quarantining process is still alive is left to it. Everything else goes
-/// back under its name (or is dropped, if a newer file holds the name) to be judged afresh by
-/// the next reader: a quarantined entry was never proven removable by anyone still here.
+/// An entry whose quarantining process may still be judging it is left to it: this process's
+/// own while an [`unlink_checked`] holds it, another's while its owner's pid is held by the
+/// process that started at the recorded time (or that cannot be told). Everything else goes
+/// back under its name (or is dropped, if a newer file holds the name) to be judged afresh.
 pub(crate) fn recover_quarantined(dir_fd: &OwnedFd) -> std::io::Result<usize> {
     let mut recovered = 0;
     for entry in rustix::fs::Dir::read_from(dir_fd)? {
@@ -233,40 +298,72 @@ pub(crate) fn recover_quarantined(dir_fd: &OwnedFd) -> std::io::Result<usize> {
         let Ok(quarantine) = entry.file_name().to_str() else {
             continue;
         };
-        let Some((name, pid)) = quarantined_name(quarantine) else {
+        let Some(parsed) = QuarantinedName::parse(quarantine) else {
             continue;
         };
-        let owner_alive = i32::try_from(pid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .is_some_and(|pid| {
-                matches!(
-                    rustix::process::test_kill_process(pid),
-                    Ok(()) | Err(Errno::PERM)
-                )
-            });
-        if owner_alive {
+        if parsed.owner_may_be_at_work(quarantine) {
             continue;
         }
         let is_dir = entry.file_type() == FileType::Directory;
-        put_back(dir_fd, quarantine, name, is_dir)?;
-        recovered += 1;
+        if put_back(dir_fd, quarantine, parsed.name, is_dir)? {
+            recovered += 1;
+        }
     }
     Ok(recovered)
 }
 
-/// `.<name>.<pid>.<random>.unlinking` → `(name, pid)`.
-fn quarantined_name(file_name: &str) -> Option<(&str, u32)> {
-    let inner = file_name
-        .strip_prefix('.')?
-        .strip_suffix(QUARANTINE)?
-        .strip_suffix('.')?;
-    let (rest, random) = inner.rsplit_once('.')?;
-    let (name, pid) = rest.rsplit_once('.')?;
-    if name.is_empty() || random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
+/// A quarantine name taken apart: the entry's own name and who moved it aside.
+#[derive(Debug, PartialEq, Eq)]
+struct QuarantinedName<'a> {
+    name: &'a str,
+    pid: u32,
+    /// The owner's start token; `None` in names written before tokens were (pid only).
+    start: Option<&'a str>,
+}
+
+impl<'a> QuarantinedName<'a> {
+    /// `.<name>.<pid>[-<start>].<random>.unlinking`, or `None` for any other name.
+    fn parse(file_name: &'a str) -> Option<Self> {
+        let inner = file_name
+            .strip_prefix('.')?
+            .strip_suffix(QUARANTINE)?
+            .strip_suffix('.')?;
+        let (rest, random) = inner.rsplit_once('.')?;
+        let (name, owner) = rest.rsplit_once('.')?;
+        if name.is_empty() || random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let (pid, start) = match owner.split_once('-') {
+            Some((pid, start)) => (pid, Some(start)),
+            None => (owner, None),
+        };
+        Some(Self {
+            name,
+            pid: pid.parse().ok()?,
+            start,
+        })
     }
-    Some((name, pid.parse().ok()?))
+
+    /// Whether the process that moved the entry aside may still be judging it.
+    fn owner_may_be_at_work(&self, quarantine: &str) -> bool {
+        if self.pid == std::process::id() {
+            // Ours while an `unlink_checked` holds it; else stranded by a removal of ours that
+            // failed halfway, or left by an earlier holder of our pid.
+            return held_quarantines().contains(quarantine);
+        }
+        match self.start {
+            Some(start) => !matches!(
+                crate::running::state_of(self.pid, start),
+                crate::running::ProcessState::Gone { .. }
+            ),
+            None => crate::running::checked_pid(self.pid).is_some_and(|pid| {
+                matches!(
+                    rustix::process::test_kill_process(pid),
+                    Ok(()) | Err(Errno::PERM)
+                )
+            }),
+        }
+    }
 }
 
 /// How [`hold_private_dir`] treats a directory that others may enter.
@@ -360,20 +457,165 @@ pub fn hold_private_dir(path: &Path, wider: WiderMode) -> Result<(), PrivateDirE
 mod tests {
     use super::*;
 
+    /// Moves `name` aside exactly as a removal in this process does, and leaves it there.
+    fn strand(dir_fd: &OwnedFd, name: &str) -> String {
+        let quarantine = quarantine_name(name).expect("a quarantine name");
+        rustix::fs::renameat(dir_fd, name, dir_fd, quarantine.as_str()).expect("quarantine");
+        quarantine
+    }
+
+    #[test]
+    fn an_entry_this_process_stranded_is_put_back_by_this_process() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::write(dir.path().join("ses_a.json"), "kept").expect("write");
+        let dir_fd = open_dir(dir.path()).expect("open");
+        let quarantine = strand(&dir_fd, "ses_a.json");
+
+        assert_eq!(recover_quarantined(&dir_fd).expect("recover"), 1);
+        assert_eq!(
+            std::fs::read(dir.path().join("ses_a.json")).expect("put back"),
+            b"kept"
+        );
+        assert!(!dir.path().join(quarantine).exists());
+    }
+
+    #[test]
+    fn an_entry_an_unlink_in_this_process_holds_is_left_to_it() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::fs::write(dir.path().join("ses_b.json"), "judged").expect("write");
+        let dir_fd = open_dir(dir.path()).expect("open");
+        let held = HeldQuarantine::hold("ses_b.json").expect("hold");
+        rustix::fs::renameat(&dir_fd, "ses_b.json", &dir_fd, held.0.as_str()).expect("quarantine");
+
+        assert_eq!(recover_quarantined(&dir_fd).expect("recover"), 0);
+        assert!(dir.path().join(&held.0).exists(), "taken from its remover");
+        drop(held);
+        assert_eq!(recover_quarantined(&dir_fd).expect("recover"), 1);
+        assert!(dir.path().join("ses_b.json").exists());
+    }
+
+    #[test]
+    fn another_process_keeps_its_entry_only_while_it_is_the_process_named() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let dir_fd = open_dir(dir.path()).expect("open");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let token = crate::running::process_start_token(pid).expect("the child's start token");
+        let mut reaped = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let dead = reaped.id();
+        reaped.wait().expect("reap");
+        let random = "0123456789abcdef";
+        let names = [
+            (
+                format!(".ses_live.json.{pid}-{token}.{random}.unlinking"),
+                true,
+            ),
+            (
+                format!(".ses_reused.json.{pid}-{token}9.{random}.unlinking"),
+                false,
+            ),
+            (format!(".ses_old.json.{pid}.{random}.unlinking"), true),
+            (format!(".ses_dead.json.{dead}.{random}.unlinking"), false),
+            (
+                format!(".ses_dead2.json.{dead}-{token}.{random}.unlinking"),
+                false,
+            ),
+        ];
+        for (name, _) in &names {
+            std::fs::write(dir.path().join(name), "x").expect("write");
+        }
+
+        assert_eq!(recover_quarantined(&dir_fd).expect("recover"), 3);
+        for (name, kept) in &names {
+            assert_eq!(dir.path().join(name).exists(), *kept, "{name}");
+            let own = QuarantinedName::parse(name).expect("parses").name;
+            assert_eq!(dir.path().join(own).exists(), !*kept, "{own}");
+        }
+        child.kill().expect("kill sleep");
+        child.wait().expect("reap sleep");
+    }
+
+    #[test]
+    fn a_stale_entry_whose_name_a_newer_file_holds_is_dropped_and_the_newer_kept() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let dir_fd = open_dir(dir.path()).expect("open");
+        let mut reaped = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let dead = reaped.id();
+        reaped.wait().expect("reap");
+        let stale = format!(".ses_c.json.{dead}.0123456789abcdef.unlinking");
+        std::fs::write(dir.path().join(&stale), "stale").expect("write");
+        std::fs::write(dir.path().join("ses_c.json"), "newer").expect("write");
+
+        assert_eq!(recover_quarantined(&dir_fd).expect("recover"), 1);
+        assert_eq!(
+            std::fs::read(dir.path().join("ses_c.json")).expect("read"),
+            b"newer"
+        );
+        assert!(!dir.path().join(stale).exists());
+    }
+
+    #[test]
+    fn a_directory_is_never_unlinked_even_when_judged_removable() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let dir_fd = open_dir(dir.path()).expect("open");
+        std::fs::create_dir(dir.path().join("x.json")).expect("mkdir");
+        std::fs::write(dir.path().join("x.json").join("inside"), "kept").expect("write");
+
+        let unlinked = unlink_checked(&dir_fd, "x.json", |_, _| true).expect("unlink_checked");
+        assert_eq!(unlinked, Unlinked::Kept);
+        assert!(dir.path().join("x.json").join("inside").exists());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, ["x.json"], "nothing is left in quarantine");
+    }
+
     #[test]
     fn quarantine_names_parse_back() {
+        let me = std::process::id();
+        let ours = quarantine_name("ses_1.json").expect("a name");
+        let parsed = QuarantinedName::parse(&ours).expect("our own name parses");
+        assert_eq!((parsed.name, parsed.pid), ("ses_1.json", me));
         assert_eq!(
-            quarantined_name(".ses_1.json.42.0123456789abcdef.unlinking"),
-            Some(("ses_1.json", 42))
+            format!("{me}-{}", parsed.start.unwrap_or("?")),
+            quarantine_owner()
+        );
+        assert_eq!(
+            QuarantinedName::parse(".ses_1.json.42-77.0123456789abcdef.unlinking"),
+            Some(QuarantinedName {
+                name: "ses_1.json",
+                pid: 42,
+                start: Some("77")
+            })
+        );
+        assert_eq!(
+            QuarantinedName::parse(".ses_1.json.42.0123456789abcdef.unlinking"),
+            Some(QuarantinedName {
+                name: "ses_1.json",
+                pid: 42,
+                start: None
+            })
         );
         for not_ours in [
             ".ses_1.json.42.0123456789abcdef.tmp",
             "ses_1.json.42.0123456789abcdef.unlinking",
             ".ses_1.json.x.0123456789abcdef.unlinking",
+            ".ses_1.json.x-1.0123456789abcdef.unlinking",
             "..42.0123456789abcdef.unlinking",
             ".ses_1.json.42.short.unlinking",
+            ".ses_1.json.42.0123456789abcdeg.unlinking",
+            ".ses_1.json.42.0123456789abcdef.unlinkin",
+            ".ses_1.json.42.0123456789abcdefunlinking",
         ] {
-            assert_eq!(quarantined_name(not_ours), None, "{not_ours}");
+            assert_eq!(QuarantinedName::parse(not_ours), None, "{not_ours}");
         }
     }
 }

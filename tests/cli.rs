@@ -1211,3 +1211,25 @@ fn every_subcommand_help_has_an_example() {
         "help touches nothing"
     );
 }
+
+/// A valid record of a live process, owned by another user (needs root: chown): ownership
+/// proves nothing about being a record, so `ps` and `prune` count it and keep it.
+#[test]
+fn a_record_owned_by_another_user_is_kept_by_ps_and_prune() {
+    let home = Home::new();
+    let mut capsule = TestProcess::sleeping();
+    let record = capsule.record().no_door();
+    let file = home.write(&record);
+    chown_nobody(&file);
+    let before = dir_snapshot(&home.running_dir());
+
+    for args in [&["ps"][..], &["prune"]] {
+        let done = me(&home, args);
+        done.assert_success();
+        assert!(!done.stdout.contains("removed"), "{args:?}: {done:#?}");
+        assert!(!done.stderr.contains("removed"), "{args:?}: {done:#?}");
+        assert!(file.exists(), "{args:?} removed a foreign record");
+    }
+    assert_eq!(dir_snapshot(&home.running_dir()), before);
+    assert!(capsule.is_running());
+}

@@ -876,6 +876,28 @@ async fn prune_all_removes_gone_records_and_unreadable_files_only() {
     api.shut_down().await;
 }
 
+/// A valid record of a live process owned by another user (needs root: chown) is counted as
+/// unreadable and kept by `DELETE /sessions`: ownership proves nothing about being a record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_owned_by_another_user_is_counted_and_kept_by_prune_all() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let mut capsule = TestProcess::sleeping();
+    let record = capsule.record().no_door();
+    let path = record.write_in(dir);
+    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).expect("chown to nobody");
+
+    let listing = api.get("/sessions?probe=false").await;
+    assert_eq!(listing.status, 200, "{}", listing.text);
+    assert_eq!(listing.body["unreadable"], 1, "{}", listing.text);
+    let answer = api.delete("/sessions").await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    assert_eq!(answer.body["removed_unreadable"], 0, "{}", answer.text);
+    assert!(path.exists(), "a foreign record was removed");
+    assert!(capsule.is_running());
+    api.shut_down().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_directory_does_not_break_pruning() {
     let api = Api::start().await;
@@ -969,6 +991,54 @@ async fn signal_sent_already_gone_and_refused() {
     // This test process is still here to read the answer: nothing was sent to the reused pid.
 
     assert_problem(&api.signal(&session_id(), "TERM").await, 404);
+    api.shut_down().await;
+}
+
+/// Holds a file immutable (`chattr +i`, needs root) until dropped, so nothing can unlink it.
+struct Immutable(std::path::PathBuf);
+
+impl Immutable {
+    fn hold(path: std::path::PathBuf) -> Self {
+        let done = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&path)
+            .status();
+        assert!(
+            done.is_ok_and(|s| s.success()),
+            "chattr +i {}",
+            path.display()
+        );
+        Self(path)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A 410 words what the prune after it did: a record that could not be unlinked (immutable,
+/// needs root) is not said to be removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_says_the_record_stays_when_it_could_not_be_removed() {
+    let api = Api::start().await;
+    let dir = api.dir();
+    let record = ExitedChild::spawn().record().no_door();
+    let path = record.write_in(dir);
+    let held = Immutable::hold(path.clone());
+
+    let gone = api.signal(&record.session_id(), "SIGKILL").await;
+    assert_problem(&gone, 410);
+    assert_eq!(gone.body["outcome"], "already_gone");
+    let detail = gone.body["detail"].as_str().unwrap_or_default();
+    assert!(!detail.contains("was removed"), "{detail}");
+    assert!(detail.contains("could not be removed"), "{detail}");
+    assert!(path.exists());
+    drop(held);
     api.shut_down().await;
 }
 
@@ -1070,7 +1140,7 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
 async fn a_signal_body_naming_no_known_signal_is_unknown_signal() {
     let api = Api::start().await;
     let dir = api.dir();
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     let record = capsule.record();
     record.write_in(dir);
     let id = record.session_id();
@@ -1105,7 +1175,7 @@ async fn a_signal_body_naming_no_known_signal_is_unknown_signal() {
 async fn changes_take_only_json_bodies() {
     let api = Api::start().await;
     let dir = api.dir();
-    let mut capsule = SleepingChild::spawn();
+    let mut capsule = TestProcess::sleeping();
     let record = capsule.record();
     record.write_in(dir);
     let id = record.session_id();

@@ -142,7 +142,7 @@ async fn every_event_the_stream_sends_is_documented_as_sent() {
         .events_interval(Duration::from_millis(200))
         .start()
         .await;
-    let first = SleepingChild::spawn();
+    let first = TestProcess::sleeping();
     first.record().no_door().write_in(server.dir());
     let mut response = reqwest::Client::new()
         .get(format!("{}/events", server.base()))
@@ -176,7 +176,7 @@ async fn every_event_the_stream_sends_is_documented_as_sent() {
             break;
         }
         if seen.len() == 1 && second.is_none() {
-            let child = SleepingChild::spawn();
+            let child = TestProcess::sleeping();
             child.record().no_door().write_in(server.dir());
             second = Some(child);
         }

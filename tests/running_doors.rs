@@ -1,5 +1,5 @@
-//! Layer 3 and the verdict of all three layers (`verify`, `verify_verdict`, `verify_many`),
-//! against real doors: hand-written HTTP/1.1 servers on `127.0.0.1:0` that answer a
+//! Layer 3 and the verdict of all three layers (`verify`, and the registry's concurrent
+//! `verify_records`), against real doors: hand-written HTTP/1.1 servers on `127.0.0.1:0` that answer a
 //! spec-generation card, an A2A v1.0 card, another session's card, nothing, garbage, HTTP 500,
 //! or an authenticated extended card, and that record every request they receive.
 //!
@@ -14,9 +14,11 @@ use common::{
     CARD_PATH, CapsuleProcess, DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection,
     TestProcess, Zombie, refused_url, session_id, wrong_start_token,
 };
+use murmur_registry::http::wire::SessionState;
+use murmur_registry::registry::Registry;
 use murmur_registry::running::{
-    DoorProbe, Liveness, ProcessState, RunningRecord, reason_no_process, reason_pid_reused, verify,
-    verify_many, verify_verdict,
+    DoorProbe, Liveness, ProcessState, RunningRecord, process_state, reason_no_process,
+    reason_pid_reused, verify,
 };
 use serde_json::{Value, json};
 
@@ -30,6 +32,42 @@ fn quick_probe() -> DoorProbe {
 /// A record for this (live) process whose door is `door`.
 fn record_behind(door: &DoorServer, session_id: &str) -> RunningRecord {
     RecordJson::new(session_id).url(door.url()).parse()
+}
+
+/// What layers 1–2 and all three layers say of one record.
+#[derive(Debug)]
+struct Verdict {
+    process: ProcessState,
+    liveness: Liveness,
+}
+
+/// Layers 1–2 (`process_state`) and all three (`verify`) for one record.
+async fn verify_verdict(record: &RunningRecord, door: &DoorProbe) -> Verdict {
+    Verdict {
+        process: process_state(record),
+        liveness: verify(record, door).await,
+    }
+}
+
+/// Every record verified at once, as the service does: doors probed side by side.
+async fn verify_many(records: &[RunningRecord], door: &DoorProbe) -> Vec<Verdict> {
+    let registry = Registry::new(std::env::temp_dir(), door.clone());
+    let readings = registry.verify_records(records.to_vec(), true).await;
+    readings
+        .into_iter()
+        .map(|reading| Verdict {
+            process: reading.process,
+            liveness: reading.liveness.expect("all three layers decide"),
+        })
+        .collect()
+}
+
+/// The word a client sees for `liveness` (the HTTP contract's one vocabulary).
+fn wire_word(liveness: &Liveness) -> String {
+    serde_json::to_value(SessionState::from(liveness))
+        .ok()
+        .and_then(|word| word.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 fn unreachable_reason(liveness: &Liveness) -> &str {
@@ -47,7 +85,7 @@ async fn a_spec_card_naming_this_session_is_live() {
     let verdict = verify_verdict(&record, &quick_probe()).await;
     assert_eq!(verdict.process, ProcessState::Alive);
     assert_eq!(verdict.liveness, Liveness::Live);
-    assert_eq!(verdict.liveness.as_str(), "live");
+    assert_eq!(wire_word(&verdict.liveness), "live");
     assert_eq!(verdict.liveness.reason(), None);
 
     let requests = door.requests();
@@ -355,7 +393,7 @@ async fn a_gone_process_is_never_probed() {
                 reason: reason.clone()
             }
         );
-        assert_eq!(verdict.liveness.as_str(), "gone");
+        assert_eq!(wire_word(&verdict.liveness), "gone");
         assert_eq!(verdict.process, ProcessState::Gone { reason });
         assert!(door.requests().is_empty(), "pid {pid}: the door was probed");
     }
@@ -456,7 +494,7 @@ async fn verify_many_keeps_the_order_of_mixed_verdicts() {
         RecordJson::fresh().process_start("").parse(),
     ];
     let verdicts = verify_many(&records, &quick_probe()).await;
-    let states: Vec<&str> = verdicts.iter().map(|v| v.liveness.as_str()).collect();
+    let states: Vec<String> = verdicts.iter().map(|v| wire_word(&v.liveness)).collect();
     assert_eq!(
         states,
         ["gone", "unreachable", "live", "live", "unreachable"]

@@ -18,6 +18,7 @@ use common::{
     DEADLINE, ExitedChild, RecordJson, TestProcess, Zombie, own_start_token, proc_state,
     task_states, wrong_start_token,
 };
+use murmur_registry::http::wire::ProcessStatus;
 use murmur_registry::running::{
     ProcessState, RunningRecord, SignalOutcome, process_start_token, process_state,
     reason_no_process, reason_pid_reused, signal_kill, signal_term,
@@ -25,6 +26,14 @@ use murmur_registry::running::{
 
 const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;
+
+/// The word a client sees for `state` (the HTTP contract's one vocabulary).
+fn wire_word(state: &ProcessState) -> String {
+    serde_json::to_value(ProcessStatus::from(state))
+        .ok()
+        .and_then(|word| word.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
 
 fn gone_no_process(pid: u32) -> ProcessState {
     ProcessState::Gone {
@@ -89,7 +98,7 @@ fn this_process_with_its_real_token_is_alive() {
     let record = RecordJson::fresh().parse();
     assert_eq!(record.pid, std::process::id());
     assert_eq!(process_state(&record), ProcessState::Alive);
-    assert_eq!(ProcessState::Alive.as_str(), "alive");
+    assert_eq!(wire_word(&ProcessState::Alive), "alive");
 }
 
 #[test]
@@ -106,7 +115,7 @@ fn a_child_that_exited_and_was_reaped_is_gone() {
     let record = exited.record().parse();
     let state = process_state(&record);
     assert_eq!(state, gone_no_process(exited.pid));
-    assert_eq!(state.as_str(), "gone");
+    assert_eq!(wire_word(&state), "gone");
 }
 
 #[test]
@@ -203,7 +212,6 @@ fn signal_kill_on_this_process_with_a_wrong_token_is_already_gone() {
             reason: reason_pid_reused(pid)
         }
     );
-    assert_eq!(outcome.as_str(), "already_gone");
 }
 
 #[test]
@@ -215,7 +223,6 @@ fn signalling_this_process_with_its_real_token_is_refused() {
             panic!("the registry must never signal itself: {outcome:?}");
         };
         assert!(!reason.is_empty());
-        assert_eq!(outcome.as_str(), "refused");
     }
 }
 
@@ -228,7 +235,7 @@ fn an_empty_recorded_token_never_matches_and_is_never_signalled() {
         panic!("an empty token on a live pid must be unverified, got {state:?}");
     };
     assert!(reason.contains(&child.pid().to_string()), "{reason}");
-    assert_eq!(state.as_str(), "unverified");
+    assert_eq!(wire_word(&state), "unverified");
 
     for outcome in [signal_term(&record), signal_kill(&record)] {
         assert!(
@@ -324,7 +331,6 @@ fn signal_term_on_a_confirmed_child_is_sent_and_it_dies_of_sigterm() {
     let record = child.record().parse();
     let outcome = signal_term(&record);
     assert_eq!(outcome, SignalOutcome::Sent);
-    assert_eq!(outcome.as_str(), "sent");
     let status = child.wait_exit(DEADLINE);
     assert_eq!(status.signal(), Some(SIGTERM), "{status:?}");
 }

@@ -3,7 +3,8 @@
 //! - parsing every generation of record (the nine spec fields are required, later and unknown
 //!   keys are accepted, a later key of an unexpected shape reads as absent, `url` may be
 //!   `null`); why a record does not parse is told without quoting any of its values;
-//! - `scan` (reports, changes nothing) and `list` (unlinks what can never be a record) facing
+//! - `scan` (reports), `list` (records only; both change nothing) and a pruning pass (unlinks
+//!   what can never be a record) facing
 //!   truncated JSON, oversized files, symlinks, directories, FIFOs, name mismatches, names that
 //!   are not session ids (reported, never removed), and the staging / control / hidden files
 //!   that are not records at all; newest-first ordering;
@@ -22,13 +23,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    DEADLINE, ExitedChild, NINE_FIELDS, RecordJson, assert_absent, dir_snapshot, make_fifo,
-    mode_of, replace_by_rename, session_id, temp_dir, thread_bytes_read, within, write_raw,
+    DEADLINE, ExitedChild, NINE_FIELDS, RecordJson, TestProcess, assert_absent, dir_snapshot,
+    make_fifo, mode_of, replace_by_rename, session_id, temp_dir, thread_bytes_read, within,
+    write_raw,
 };
+use murmur_registry::registry::{PruneReport, Registry};
 use murmur_registry::running::{
-    Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RecordCache, RunningError, RunningGuard,
-    RunningRecord, Secret, Unreadable, UnreadableEntry, list, process_state, prune, read_record,
-    remove_unreadable, running_dir_in, scan, scan_cached,
+    DoorProbe, Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RecordCache, RunningError,
+    RunningGuard, RunningRecord, Secret, Unreadable, UnreadableEntry, list, process_state, prune,
+    read_record, running_dir_in, scan, scan_cached,
 };
 use serde_json::{Value, json};
 
@@ -38,6 +41,17 @@ fn formation_id() -> String {
 
 fn names_of(records: &[RunningRecord]) -> Vec<String> {
     records.iter().map(|r| r.session_id.clone()).collect()
+}
+
+/// One pruning pass over `dir`, as `DELETE /sessions` and `murmur-registry prune` run it.
+fn prune_all(dir: &Path) -> PruneReport {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime
+        .block_on(Registry::new(dir, DoorProbe::new()).prune_all())
+        .expect("a pruning pass")
 }
 
 fn unreadable_kinds(entries: &[UnreadableEntry]) -> Vec<(String, Unreadable)> {
@@ -393,7 +407,7 @@ fn records_come_newest_session_first() {
 }
 
 #[test]
-fn truncated_json_is_reported_by_scan_and_unlinked_by_list() {
+fn truncated_json_is_reported_by_scan_and_unlinked_by_a_pruning_pass() {
     let dir = temp_dir();
     let good = RecordJson::fresh();
     let good_path = good.write_in(dir.path());
@@ -414,6 +428,8 @@ fn truncated_json_is_reported_by_scan_and_unlinked_by_list() {
     assert!(broken_path.exists(), "scan must not remove anything");
 
     assert_eq!(names_of(&list(dir.path()).unwrap()), [good.session_id()]);
+    assert!(broken_path.exists(), "list must not remove anything");
+    assert_eq!(prune_all(dir.path()).removed_unreadable, found.unreadable);
     assert_absent(&broken_path);
     assert!(good_path.exists());
 }
@@ -441,7 +457,9 @@ fn an_oversized_record_is_too_large_and_is_not_read_past_the_cap() {
         "scan read {read} bytes of a 10 MB file; the cap is {MAX_RECORD_BYTES}"
     );
 
-    list(dir.path()).unwrap();
+    assert!(list(dir.path()).unwrap().is_empty());
+    assert!(big_path.exists(), "list must not remove anything");
+    prune_all(dir.path());
     assert_absent(&big_path);
 }
 
@@ -470,7 +488,7 @@ fn a_record_of_exactly_the_cap_is_read_and_one_byte_more_is_too_large() {
 }
 
 #[test]
-fn a_symlinked_record_is_never_followed_and_list_removes_only_the_link() {
+fn a_symlinked_record_is_never_followed_and_pruning_removes_only_the_link() {
     let dir = temp_dir();
     let elsewhere = temp_dir();
     let record = RecordJson::fresh();
@@ -489,6 +507,11 @@ fn a_symlinked_record_is_never_followed_and_list_removes_only_the_link() {
     assert!(std::fs::symlink_metadata(&link).is_ok());
 
     assert!(list(dir.path()).unwrap().is_empty());
+    assert!(
+        std::fs::symlink_metadata(&link).is_ok(),
+        "list removes nothing"
+    );
+    prune_all(dir.path());
     assert_absent(&link);
     assert_eq!(
         std::fs::read(&target).unwrap(),
@@ -512,6 +535,7 @@ fn a_directory_named_like_a_record_is_reported_and_never_removed() {
     assert!(!found.unreadable[0].is_removable());
 
     assert!(list(dir.path()).unwrap().is_empty());
+    assert!(prune_all(dir.path()).removed_unreadable.is_empty());
     assert!(record_dir.is_dir());
     assert!(inside.exists());
     // Still reported on the next pass.
@@ -519,7 +543,7 @@ fn a_directory_named_like_a_record_is_reported_and_never_removed() {
 }
 
 #[test]
-fn a_fifo_named_like_a_record_does_not_block_and_is_removed_by_list() {
+fn a_fifo_named_like_a_record_does_not_block_and_is_removed_by_a_pruning_pass() {
     let dir = temp_dir();
     let fifo_name = format!("{}.json", session_id());
     let fifo = dir.path().join(&fifo_name);
@@ -539,6 +563,10 @@ fn a_fifo_named_like_a_record_does_not_block_and_is_removed_by_list() {
         list(&path).unwrap()
     });
     assert!(listed.is_empty());
+    let path = dir.path().to_path_buf();
+    within("a pruning pass over a FIFO", DEADLINE, move || {
+        prune_all(&path)
+    });
     assert_absent(&fifo);
 }
 
@@ -558,6 +586,8 @@ fn a_record_whose_session_id_disagrees_with_its_file_name_is_reported_and_unlink
     assert!(path.exists());
 
     assert!(list(dir.path()).unwrap().is_empty());
+    assert!(path.exists(), "list removes nothing");
+    prune_all(dir.path());
     assert_absent(&path);
 }
 
@@ -589,15 +619,35 @@ fn names_that_are_not_session_ids_are_reported_and_never_removed() {
     }
 
     assert!(list(dir.path()).unwrap().is_empty());
-    // Even when asked to remove them by name, they stay.
-    assert!(
-        remove_unreadable(dir.path(), &found.unreadable)
-            .unwrap()
-            .is_empty()
-    );
+    // Even a pruning pass, which judges each by name, leaves them.
+    assert!(prune_all(dir.path()).removed_unreadable.is_empty());
     for path in &paths {
         assert!(path.exists(), "{} was removed", path.display());
     }
+    assert_eq!(dir_snapshot(dir.path()), before);
+}
+
+/// What was read proves none of these is not a record (needs root: chown), so a pruning pass
+/// keeps them all: junk under a name murmur never gives, a directory, and a record of another
+/// owner, each under a murmur-shaped name but the first.
+#[test]
+fn entries_nothing_read_proves_no_record_are_kept_by_a_pruning_pass() {
+    let dir = temp_dir();
+    let junk = write_raw(dir.path(), "junk.json", "not json");
+    let folder = dir.path().join(format!("{}.json", session_id()));
+    std::fs::create_dir(&folder).unwrap();
+    let foreign = RecordJson::fresh();
+    let foreign_path = foreign.write_in(dir.path());
+    std::os::unix::fs::chown(&foreign_path, Some(65534), Some(65534)).expect("chown to nobody");
+    let before = dir_snapshot(dir.path());
+
+    let found = scan(dir.path()).unwrap();
+    assert_eq!(found.unreadable.len(), 3, "{:?}", found.unreadable);
+    for entry in &found.unreadable {
+        assert!(!entry.is_removable(), "{entry:?}");
+    }
+    assert!(prune_all(dir.path()).removed_unreadable.is_empty());
+    assert!(junk.exists() && folder.is_dir() && foreign_path.exists());
     assert_eq!(dir_snapshot(dir.path()), before);
 }
 
@@ -1311,6 +1361,24 @@ fn prune_leaves_a_record_replaced_since_it_was_read() {
 }
 
 #[test]
+fn prune_leaves_a_control_file_re_created_since_the_record_was_read() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    let path = record.write_in(dir.path());
+    let control_name = format!("{}.control", record.session_id());
+    write_raw(dir.path(), &control_name, "old-token");
+    let read = read_record(dir.path(), &record.session_id())
+        .unwrap()
+        .unwrap();
+    // A writer re-creating the session puts a new control token in place.
+    let control = replace_by_rename(dir.path(), &control_name, "new-token");
+
+    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_absent(&path);
+    assert_eq!(std::fs::read(&control).unwrap(), b"new-token");
+}
+
+#[test]
 fn prune_never_follows_a_record_replaced_by_a_symlink() {
     let dir = temp_dir();
     let elsewhere = temp_dir();
@@ -1342,12 +1410,14 @@ fn entries_a_crashed_removal_left_in_quarantine_are_put_back_by_the_next_pruning
         stranded.file_name()
     );
     stranded.write_as(dir.path(), &quarantined);
-    // One whose remover is alive (this process) is left to it.
+    // One whose remover is alive (the very process that started then) is left to it.
+    let remover = TestProcess::sleeping();
     let in_progress = RecordJson::fresh();
     let busy = format!(
-        ".{}.{}.fedcba9876543210.unlinking",
+        ".{}.{}-{}.fedcba9876543210.unlinking",
         in_progress.file_name(),
-        std::process::id()
+        remover.pid(),
+        remover.start_token()
     );
     in_progress.write_as(dir.path(), &busy);
     assert!(
@@ -1355,6 +1425,11 @@ fn entries_a_crashed_removal_left_in_quarantine_are_put_back_by_the_next_pruning
         "hidden names are not read"
     );
 
+    assert!(
+        list(dir.path()).unwrap().is_empty(),
+        "list puts nothing back"
+    );
+    prune_all(dir.path());
     let listed = list(dir.path()).unwrap();
     assert_eq!(
         listed

@@ -357,7 +357,10 @@ async fn signal_checked(
         })),
         SignalOutcome::AlreadyGone { reason } => Err(Problem::new(
             ProblemType::AlreadyGone,
-            format!("{reason}; nothing was sent and the record was removed"),
+            match &report.pruned {
+                Some(fate) => format!("{reason}; nothing was sent and {}", fate.sentence()),
+                None => format!("{reason}; nothing was sent"),
+            },
         )
         .with_members(&SignalRefusal {
             session_id: id,

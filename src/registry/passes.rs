@@ -1,23 +1,13 @@
-//! Directory passes shared by the listings that ask for one at the same moment.
-//!
-//! A pass is one scan of the running directory with layers 1–2 read for every record. When
-//! many clients list at once (dashboards and agents polling), each doing its own pass would
-//! read the same files and the same `/proc` entries side by side; here, the listings that
-//! arrive while a pass is running wait for the *next* one and all take its result.
+//! Directory passes shared by the listings that ask for one at the same moment. A pass is one
+//! scan of the running directory with layers 1–2 read for every record.
 //!
 //! Invariants kept here:
-//! - Nobody is answered with a reading older than their question: a caller takes the result of
-//!   a pass only if that pass started after the caller arrived. A caller that arrives while a
-//!   pass runs never joins it (it may have read the directory already); it waits for the pass
-//!   after, which it or another waiter starts as soon as the running one ends. So sharing makes
-//!   no answer staler than a pass of the caller's own.
-//! - Nothing is cached for later callers: a result is kept only while callers wait for a pass
-//!   to end, so only they can take it, and it is let go of when the last of them leaves.
-//! - At most one pass runs at a time. A pass runs as a task of its own, to its end, whoever
-//!   started it: a caller that goes away (its client hung up, its deadline passed) takes
-//!   nothing from those still waiting, and its pass is never begun again beside itself.
-//! - A pass that panics ends with the failure its caller supplied, so its waiters are answered
-//!   rather than left to start it again and again.
+//! - No answer is older than its question: a caller takes only the result of a pass that
+//!   started after it arrived; one arriving mid-pass waits for the next pass and shares it.
+//! - Nothing is cached: a result is held only while its waiters take it, then let go.
+//! - At most one pass runs at a time, as a task of its own, to its end, whoever started it: a
+//!   caller that goes away takes nothing from those still waiting.
+//! - A pass that panics ends with the failure its caller supplied, so its waiters are answered.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;

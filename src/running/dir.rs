@@ -2,26 +2,20 @@
 //! removing them.
 //!
 //! Invariants kept here:
-//! - `~/.murmur` and `~/.murmur/running` are directories owned by the effective user, mode 0700.
-//!   A wider mode is narrowed when the directory is set up; a symlink, a non-directory or a
-//!   foreign owner is refused with the path in the error. Every later pass over the running
-//!   directory checks it again and refuses it (without touching it) while it is not a
-//!   directory we own at a mode that keeps group and others out. Checks and fixes go through one file descriptor opened with
-//!   `O_NOFOLLOW`, so what is checked is what is fixed.
-//! - Only `*.json` entries are records. A record is read through `O_NOFOLLOW | O_NONBLOCK`, only
-//!   when it is a regular file we own, and never past [`MAX_RECORD_BYTES`]: a symlink, a FIFO or
-//!   an endless file cannot redirect, block or exhaust the reader.
-//! - [`scan`] changes nothing. [`list`] removes only files named like a murmur record that
-//!   what was read proves can never be one ([`UnreadableEntry::is_removable`]). [`prune`]
-//!   removes a record only for a `Gone` reading, and only the very file the record was read
-//!   from.
-//! - An entry that no longer exists when it is read (removed, or renamed away, after the
-//!   listing) is skipped by every scan: it is neither a record nor unreadable. Only `ENOENT`
-//!   means that; any other failure to read is reported as [`Unreadable::Io`].
-//! - [`scan_cached`] judges every entry on every scan; it skips opening and parsing a file only
-//!   when `lstat` shows the very file it read before, unchanged (device, inode, size, mode,
-//!   owner, modification and change time), and that file had not changed for a second before
-//!   it was read, so no rewrite can hide inside one tick of the timestamps.
+//! - `~/.murmur` and `~/.murmur/running` are directories of the effective user at 0700: a wider
+//!   mode is narrowed at setup; a link, a non-directory or a foreign owner is refused with the
+//!   path. Every pass checks the directory again through one `O_NOFOLLOW` descriptor and
+//!   refuses it, untouched, while it is not ours or lets group or others in.
+//! - Only `*.json` entries are records, read through `O_NOFOLLOW | O_NONBLOCK` only when they
+//!   are regular files we own, and never past [`MAX_RECORD_BYTES`].
+//! - [`scan`] and [`list`] change nothing. Pruning passes remove only files named like a murmur
+//!   record that what was read proves can never be one ([`UnreadableEntry::is_removable`]).
+//!   [`prune`] removes a record only for a `Gone` reading, only the very file it was read from,
+//!   and with it only the `.control` seen beside it then.
+//! - An entry gone (`ENOENT`) by the time it is read is skipped, neither a record nor
+//!   unreadable; any other failure to read is [`Unreadable::Io`].
+//! - [`scan_cached`] reuses a parse only while `lstat` shows the very file read before,
+//!   unchanged, and that file had not changed for a second before it was read.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -53,9 +47,9 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> RunningError + '_ {
 
 /// Open the running directory for one pass, without following a link.
 ///
-/// A directory that is missing, replaced by a file or a link, owned by another user, open to
-/// group or others, or closed to us (`EACCES`, `EPERM`) is [`RunningError::DirUnavailable`]: no record can be judged, and nothing
-/// is removed, until it is back as it should be. Each pass opens it anew, so a directory put back is used at once.
+/// A directory that is missing, not a directory, a link, another user's, open to group or
+/// others, or closed to us (`EACCES`, `EPERM`) is [`RunningError::DirUnavailable`]: nothing is
+/// judged or removed until it is back. Each pass opens it anew.
 fn open_running_dir(dir: &Path) -> Result<OwnedFd, RunningError> {
     let unavailable = |why: String| RunningError::DirUnavailable {
         path: dir.to_path_buf(),
@@ -205,9 +199,8 @@ pub struct UnreadableEntry {
 impl UnreadableEntry {
     /// Whether this entry can be removed on what was read of it: it is named like a murmur
     /// record (`ses_` + 32 hex digits: any other name may be someone else's file) and can
-    /// never become one. Not a directory (its contents are not ours to judge), and not an
-    /// entry that merely failed to read (that proves nothing). Removing a symlink removes the
-    /// link, never its target.
+    /// never become one. Not a directory, not a file of another owner (neither was read), and
+    /// not an entry that merely failed to read. Removing a symlink removes only the link.
     pub fn is_removable(&self) -> bool {
         self.file_name
             .strip_suffix(RECORD_SUFFIX)
@@ -217,7 +210,13 @@ impl UnreadableEntry {
 }
 
 fn is_removable(why: &Unreadable) -> bool {
-    !why.is_read_failure() && !matches!(why, Unreadable::Directory | Unreadable::InvalidName)
+    // Ownership proves nothing about the contents: a foreign file may be a valid record (one
+    // written by root, say), and nothing of it was read.
+    !why.is_read_failure()
+        && !matches!(
+            why,
+            Unreadable::Directory | Unreadable::InvalidName | Unreadable::ForeignOwner(_)
+        )
 }
 
 /// What one pass over the running directory found, without changing it.
@@ -355,11 +354,9 @@ impl SeenFile {
         }
     }
 
-    /// Whether the file has not changed for long enough that a later change must show in its
-    /// timestamps: both are over a second old, so any later write stamps a later second, on
-    /// nanosecond filesystems (ext4, XFS, tmpfs) and one-second ones (ext3, small-inode ext4)
-    /// alike. This trusts that the filesystem stamps with this machine's clock, which a
-    /// network filesystem stamping with its server's clock need not do (see the README).
+    /// Whether both timestamps are over a second old, so any later write must stamp a later
+    /// second, at nanosecond or one-second resolution alike. Trusts that the filesystem stamps
+    /// with this machine's clock (a network filesystem need not; see the README).
     fn is_settled(&self) -> bool {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -390,26 +387,17 @@ impl RecordCache {
     }
 }
 
-/// Put back entries that a crashed removal left hidden in `dir`'s quarantine; answers how many.
-///
-/// Part of every pruning pass ([`list`], and the registry's prune-all and `ps`), never of a
-/// read-only one.
-pub fn recover_quarantined(dir: &Path) -> Result<usize, RunningError> {
+/// Put back entries that a failed or crashed removal left hidden in `dir`'s quarantine; answers
+/// how many. Part of every pruning pass, never of a read-only one.
+pub(crate) fn recover_quarantined(dir: &Path) -> Result<usize, RunningError> {
     let dir_fd = open_running_dir(dir)?;
     crate::private_fs::recover_quarantined(&dir_fd).map_err(io_at(dir))
 }
 
-/// Every record that parses, most recent session first; removes entries that never will.
-///
-/// Like [`scan`] (after putting back anything a crashed removal left in quarantine), then
-/// unlinks each removable unreadable entry ([`UnreadableEntry::is_removable`]; a symlink is
-/// removed as a link, its target untouched). Removal is skipped for an entry that was replaced
-/// since it was read. Use [`scan`] where nothing may change.
+/// Every record that parses, most recent session first. Changes nothing: [`scan`] also
+/// reports the entries that are not records.
 pub fn list(dir: &Path) -> Result<Vec<RunningRecord>, RunningError> {
-    recover_quarantined(dir)?;
-    let found = scan(dir)?;
-    remove_unreadable(dir, &found.unreadable)?;
-    Ok(found.records)
+    Ok(scan(dir)?.records)
 }
 
 /// Unlink the removable entries of `unreadable` from `dir`; answers which went.
@@ -417,7 +405,7 @@ pub fn list(dir: &Path) -> Result<Vec<RunningRecord>, RunningError> {
 /// Each entry is judged again at the moment of removal, under a quarantine name: one that is
 /// already gone, or that a writer has since replaced with a valid record, is left alone and
 /// not reported.
-pub fn remove_unreadable(
+pub(crate) fn remove_unreadable(
     dir: &Path,
     unreadable: &[UnreadableEntry],
 ) -> Result<Vec<UnreadableEntry>, RunningError> {
@@ -590,8 +578,21 @@ fn read_entry_seen(
         dir: dir.to_path_buf(),
         file_name: file_name.to_owned(),
         identity: FileIdentity::of(&stat),
+        control: control_identity(dir_fd, stem),
     }));
     Ok((record, SeenFile::of(&stat)))
+}
+
+/// The identity of `<stem>.control` as it is now; `None` when there is none, or it is a
+/// directory (which is never removed).
+fn control_identity(dir_fd: &OwnedFd, stem: &str) -> Option<FileIdentity> {
+    let stat = rustix::fs::statat(
+        dir_fd,
+        format!("{stem}{CONTROL_SUFFIX}").as_str(),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .ok()?;
+    (FileType::from_raw_mode(stat.st_mode) != FileType::Directory).then(|| FileIdentity::of(&stat))
 }
 
 /// What is wrong with a record's bytes, in words that never quote them: serde's own message
@@ -617,7 +618,7 @@ fn describe_parse_error(error: &serde_json::Error) -> String {
 /// What [`prune`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pruned {
-    /// The record's file (and its `.control`, if any) was unlinked.
+    /// The record's file was unlinked (and its `.control`, if still the one read beside it).
     Removed,
     /// The file was already gone, or had been replaced by another since it was read; nothing
     /// was unlinked.
@@ -627,7 +628,8 @@ pub enum Pruned {
 /// Unlink one record. For a [`Liveness::Gone`] reading only.
 ///
 /// Unlinks exactly the file `record` was read from (checked by identity at the moment of
-/// removal, never through a link) and `<session_id>.control` beside it. Any other reading is
+/// removal, never through a link) and the `<session_id>.control` seen beside it then, if that
+/// is still the same file. Any other reading is
 /// refused with [`RunningError::NotGone`] and nothing is touched; so is a record that was not
 /// read from disk.
 pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, RunningError> {
@@ -646,16 +648,21 @@ pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, Runni
         Unlinked::Removed => {}
         Unlinked::Missing | Unlinked::Kept => return Ok(Pruned::AlreadyGone),
     }
-    // The record is gone; its control token goes with it. Failing that is worth a warning,
-    // not an error: the evidence-based part is done, and a stray `.control` is never read.
-    let control = format!("{}{CONTROL_SUFFIX}", record.session_id);
-    match rustix::fs::unlinkat(&dir_fd, control.as_str(), AtFlags::empty()) {
-        Ok(()) | Err(Errno::NOENT) => {}
-        Err(e) => tracing::warn!(
-            path = %origin.dir.join(&control).display(),
-            error = %std::io::Error::from(e),
-            "could not remove a pruned session's control file"
-        ),
+    // The control token goes too, but only the very file seen beside the record when it was
+    // read: one created since belongs to a writer re-creating the session. Failing is worth a
+    // warning, not an error: the record is gone, and a stray `.control` is never read.
+    if let Some(seen) = origin.control {
+        let control = format!("{}{CONTROL_SUFFIX}", record.session_id);
+        let same_control = |dir_fd: &OwnedFd, quarantined: &str| {
+            FileIdentity::at(dir_fd, quarantined).is_ok_and(|now| now == seen)
+        };
+        if let Err(error) = unlink_checked(&dir_fd, &control, same_control) {
+            tracing::warn!(
+                path = %origin.dir.join(&control).display(),
+                %error,
+                "could not remove a pruned session's control file"
+            );
+        }
     }
     Ok(Pruned::Removed)
 }

@@ -56,15 +56,6 @@ pub enum Liveness {
 }
 
 impl Liveness {
-    /// The state's name in the HTTP contract: `live`, `unreachable` or `gone`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Live => "live",
-            Self::Unreachable { .. } => "unreachable",
-            Self::Gone { .. } => "gone",
-        }
-    }
-
     /// The reason, for anything but `Live`.
     pub fn reason(&self) -> Option<&str> {
         match self {
@@ -76,11 +67,11 @@ impl Liveness {
 
 /// Both readings of one verification: layers 1–2 alone, and the verdict of all three.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// What layers 1 and 2 said.
-    pub process: ProcessState,
+    pub(crate) process: ProcessState,
     /// What all three layers say.
-    pub liveness: Liveness,
+    pub(crate) liveness: Liveness,
 }
 
 /// What layers 1–2 decide alone: `gone`, and `live` for a record with no door.
@@ -471,83 +462,36 @@ fn quote_briefly(text: &str) -> String {
 ///
 /// Layers 1–2 run on the blocking pool; the door is probed only for a process that passed them.
 pub async fn verify(record: &RunningRecord, door: &DoorProbe) -> Liveness {
-    verify_verdict(record, door).await.liveness
-}
-
-/// [`verify`], also returning what layers 1–2 said on their own.
-pub async fn verify_verdict(record: &RunningRecord, door: &DoorProbe) -> Verdict {
-    let process = process_state_off_workers(vec![record.clone()])
-        .await
-        .pop()
-        .unwrap_or_else(|| ProcessState::Unverified {
-            reason: "the process check did not run".to_owned(),
-        });
-    finish_verdict(record, process, door).await
-}
-
-async fn finish_verdict(
-    record: &RunningRecord,
-    process: ProcessState,
-    door: &DoorProbe,
-) -> Verdict {
+    let process = process_state_off_worker(record.clone()).await;
     match settled_without_door(record, process) {
-        Ok(verdict) => verdict,
-        Err(process) => {
-            let liveness = match door.probe(record).await {
-                Ok(()) => Liveness::Live,
-                Err(reason) => Liveness::Unreachable { reason },
-            };
-            Verdict { process, liveness }
-        }
+        Ok(verdict) => verdict.liveness,
+        Err(_) => match door.probe(record).await {
+            Ok(()) => Liveness::Live,
+            Err(reason) => Liveness::Unreachable { reason },
+        },
     }
+}
+
+/// Layers 1–2 for one record, on the blocking pool.
+pub(crate) async fn process_state_off_worker(record: RunningRecord) -> ProcessState {
+    tokio::task::spawn_blocking(move || process_state(&record))
+        .await
+        .unwrap_or_else(|_| process_check_failed())
 }
 
 /// Layers 1–2 for many records, in one trip to the blocking pool.
-pub async fn process_state_off_workers(records: Vec<RunningRecord>) -> Vec<ProcessState> {
+pub(crate) async fn process_state_off_workers(records: Vec<RunningRecord>) -> Vec<ProcessState> {
     let count = records.len();
     tokio::task::spawn_blocking(move || records.iter().map(process_state).collect())
         .await
-        .unwrap_or_else(|_| {
-            vec![
-                ProcessState::Unverified {
-                    reason: "the process check failed".to_owned(),
-                };
-                count
-            ]
-        })
+        .unwrap_or_else(|_| vec![process_check_failed(); count])
 }
 
-/// All three layers for many records at once; verdicts come back in the records' order.
-///
-/// Doors are probed concurrently (at most the prober's limit in flight), so the whole
-/// batch takes about as long as its slowest door, not the sum of them.
-pub async fn verify_many(records: &[RunningRecord], door: &DoorProbe) -> Vec<Verdict> {
-    let states = process_state_off_workers(records.to_vec()).await;
-    // A JoinSet, so that dropping this future (a client that went away) stops every probe.
-    let mut tasks = tokio::task::JoinSet::new();
-    for (index, (record, process)) in records.iter().cloned().zip(states).enumerate() {
-        let door = door.clone();
-        tasks.spawn(async move { (index, finish_verdict(&record, process, &door).await) });
+/// The state of a process whose check panicked: nothing was learnt, so nothing is decided.
+fn process_check_failed() -> ProcessState {
+    ProcessState::Unverified {
+        reason: "the process check failed".to_owned(),
     }
-    let mut verdicts: Vec<Option<Verdict>> = vec![None; records.len()];
-    while let Some(joined) = tasks.join_next().await {
-        if let Ok((index, verdict)) = joined {
-            verdicts[index] = Some(verdict);
-        }
-    }
-    verdicts
-        .into_iter()
-        .map(|verdict| {
-            verdict.unwrap_or_else(|| Verdict {
-                process: ProcessState::Unverified {
-                    reason: "the verification task failed".to_owned(),
-                },
-                liveness: Liveness::Unreachable {
-                    reason: "the verification task failed".to_owned(),
-                },
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

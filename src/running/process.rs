@@ -40,17 +40,6 @@ pub enum ProcessState {
     },
 }
 
-impl ProcessState {
-    /// The state's name in the HTTP contract: `alive`, `unverified` or `gone`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Alive => "alive",
-            Self::Unverified { .. } => "unverified",
-            Self::Gone { .. } => "gone",
-        }
-    }
-}
-
 /// The reason given when no process holds `pid` (zombies count as none).
 pub fn reason_no_process(pid: u32) -> String {
     format!("no process holds pid {pid}")

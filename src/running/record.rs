@@ -166,12 +166,14 @@ impl PartialEq for OriginSlot {
 impl Eq for OriginSlot {}
 
 /// The file a record was read from, down to its inode, so a prune can tell it apart from a file
-/// that replaced it under the same name.
+/// that replaced it under the same name; and the `.control` file beside it when it was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Origin {
     pub(crate) dir: PathBuf,
     pub(crate) file_name: String,
     pub(crate) identity: FileIdentity,
+    /// `None` when there was none (or a directory): no control file is then the session's.
+    pub(crate) control: Option<FileIdentity>,
 }
 
 /// Read a later generation's key, or its default when its value has a shape this crate does

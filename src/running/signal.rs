@@ -38,17 +38,6 @@ pub enum SignalOutcome {
     },
 }
 
-impl SignalOutcome {
-    /// The outcome's name in the HTTP contract: `sent`, `already_gone` or `refused`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Sent => "sent",
-            Self::AlreadyGone { .. } => "already_gone",
-            Self::Refused { .. } => "refused",
-        }
-    }
-}
-
 /// SIGTERM the process a record names, if it is still that process.
 ///
 /// Blocking (syscalls and a `/proc` read); call it off async workers.

@@ -1,0 +1,222 @@
+//! Listing the running directory: directory passes (scan and layers 1–2) shared by the listings
+//! that ask at the same moment, one record read by id, and reads that change nothing.
+//!
+//! A small directory on a local filesystem is listed on the calling task (see
+//! [`INLINE_SCAN_ENTRIES`]); anything else, and every directory on a network or userspace
+//! filesystem (where an `lstat` may wait on a server), is read on the blocking pool.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+
+use super::verify::{Reading, lean_reading};
+use super::{Registry, RegistryError, blocking, copy_error};
+use crate::running::{self, ProcessState, RunningRecord, UnreadableEntry};
+
+/// A directory whose last scan found at most this many entries is read on the calling task
+/// instead of the blocking pool (see the module's invariants).
+pub const INLINE_SCAN_ENTRIES: usize = 32;
+
+/// What one directory pass gives every listing that waited for it: the `probe=false` listing,
+/// or why the directory could not be read.
+pub(super) type PassResult = Result<Arc<Listing>, Arc<RegistryError>>;
+
+/// Every record in the directory, read, plus how many entries are not records.
+#[derive(Debug)]
+pub struct Listing {
+    /// Newest session first.
+    pub readings: Vec<Reading>,
+    /// Entries that are not valid records.
+    pub unreadable: Vec<UnreadableEntry>,
+    /// The listing as a client receives it, once encoded ([`Listing::encoded`]).
+    encoded: OnceLock<Bytes>,
+}
+
+impl Listing {
+    fn new(readings: Vec<Reading>, unreadable: Vec<UnreadableEntry>) -> Self {
+        Self {
+            readings,
+            unreadable,
+            encoded: OnceLock::new(),
+        }
+    }
+
+    /// This listing as `encode` makes it, made once: a listing shared by many callers (the
+    /// `probe=false` one of a shared pass) is encoded by the first of them and the bytes are
+    /// handed to the rest. The bytes are always this listing's own: the slot is private, it
+    /// is filled from `self` only, and the readings cannot change while the listing is shared.
+    pub fn encoded<E>(&self, encode: impl FnOnce(&Self) -> Result<Bytes, E>) -> Result<Bytes, E> {
+        if let Some(bytes) = self.encoded.get() {
+            return Ok(bytes.clone());
+        }
+        let bytes = encode(self)?;
+        Ok(self.encoded.get_or_init(|| bytes).clone())
+    }
+}
+
+/// Whether `dir` is on a filesystem whose metadata calls answer from this kernel alone.
+///
+/// `false` for network and userspace filesystems, whose calls may wait on a server or a
+/// daemon, and when it cannot be told (the directory does not exist yet, say): the pool is
+/// always safe, only slower.
+fn on_local_filesystem(dir: &Path) -> bool {
+    // Magic numbers from statfs(2): NFS, SMB, CIFS, SMB2, FUSE, 9P, Ceph, AFS, Coda, GFS2,
+    // Lustre.
+    const REMOTE: [u32; 11] = [
+        0x6969,
+        0x517B,
+        0xFF53_4D42,
+        0xFE53_4D42,
+        0x6573_5546,
+        0x0102_1997,
+        0x00C3_6400,
+        0x5346_414F,
+        0x7375_7245,
+        0x0116_1970,
+        0x0BD0_0BD0,
+    ];
+    rustix::fs::statfs(dir).is_ok_and(|stat| {
+        // `f_type` is a signed word of the platform's size; the magic numbers fit 32 bits.
+        let kind = stat.f_type as u32;
+        !REMOTE.contains(&kind)
+    })
+}
+
+/// What a directory pass reads with, owned, so that a pass runs as a task of its own and to
+/// its end whoever started it (see `passes`).
+#[derive(Debug, Clone)]
+pub(super) struct PassReader {
+    pub(super) dir: PathBuf,
+    cache: Arc<running::RecordCache>,
+    /// Entries the latest scan found; `usize::MAX` before the first.
+    last_scan_entries: Arc<AtomicUsize>,
+    /// Whether a small directory may be listed on the calling task (it is on a local
+    /// filesystem; decided once, when the registry is made).
+    inline_scans: bool,
+}
+
+impl PassReader {
+    /// A reader of `dir`, listing on the calling task only if it is on a local filesystem.
+    pub(super) fn new(dir: PathBuf) -> Self {
+        Self {
+            inline_scans: on_local_filesystem(&dir),
+            dir,
+            cache: Arc::default(),
+            last_scan_entries: Arc::new(AtomicUsize::new(usize::MAX)),
+        }
+    }
+
+    /// One pass: scan the directory and read layers 1–2 for every record, in one trip to the
+    /// blocking pool if it takes one; the `probe=false` listing of what it read.
+    async fn pass(self) -> PassResult {
+        let inline = self.inline_scans
+            && self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES;
+        let (dir, cache) = (self.dir, self.cache);
+        let read = move || {
+            let scan = running::scan_cached(&dir, &cache)?;
+            let states: Vec<ProcessState> =
+                scan.records.iter().map(running::process_state).collect();
+            Ok::<_, RegistryError>((scan, states))
+        };
+        let read = if inline {
+            read()
+        } else {
+            blocking(read).await.and_then(|read| read)
+        };
+        let (scan, states) = read.map_err(Arc::new)?;
+        self.last_scan_entries.store(
+            scan.records.len() + scan.unreadable.len(),
+            Ordering::Relaxed,
+        );
+        let readings = scan.records.into_iter().zip(states).map(lean_reading);
+        Ok(Arc::new(Listing::new(readings.collect(), scan.unreadable)))
+    }
+}
+
+/// The result of a pass that panicked: its waiters are told, as for a blocking task that did.
+fn pass_panicked(why: String) -> PassResult {
+    Err(Arc::new(RegistryError::Task(format!(
+        "the directory pass panicked: {why}"
+    ))))
+}
+
+impl Registry {
+    /// Every record, verified (three layers when `probe`, else layers 1–2), newest first.
+    ///
+    /// Changes nothing on disk. The directory and layers 1–2 are read by a pass that starts
+    /// after this call: concurrent listings share one such pass (see `passes`), and the
+    /// `probe=false` listing it makes is handed to all of them as is. Doors are probed
+    /// concurrently, at most the prober's limit at once, and a door already being probed for
+    /// an identical record (by any caller) is not asked again: its probe's answer is shared.
+    pub async fn sessions(&self, probe: bool) -> Result<Arc<Listing>, RegistryError> {
+        // The reader is copied only by the caller that starts a pass, not by every caller.
+        let lean = self
+            .passes
+            .run(|| self.reader.clone().pass(), pass_panicked)
+            .await
+            .map_err(|shared| copy_error(&shared))?;
+        if !probe {
+            return Ok(lean);
+        }
+        let (records, states) = lean
+            .readings
+            .iter()
+            .map(|reading| (reading.record.clone(), reading.process.clone()))
+            .unzip();
+        let readings = self.read_all(records, states, true).await;
+        Ok(Arc::new(Listing::new(readings, lean.unreadable.clone())))
+    }
+
+    /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.
+    pub async fn session(&self, session_id: &str, probe: bool) -> Result<Reading, RegistryError> {
+        let (record, process) = self.read_with_process(session_id).await?;
+        Ok(self.read_one(record, process, probe).await)
+    }
+
+    /// The record of `session_id` and what layers 1–2 say of it, in one trip to the pool.
+    pub(super) async fn read_with_process(
+        &self,
+        session_id: &str,
+    ) -> Result<(RunningRecord, ProcessState), RegistryError> {
+        if !running::is_valid_session_id(session_id) {
+            return Err(RegistryError::InvalidSessionId);
+        }
+        let dir = self.reader.dir.clone();
+        let id = session_id.to_owned();
+        blocking(move || {
+            let record = running::read_record(&dir, &id)?;
+            let process = record.as_ref().map(running::process_state);
+            Ok::<_, RegistryError>(record.zip(process))
+        })
+        .await??
+        .ok_or_else(|| RegistryError::NotFound(session_id.to_owned()))
+    }
+
+    /// Every entry of the directory, read but not verified. Changes nothing on disk.
+    pub async fn scan(&self) -> Result<running::Scan, RegistryError> {
+        let dir = self.reader.dir.clone();
+        let cache = Arc::clone(&self.reader.cache);
+        blocking(move || running::scan_cached(&dir, &cache))
+            .await?
+            .map_err(Into::into)
+    }
+
+    /// The records among `records` whose file is still the very one each was read from
+    /// ([`running::still_the_file_read`]); none when that cannot be looked at. Changes nothing.
+    pub async fn still_the_files_read(&self, records: Vec<RunningRecord>) -> Vec<RunningRecord> {
+        if records.is_empty() {
+            return records;
+        }
+        blocking(move || {
+            records
+                .into_iter()
+                .filter(running::still_the_file_read)
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+}

@@ -1,0 +1,147 @@
+//! Signalling a session's process through the running module's pidfd path; the kernel's ESRCH
+//! is evidence, so a record found gone is pruned before the answer.
+
+use super::prune::unlink_gone;
+use super::{Registry, RegistryError, RemovalCause, RemovalNotes, blocking};
+use crate::running::{self, Pruned, RunningRecord, SignalOutcome};
+
+/// Which signal to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalKind {
+    /// SIGTERM: ask the capsule to finish.
+    Term,
+    /// SIGKILL: end it now.
+    Kill,
+}
+
+impl SignalKind {
+    /// The signal's conventional name, `SIGTERM` or `SIGKILL`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Term => "SIGTERM",
+            Self::Kill => "SIGKILL",
+        }
+    }
+
+    /// Parse `SIGTERM`/`TERM`/`SIGKILL`/`KILL`, in any case.
+    pub fn parse(text: &str) -> Option<Self> {
+        let upper = text.to_ascii_uppercase();
+        match upper.strip_prefix("SIG").unwrap_or(&upper) {
+            "TERM" => Some(Self::Term),
+            "KILL" => Some(Self::Kill),
+            _ => None,
+        }
+    }
+}
+
+/// What a signal request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalReport {
+    /// The outcome.
+    pub outcome: SignalOutcome,
+    /// The record the signal was meant for.
+    pub record: RunningRecord,
+    /// For `AlreadyGone`, what the prune that followed did to the record.
+    pub pruned: Option<RecordFate>,
+}
+
+/// What the prune after a signal or stop found the process gone did to its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordFate {
+    /// The record read was unlinked.
+    Removed,
+    /// Nothing was unlinked: the file was already gone, or another had replaced it.
+    AlreadyGone,
+    /// Unlinking failed; the record stays for the next prune.
+    Kept {
+        /// Why it could not be removed.
+        error: String,
+    },
+}
+
+impl RecordFate {
+    /// What happened, as the end of a sentence: `the record was removed`, ….
+    pub fn sentence(&self) -> String {
+        match self {
+            Self::Removed => "the record was removed".to_owned(),
+            Self::AlreadyGone => "the record had already been removed or replaced".to_owned(),
+            Self::Kept { error } => format!("the record could not be removed: {error}"),
+        }
+    }
+}
+
+fn send_signal(record: &RunningRecord, kind: SignalKind) -> SignalOutcome {
+    match kind {
+        SignalKind::Term => running::signal_term(record),
+        SignalKind::Kill => running::signal_kill(record),
+    }
+}
+
+/// Prune a record whose process a signal or stop has just found gone. What the signal or stop
+/// did stands whether or not the file could be removed, so a failure is logged and answered,
+/// not returned as an error; the record stays and the next prune finds the same evidence.
+pub(super) fn prune_after_the_fact(
+    record: &RunningRecord,
+    reason: &str,
+    notes: &RemovalNotes,
+    cause: RemovalCause,
+) -> RecordFate {
+    match unlink_gone(record, reason, notes, cause) {
+        Ok(Pruned::Removed) => RecordFate::Removed,
+        Ok(Pruned::AlreadyGone) => RecordFate::AlreadyGone,
+        Err(error) => {
+            tracing::warn!(
+                session_id = %record.session_id,
+                %error,
+                "could not prune a gone session's record"
+            );
+            RecordFate::Kept {
+                error: error.to_string(),
+            }
+        }
+    }
+}
+
+impl Registry {
+    /// Send one signal to a session's process, through the module's pidfd path.
+    ///
+    /// An `AlreadyGone` outcome is evidence, so the record is pruned before this returns.
+    pub async fn signal(
+        &self,
+        session_id: &str,
+        kind: SignalKind,
+    ) -> Result<SignalReport, RegistryError> {
+        let record = self.record(session_id).await?;
+        let (outcome, pruned) = self
+            .signal_record(&record, kind, RemovalCause::Pruned)
+            .await?;
+        Ok(SignalReport {
+            outcome,
+            record,
+            pruned,
+        })
+    }
+
+    /// Signal and, on `AlreadyGone`, prune (noting `cause`): the kernel's ESRCH is evidence.
+    /// Answers what the prune did, when there was one.
+    pub(super) async fn signal_record(
+        &self,
+        record: &RunningRecord,
+        kind: SignalKind,
+        cause: RemovalCause,
+    ) -> Result<(SignalOutcome, Option<RecordFate>), RegistryError> {
+        let record = record.clone();
+        let notes = self.removals.clone();
+        blocking(move || {
+            let outcome = send_signal(&record, kind);
+            let pruned = match &outcome {
+                SignalOutcome::AlreadyGone { reason } => {
+                    Some(prune_after_the_fact(&record, reason, &notes, cause))
+                }
+                _ => None,
+            };
+            (outcome, pruned)
+        })
+        .await
+    }
+}

@@ -1,0 +1,228 @@
+//! Stopping a session: SIGTERM, a bounded wait, then SIGKILL only if layers 1–2 still confirm
+//! the process. Stops of one session run one at a time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::signal::{RecordFate, SignalKind, prune_after_the_fact};
+use super::{Registry, RegistryError, RemovalCause, blocking};
+use crate::running::{self, ProcessState, RunningRecord, SignalOutcome};
+
+/// The longest a stop may wait between SIGTERM and SIGKILL.
+pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(300);
+/// The wait between SIGTERM and SIGKILL when the caller names none (murmur's default).
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stop waits for the kernel to remove a process after SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+/// How often a stop re-reads layers 1–2 while it waits for the process to go.
+const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How a stop ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopOutcome {
+    /// The process was ended by the signal named.
+    Stopped {
+        /// The last signal sent: SIGTERM if that sufficed, else SIGKILL.
+        signal_sent: SignalKind,
+    },
+    /// The process was already gone before any signal was sent.
+    AlreadyGone,
+    /// Not ended: the process could not be confirmed, the kernel refused (EPERM), or it
+    /// outlived the grace period after SIGKILL (an uninterruptible sleep).
+    Refused {
+        /// Why.
+        reason: String,
+        /// The signal the stop could not get through (sent but outlived, for SIGKILL's grace).
+        signal: SignalKind,
+        /// The last signal that was delivered before the stop gave up, if any.
+        sent: Option<SignalKind>,
+    },
+}
+
+/// What a stop request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopReport {
+    /// How it ended.
+    pub outcome: StopOutcome,
+    /// The record of the session that was stopped.
+    pub record: RunningRecord,
+    /// How long the stop waited for the process to go.
+    pub waited: Duration,
+    /// Once the process was found gone, what the prune that followed did to the record.
+    pub pruned: Option<RecordFate>,
+}
+
+/// The stops in progress, by session id: each stop holds its session's lock for its whole run.
+/// Shared with blocking tasks, so a prune can tell at the moment it unlinks whether a stop of
+/// that session is under way.
+pub(super) type StopsInProgress = Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
+
+/// Whether a stop of `session_id` is under way (its lock is held beyond the map's own copy).
+pub(super) fn is_stopping(stops: &StopsInProgress, session_id: &str) -> bool {
+    stops
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(session_id)
+        .is_some_and(|lock| Arc::strong_count(lock) > 1)
+}
+
+impl Registry {
+    /// Stop a session: SIGTERM, wait up to `timeout` for the process to go, then SIGKILL if it
+    /// is still the same process. A zero timeout sends SIGKILL at once.
+    ///
+    /// The wait re-reads layers 1–2 every few milliseconds and ends as soon as the process is
+    /// gone. The record is pruned once it is. Stops of one session run one at a time; a later
+    /// one finds the record already pruned and answers [`RegistryError::NotFound`].
+    pub async fn stop(
+        &self,
+        session_id: &str,
+        timeout: Duration,
+    ) -> Result<StopReport, RegistryError> {
+        let timeout = timeout.min(MAX_STOP_TIMEOUT);
+        let lock = self.stop_lock(session_id);
+        let _serialised = lock.lock().await;
+        let record = self.record(session_id).await?;
+        let started = Instant::now();
+        let first = if timeout.is_zero() {
+            SignalKind::Kill
+        } else {
+            SignalKind::Term
+        };
+        let report = |outcome, pruned| StopReport {
+            outcome,
+            record: record.clone(),
+            waited: started.elapsed(),
+            pruned,
+        };
+        match self
+            .signal_record(&record, first, RemovalCause::Pruned)
+            .await?
+        {
+            (SignalOutcome::Sent, _) => {}
+            (SignalOutcome::AlreadyGone { .. }, pruned) => {
+                return Ok(report(StopOutcome::AlreadyGone, pruned));
+            }
+            (SignalOutcome::Refused { reason }, _) => {
+                let refused = StopOutcome::Refused {
+                    reason,
+                    signal: first,
+                    sent: None,
+                };
+                return Ok(report(refused, None));
+            }
+        }
+        if first == SignalKind::Term
+            && let Some(pruned) = self.wait_until_gone(&record, timeout).await?
+        {
+            let stopped = StopOutcome::Stopped {
+                signal_sent: SignalKind::Term,
+            };
+            return Ok(report(stopped, Some(pruned)));
+        }
+        if first == SignalKind::Term {
+            match self
+                .signal_record(&record, SignalKind::Kill, RemovalCause::Stopped)
+                .await?
+            {
+                // Gone between the last poll and the SIGKILL: SIGTERM did it.
+                (SignalOutcome::AlreadyGone { .. }, pruned) => {
+                    let stopped = StopOutcome::Stopped {
+                        signal_sent: SignalKind::Term,
+                    };
+                    return Ok(report(stopped, pruned));
+                }
+                (SignalOutcome::Refused { reason }, _) => {
+                    let refused = StopOutcome::Refused {
+                        reason,
+                        signal: SignalKind::Kill,
+                        sent: Some(SignalKind::Term),
+                    };
+                    return Ok(report(refused, None));
+                }
+                (SignalOutcome::Sent, _) => {}
+            }
+        }
+        // SIGKILL cannot be ignored; the wait is only for the kernel to tear the process down.
+        // A process stuck in an uninterruptible sleep can outlast it, and is not called stopped.
+        match self.wait_until_gone(&record, KILL_GRACE).await? {
+            Some(pruned) => {
+                let stopped = StopOutcome::Stopped {
+                    signal_sent: SignalKind::Kill,
+                };
+                Ok(report(stopped, Some(pruned)))
+            }
+            None => {
+                let refused = StopOutcome::Refused {
+                    reason: format!(
+                        "SIGKILL was delivered but pid {} has not exited after {} s",
+                        record.pid,
+                        KILL_GRACE.as_secs()
+                    ),
+                    signal: SignalKind::Kill,
+                    sent: Some(SignalKind::Kill),
+                };
+                Ok(report(refused, None))
+            }
+        }
+    }
+
+    /// Wait until every stop in progress has ended (for a graceful shutdown: a stop abandoned
+    /// between SIGTERM and SIGKILL would leave its capsule half-stopped).
+    pub async fn finish_stops(&self) {
+        let in_progress: Vec<_> = self
+            .stopping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        for stop in in_progress {
+            let _ = stop.lock().await;
+        }
+    }
+
+    fn stop_lock(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .stopping
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Forget locks nobody holds, so the map stays as small as the stops in flight.
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        Arc::clone(locks.entry(session_id.to_owned()).or_default())
+    }
+
+    /// Poll layers 1–2 until the process is gone (then prune) or `limit` passes. Answers what
+    /// the prune did once gone, `None` if it never went.
+    async fn wait_until_gone(
+        &self,
+        record: &RunningRecord,
+        limit: Duration,
+    ) -> Result<Option<RecordFate>, RegistryError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let probe = record.clone();
+            let notes = self.removals.clone();
+            let gone = blocking(move || match running::process_state(&probe) {
+                ProcessState::Gone { reason } => Some(prune_after_the_fact(
+                    &probe,
+                    &reason,
+                    &notes,
+                    RemovalCause::Stopped,
+                )),
+                _ => None,
+            })
+            .await?;
+            if gone.is_some() {
+                return Ok(gone);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep_until(
+                deadline.min(tokio::time::Instant::now() + STOP_POLL_INTERVAL),
+            )
+            .await;
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! Verifying records already read: door probes are single-flight (see `flights`), and layers 1–2
+//! settle a verdict without a probe wherever they can.
+
+use std::sync::Arc;
+
+use super::Registry;
+use super::flights::Flight;
+use crate::running::{self, Liveness, ProcessState, RunningRecord};
+
+/// One record with what the layers said about it.
+#[derive(Debug, Clone)]
+pub struct Reading {
+    /// The record as read.
+    pub record: RunningRecord,
+    /// Layers 1–2.
+    pub process: ProcessState,
+    /// All three layers; `None` when the door was not probed and layers 1–2 cannot decide.
+    pub liveness: Option<Liveness>,
+}
+
+/// The door probes in flight at one moment ([`Registry::probes_in_flight`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbesInFlight {
+    /// Probes whose door has not answered yet: at most one per distinct record.
+    pub probes: usize,
+    /// Verifications waiting on them, summed over the probes.
+    pub waiters: usize,
+}
+
+/// A reading from layers 1–2 alone: a verdict only where they decide it.
+pub(super) fn lean_reading((record, process): (RunningRecord, ProcessState)) -> Reading {
+    let liveness = running::decided_by_process(&record, &process);
+    Reading {
+        record,
+        process,
+        liveness,
+    }
+}
+
+/// A record whose verdict is settled (`Err`) or awaits its door's probe (`Ok`).
+struct PendingReading {
+    record: RunningRecord,
+    process: ProcessState,
+    verdict: Result<Arc<Flight>, Liveness>,
+}
+
+impl PendingReading {
+    /// The reading, once the probe (if any) has answered; its reason redacted for this record.
+    async fn finish(self) -> Reading {
+        let liveness = match self.verdict {
+            Err(settled) => settled,
+            Ok(flight) => match flight.answer().await {
+                Ok(()) => Liveness::Live,
+                Err(reason) => Liveness::Unreachable {
+                    reason: running::redact_secrets(reason, &self.record),
+                },
+            },
+        };
+        Reading {
+            record: self.record,
+            process: self.process,
+            liveness: Some(liveness),
+        }
+    }
+}
+
+impl Registry {
+    /// Verify records already read: three layers when `probe`, else layers 1–2. Readings come
+    /// back in the records' order.
+    ///
+    /// Layers 1–2 are read afresh; door probes are shared with every other caller verifying
+    /// an identical record at the same moment.
+    pub async fn verify_records(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
+        let states = running::process_state_off_workers(records.clone()).await;
+        self.read_all(records, states, probe).await
+    }
+
+    /// Verify one record already read (all three layers), sharing any probe in flight for an
+    /// identical record with every other caller, exactly as [`Registry::sessions`] does.
+    ///
+    /// For a caller that holds a record from an earlier scan (a monitor comparing readings, say):
+    /// layers 1–2 are read afresh, and the door is asked unless a probe of this very record is
+    /// already in the air.
+    pub async fn verify(&self, record: RunningRecord) -> Reading {
+        let process = running::process_state_off_worker(record.clone()).await;
+        self.read_one(record, process, true).await
+    }
+
+    /// How many door probes are in flight right now, and how many verifications wait on them
+    /// (several callers verifying one record wait on one probe).
+    pub fn probes_in_flight(&self) -> ProbesInFlight {
+        let (probes, waiters) = self.flights.in_flight();
+        ProbesInFlight { probes, waiters }
+    }
+
+    /// The verdicts for `records`, given what layers 1–2 said of each; the door is probed (when
+    /// `probe`) only where they leave the verdict open.
+    pub(super) async fn read_all(
+        &self,
+        records: Vec<RunningRecord>,
+        states: Vec<ProcessState>,
+        probe: bool,
+    ) -> Vec<Reading> {
+        if !probe {
+            return records.into_iter().zip(states).map(lean_reading).collect();
+        }
+        // Every flight is joined (and so started) before any answer is awaited: the probes run
+        // side by side, and awaiting them in order costs only the slowest one.
+        let pending: Vec<_> = records
+            .into_iter()
+            .zip(states)
+            .map(|(record, process)| self.start_reading(record, process))
+            .collect();
+        let mut readings = Vec::with_capacity(pending.len());
+        for pending in pending {
+            readings.push(pending.finish().await);
+        }
+        readings
+    }
+
+    /// [`Registry::read_all`] of one record.
+    pub(super) async fn read_one(
+        &self,
+        record: RunningRecord,
+        process: ProcessState,
+        probe: bool,
+    ) -> Reading {
+        if !probe {
+            return lean_reading((record, process));
+        }
+        self.start_reading(record, process).finish().await
+    }
+
+    /// The verdict where layers 1–2 settle it, else the probe of the door joined.
+    fn start_reading(&self, record: RunningRecord, process: ProcessState) -> PendingReading {
+        match running::settled_without_door(&record, process) {
+            Ok(verdict) => PendingReading {
+                record,
+                process: verdict.process,
+                verdict: Err(verdict.liveness),
+            },
+            Err(process) => {
+                let flight = self.flights.join(&record, &self.door);
+                PendingReading {
+                    record,
+                    process,
+                    verdict: Ok(flight),
+                }
+            }
+        }
+    }
+}
