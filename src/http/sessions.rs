@@ -18,6 +18,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use serde::Deserialize;
 
 use super::AppState;
 use super::body::NoBodyOrJson;
@@ -26,11 +27,9 @@ use super::responses::{BodyProblems, GateProblems, SessionProblems};
 use super::wire::{
     AgentCard, CardProblem, CardRefusalMembers, ListQuery, LivenessReport, LivenessView, Outcome,
     ProbeQuery, ProcessStatus, PruneAllResponse, PruneProblem, PruneRefusal, PruneResponse,
-    PrunedEntry, SessionList, SessionPath, SignalProblem, SignalRefusal, SignalRequest,
-    SignalResponse, StopQuery, StopResponse,
+    PrunedEntry, SessionList, SessionPath, SessionState, SessionView, SignalProblem, SignalRefusal,
+    SignalRequest, SignalResponse, StopQuery, StopResponse,
 };
-/// The CLI prints sessions as the API serves them.
-pub use super::wire::{SessionState, SessionView};
 
 use crate::registry::{
     CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, RegistryError,
@@ -56,13 +55,14 @@ fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
     status
         .split(',')
         .map(str::trim)
-        .map(|word| match word {
-            "live" => Ok(SessionState::Live),
-            "unreachable" => Ok(SessionState::Unreachable),
-            "gone" => Ok(SessionState::Gone),
-            other => Err(ApiError::bad_query(format!(
-                "unknown status {other:?}: use live, unreachable or gone, comma-separated"
-            ))),
+        .map(|word| {
+            // The words are the enum's own, as it serializes them.
+            let as_word = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(word);
+            SessionState::deserialize(as_word).map_err(|_| {
+                ApiError::bad_query(format!(
+                    "unknown status {word:?}: use live, unreachable or gone, comma-separated"
+                ))
+            })
         })
         .collect()
 }
