@@ -1058,6 +1058,75 @@ fn a_guard_writes_a_record_made_for_this_process() {
     drop(guard);
 }
 
+/// Set (to a running directory) in the copy of this test binary that
+/// `outlives_launcher_is_false_exactly_when_the_writer_has_a_controlling_terminal` starts.
+const CTTY_WRITER_DIR: &str = "MURMUR_REGISTRY_TEST_CTTY_WRITER_DIR";
+
+/// Field 7 of `/proc/self/stat`: the controlling terminal's device number, 0 when there is none.
+fn own_tty_nr() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
+    after_comm.split_ascii_whitespace().nth(4).unwrap().parse().unwrap()
+}
+
+/// Run this test binary again, as `wrapper`'s child, to write one record with a guard into
+/// a fresh directory; answer the record read back from disk and the writer's `tty_nr`.
+fn record_written_under(wrapper: &[&str]) -> (RunningRecord, u64) {
+    let dir = temp_dir();
+    let exe = std::env::current_exe().unwrap();
+    let name = "outlives_launcher_is_false_exactly_when_the_writer_has_a_controlling_terminal";
+    let mut command = std::process::Command::new(wrapper[0]);
+    command.args(&wrapper[1..]);
+    if wrapper[0] == "script" {
+        // `script` runs its command through a shell; the path is quoted for it.
+        let quoted = format!("'{}' --exact {name} --nocapture", exe.display());
+        command.arg(quoted).arg("/dev/null");
+    } else {
+        command.arg(&exe).args(["--exact", name, "--nocapture"]);
+    }
+    let output = command
+        .env(CTTY_WRITER_DIR, dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {wrapper:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{wrapper:?}: {output:?}");
+    let tty_nr = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("writer tty_nr="))
+        .unwrap_or_else(|| panic!("{wrapper:?} printed no tty_nr: {stdout}"))
+        .parse()
+        .unwrap();
+    let records = list(dir.path()).unwrap();
+    assert_eq!(records.len(), 1, "{wrapper:?}: {stdout}");
+    (records.into_iter().next().unwrap(), tty_nr)
+}
+
+/// The spec: a capsule attached to a terminal dies with that window, so its record says
+/// `outlives_launcher: false`; one without a controlling terminal says `true`. The writer is
+/// this test binary run again, once under `setsid` (a new session: no controlling terminal)
+/// and once under `script` (a pseudo-terminal that becomes its controlling terminal).
+#[test]
+fn outlives_launcher_is_false_exactly_when_the_writer_has_a_controlling_terminal() {
+    if let Some(dir) = std::env::var_os(CTTY_WRITER_DIR) {
+        let record = RunningRecord::for_this_process(session_id(), None, "c", "1", "/w");
+        // Left in place for the parent to read from disk.
+        std::mem::forget(RunningGuard::write(Path::new(&dir), &record).unwrap());
+        println!("writer tty_nr={}", own_tty_nr());
+        return;
+    }
+
+    let (detached, tty_nr) = record_written_under(&["setsid", "--wait"]);
+    assert_eq!(tty_nr, 0, "the premise: setsid leaves no controlling terminal");
+    assert_ne!(detached.pid, std::process::id());
+    assert!(detached.outlives_launcher, "{detached:?}");
+
+    let (attached, tty_nr) = record_written_under(&["script", "--quiet", "--return", "--command"]);
+    assert_ne!(tty_nr, 0, "the premise: script gives its command a controlling terminal");
+    assert_ne!(attached.pid, std::process::id());
+    assert!(!attached.outlives_launcher, "{attached:?}");
+}
+
 #[test]
 fn a_guard_never_writes_or_prints_the_door_secrets() {
     let dir = temp_dir();
