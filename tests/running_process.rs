@@ -1,7 +1,8 @@
 //! Layers 1 and 2 (`process_state`, `process_start_token`) and signalling (`signal_term`,
 //! `signal_kill`), against real processes the test owns: the test process itself, a live
 //! `sleep` child, a child that exited and was reaped, an unreaped zombie, and a live process
-//! whose main thread has exited (its leader shows `Z` while another thread runs).
+//! whose main thread has exited (its leader shows `Z` while another thread runs, or while its
+//! threads keep handing over to new ones).
 //!
 //! Recorded start tokens that cannot be compared (`""`, or not decimal) make a live pid
 //! unverified, never alive and never signalled.
@@ -16,7 +17,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use common::{
     DEADLINE, ExitedChild, RecordJson, SleepingChild, Zombie, ZombieLeader, own_start_token,
-    proc_state, task_states, wrong_start_token,
+    proc_state, python_child, task_states, wait_until, wrong_start_token,
 };
 use murmur_registry::running::{
     ProcessState, RunningRecord, SignalOutcome, process_start_token, process_state,
@@ -135,6 +136,37 @@ fn a_process_whose_main_thread_exited_while_another_runs_is_alive() {
     // With another start time it is a reused pid like any other.
     let reused = record_for(pid, &wrong_start_token(pid));
     assert_eq!(process_state(&reused), gone_reused(pid));
+}
+
+/// A process whose main thread has exited and whose other thread keeps handing over to a new
+/// one: each thread starts its successor, then exits. The process is alive throughout.
+const THREAD_RELAY: &str = "import threading,ctypes
+def relay():
+    threading.Thread(target=relay).start()
+threading.Thread(target=relay).start()
+ctypes.CDLL(None).pthread_exit(None)";
+
+/// How many readings the relay gets: enough that some reading lists a thread which exits
+/// before its stat is read (with the relay running, most readings do).
+const RELAY_READINGS: usize = 2000;
+
+#[test]
+fn a_thread_that_exits_while_a_zombie_leaders_threads_are_read_is_skipped() {
+    let mut relay = python_child(THREAD_RELAY);
+    let pid = relay.pid();
+    wait_until(
+        &format!("pid {pid}'s leader is a zombie while the relay runs"),
+        DEADLINE,
+        || proc_state(pid) == Some('Z') && task_states(pid).len() > 1,
+    );
+    let record = relay.record().parse();
+    for reading in 0..RELAY_READINGS {
+        let state = process_state(&record);
+        assert_eq!(state, ProcessState::Alive, "reading {reading}");
+    }
+    // The premise held throughout: the leader is still `Z` and the relay still runs.
+    assert_eq!(proc_state(pid), Some('Z'));
+    assert!(relay.is_running());
 }
 
 #[test]

@@ -1066,7 +1066,12 @@ const CTTY_WRITER_DIR: &str = "MURMUR_REGISTRY_TEST_CTTY_WRITER_DIR";
 fn own_tty_nr() -> u64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
     let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
-    after_comm.split_ascii_whitespace().nth(4).unwrap().parse().unwrap()
+    after_comm
+        .split_ascii_whitespace()
+        .nth(4)
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// Run this test binary again, as `wrapper`'s child, to write one record with a guard into
@@ -1117,12 +1122,18 @@ fn outlives_launcher_is_false_exactly_when_the_writer_has_a_controlling_terminal
     }
 
     let (detached, tty_nr) = record_written_under(&["setsid", "--wait"]);
-    assert_eq!(tty_nr, 0, "the premise: setsid leaves no controlling terminal");
+    assert_eq!(
+        tty_nr, 0,
+        "the premise: setsid leaves no controlling terminal"
+    );
     assert_ne!(detached.pid, std::process::id());
     assert!(detached.outlives_launcher, "{detached:?}");
 
     let (attached, tty_nr) = record_written_under(&["script", "--quiet", "--return", "--command"]);
-    assert_ne!(tty_nr, 0, "the premise: script gives its command a controlling terminal");
+    assert_ne!(
+        tty_nr, 0,
+        "the premise: script gives its command a controlling terminal"
+    );
     assert_ne!(attached.pid, std::process::id());
     assert!(!attached.outlives_launcher, "{attached:?}");
 }
