@@ -368,6 +368,18 @@ mod tests {
     }
 
     #[test]
+    fn only_a_task_that_exited_is_skipped_as_exited() {
+        let exited = [Errno::NOENT, Errno::SRCH];
+        let unreadable = [Errno::ACCESS, Errno::PERM, Errno::IO, Errno::NOMEM];
+        for errno in exited {
+            assert!(task_exited(&errno.into()), "{errno:?}");
+        }
+        for errno in unreadable {
+            assert!(!task_exited(&errno.into()), "{errno:?}");
+        }
+    }
+
+    #[test]
     fn this_process_reads_its_own_token() {
         let token = process_start_token(std::process::id()).unwrap();
         assert!(token.bytes().all(|b| b.is_ascii_digit()));
