@@ -1058,9 +1058,9 @@ fn a_guard_writes_a_record_made_for_this_process() {
     drop(guard);
 }
 
-/// Set (to a running directory) in the copy of this test binary that
-/// `outlives_launcher_is_false_exactly_when_the_writer_has_a_controlling_terminal` starts.
-const CTTY_WRITER_DIR: &str = "MURMUR_REGISTRY_TEST_CTTY_WRITER_DIR";
+/// Set (to a running directory) in a copy of this test binary started by [`rerun_under`]:
+/// the test it runs then plays the writer's part in that directory.
+const WRITER_DIR: &str = "MURMUR_REGISTRY_TEST_WRITER_DIR";
 
 /// Field 7 of `/proc/self/stat`: the controlling terminal's device number, 0 when there is none.
 fn own_tty_nr() -> u64 {
@@ -1074,15 +1074,19 @@ fn own_tty_nr() -> u64 {
         .unwrap()
 }
 
-/// Run this test binary again, as `wrapper`'s child, to write one record with a guard into
-/// a fresh directory; answer the record read back from disk and the writer's `tty_nr`.
-fn record_written_under(wrapper: &[&str]) -> (RunningRecord, u64) {
-    let dir = temp_dir();
+/// `setsid` starts its command in a new session: no controlling terminal.
+const WITHOUT_TERMINAL: &[&str] = &["setsid", "--wait"];
+/// `script` starts its command on a new pseudo-terminal, its controlling terminal.
+const WITH_TERMINAL: &[&str] = &["script", "--quiet", "--return", "--command"];
+
+/// Run the test `name` of this binary again, as `wrapper`'s child, with [`WRITER_DIR`] set to
+/// `dir`; answer what it printed, after checking that it passed and that its controlling
+/// terminal (the premise) is the one `wrapper` gives.
+fn rerun_under(wrapper: &[&str], name: &str, dir: &Path) -> String {
     let exe = std::env::current_exe().unwrap();
-    let name = "outlives_launcher_is_false_exactly_when_the_writer_has_a_controlling_terminal";
     let mut command = std::process::Command::new(wrapper[0]);
     command.args(&wrapper[1..]);
-    if wrapper[0] == "script" {
+    if wrapper == WITH_TERMINAL {
         // `script` runs its command through a shell; the path is quoted for it.
         let quoted = format!("'{}' --exact {name} --nocapture", exe.display());
         command.arg(quoted).arg("/dev/null");
@@ -1090,52 +1094,138 @@ fn record_written_under(wrapper: &[&str]) -> (RunningRecord, u64) {
         command.arg(&exe).args(["--exact", name, "--nocapture"]);
     }
     let output = command
-        .env(CTTY_WRITER_DIR, dir.path())
+        .env(WRITER_DIR, dir)
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("run {wrapper:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "{wrapper:?}: {output:?}");
-    let tty_nr = stdout
+    let tty_nr: u64 = stdout
         .lines()
         .find_map(|l| l.trim().strip_prefix("writer tty_nr="))
         .unwrap_or_else(|| panic!("{wrapper:?} printed no tty_nr: {stdout}"))
         .parse()
         .unwrap();
-    let records = list(dir.path()).unwrap();
-    assert_eq!(records.len(), 1, "{wrapper:?}: {stdout}");
-    (records.into_iter().next().unwrap(), tty_nr)
+    assert_eq!(
+        tty_nr != 0,
+        wrapper == WITH_TERMINAL,
+        "the premise: {wrapper:?} gives a controlling terminal exactly when it is `script`"
+    );
+    stdout
 }
 
 /// The spec: a capsule attached to a terminal dies with that window, so its record says
 /// `outlives_launcher: false`; one without a controlling terminal says `true`. The writer is
-/// this test binary run again, once under `setsid` (a new session: no controlling terminal)
-/// and once under `script` (a pseudo-terminal that becomes its controlling terminal).
+/// this test binary run again, once under `setsid` and once under `script`.
 #[test]
 fn outlives_launcher_is_false_exactly_when_the_writer_has_a_controlling_terminal() {
-    if let Some(dir) = std::env::var_os(CTTY_WRITER_DIR) {
+    if let Some(dir) = std::env::var_os(WRITER_DIR) {
         let record = RunningRecord::for_this_process(session_id(), None, "c", "1", "/w");
         // Left in place for the parent to read from disk.
         std::mem::forget(RunningGuard::write(Path::new(&dir), &record).unwrap());
         println!("writer tty_nr={}", own_tty_nr());
         return;
     }
+    let name = "outlives_launcher_is_false_exactly_when_the_writer_has_a_controlling_terminal";
+    for (wrapper, outlives) in [(WITHOUT_TERMINAL, true), (WITH_TERMINAL, false)] {
+        let dir = temp_dir();
+        let stdout = rerun_under(wrapper, name, dir.path());
+        let records = list(dir.path()).unwrap();
+        assert_eq!(records.len(), 1, "{wrapper:?}: {stdout}");
+        assert_ne!(records[0].pid, std::process::id());
+        assert_eq!(
+            records[0].outlives_launcher, outlives,
+            "{wrapper:?}: {records:?}"
+        );
+    }
+}
 
-    let (detached, tty_nr) = record_written_under(&["setsid", "--wait"]);
-    assert_eq!(
-        tty_nr, 0,
-        "the premise: setsid leaves no controlling terminal"
-    );
-    assert_ne!(detached.pid, std::process::id());
-    assert!(detached.outlives_launcher, "{detached:?}");
+/// How many children are started while one piece of work runs in a loop.
+const CHILDREN_PER_WORK: usize = 150;
 
-    let (attached, tty_nr) = record_written_under(&["script", "--quiet", "--return", "--command"]);
-    assert_ne!(
-        tty_nr, 0,
-        "the premise: script gives its command a controlling terminal"
-    );
-    assert_ne!(attached.pid, std::process::id());
-    assert!(!attached.outlives_launcher, "{attached:?}");
+/// The descriptors (as `fd -> target`) that children started while `work` runs in a loop on
+/// another thread found open in themselves, beyond those a child started before had.
+fn descriptors_inherited_while(work: impl Fn() + Send + 'static) -> Vec<String> {
+    let open_in_child = || {
+        let output = std::process::Command::new("ls")
+            .args(["-l", "/proc/self/fd"])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(" -> "))
+            // Past the standard three (new pipes, for this output), and not the directory
+            // `ls` reads.
+            .filter(|(head, _)| {
+                head.rsplit(' ')
+                    .next()
+                    .and_then(|fd| fd.parse::<u32>().ok())
+                    > Some(2)
+            })
+            .map(|(_, target)| target.to_owned())
+            .filter(|target| !(target.starts_with("/proc/") && target.ends_with("/fd")))
+            .collect::<Vec<_>>()
+    };
+    let before = open_in_child();
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                work();
+            }
+        })
+    };
+    let mut inherited = Vec::new();
+    for _ in 0..CHILDREN_PER_WORK {
+        inherited.extend(open_in_child().into_iter().filter(|t| !before.contains(t)));
+    }
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+    inherited.sort();
+    inherited.dedup();
+    inherited
+}
+
+/// Every descriptor the crate opens to make and write a record (its `/proc` stat, the
+/// controlling terminal, the staged file) is closed on exec: a child the capsule starts
+/// meanwhile inherits none. Checked with and without a controlling terminal.
+#[test]
+fn a_child_started_while_records_are_made_and_written_inherits_none_of_their_descriptors() {
+    let name =
+        "a_child_started_while_records_are_made_and_written_inherits_none_of_their_descriptors";
+    if let Some(dir) = std::env::var_os(WRITER_DIR) {
+        let made = descriptors_inherited_while(|| {
+            RunningRecord::for_this_process(session_id(), None, "c", "1", "/w");
+        });
+        println!("inherited while made: {made:?}");
+        let written = descriptors_inherited_while(move || {
+            let record = RunningRecord::for_this_process(session_id(), None, "c", "1", "/w");
+            drop(RunningGuard::write(Path::new(&dir), &record).unwrap());
+        });
+        println!("inherited while written: {written:?}");
+        println!("writer tty_nr={}", own_tty_nr());
+        return;
+    }
+    for wrapper in [WITHOUT_TERMINAL, WITH_TERMINAL] {
+        let dir = temp_dir();
+        let stdout = rerun_under(wrapper, name, dir.path());
+        for work in ["made", "written"] {
+            let line = format!("inherited while {work}: ");
+            let inherited = stdout
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(line.as_str()))
+                .unwrap_or_else(|| panic!("{wrapper:?} printed no {line:?}: {stdout}"));
+            assert_eq!(inherited, "[]", "{wrapper:?}: {work}");
+        }
+        assert_eq!(
+            list(dir.path()).unwrap(),
+            Vec::new(),
+            "every guard removed its record"
+        );
+    }
 }
 
 #[test]
