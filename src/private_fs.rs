@@ -361,6 +361,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn hidden_siblings_are_hidden_unique_and_name_their_file_and_owner() {
+        let staged = hidden_sibling("ses_1.json", "tmp").unwrap();
+        let prefix = format!(".ses_1.json.{}.", std::process::id());
+        assert!(
+            staged.starts_with(&prefix) && staged.ends_with(".tmp"),
+            "{staged}"
+        );
+        assert_ne!(staged, hidden_sibling("ses_1.json", "tmp").unwrap());
+        // A quarantine name must parse back, or a crash would strand the entry for good.
+        let quarantine = hidden_sibling("ses_1.json", QUARANTINE).unwrap();
+        assert_eq!(
+            quarantined_name(&quarantine),
+            Some(("ses_1.json", std::process::id()))
+        );
+    }
+
+    #[test]
     fn quarantine_names_parse_back() {
         assert_eq!(
             quarantined_name(".ses_1.json.42.0123456789abcdef.unlinking"),
