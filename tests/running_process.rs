@@ -370,6 +370,51 @@ fn signal_kill_on_a_confirmed_child_is_sent_and_it_dies_of_sigkill() {
     assert_eq!(status.signal(), Some(SIGKILL), "{status:?}");
 }
 
+/// A live child with two threads, and the id of the one that is not its leader.
+fn child_and_thread_id() -> (SleepingChild, u32) {
+    let child = python_child(
+        "import threading,time; threading.Thread(target=time.sleep,args=(1000,)).start(); \
+         time.sleep(1000)",
+    );
+    let pid = child.pid();
+    let mut thread = None;
+    wait_until(&format!("pid {pid} has a second thread"), DEADLINE, || {
+        thread = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|task| task.file_name().to_str()?.parse::<u32>().ok())
+            .find(|tid| *tid != pid);
+        thread.is_some()
+    });
+    (child, thread.expect("set when the wait ends"))
+}
+
+/// A record naming a thread (not a process) cannot be pinned, so it is never signalled: with
+/// the thread's own start time it is refused; with another it is a reused pid, already gone.
+#[test]
+fn a_record_naming_a_thread_is_never_signalled() {
+    let (mut child, tid) = child_and_thread_id();
+    let token = process_start_token(tid).expect("a live thread's start token");
+    let own = record_for(tid, &token);
+    for outcome in [signal_term(&own), signal_kill(&own)] {
+        let SignalOutcome::Refused { reason } = &outcome else {
+            panic!("a thread id must not be signalled: {outcome:?}");
+        };
+        assert!(reason.contains(&tid.to_string()), "{reason}");
+    }
+    let reused = record_for(tid, &wrong_start_token(tid));
+    for outcome in [signal_term(&reused), signal_kill(&reused)] {
+        assert_eq!(
+            outcome,
+            SignalOutcome::AlreadyGone {
+                reason: reason_pid_reused(tid)
+            }
+        );
+    }
+    assert_survives(&mut child);
+}
+
 #[test]
 fn signalling_a_reaped_child_is_already_gone() {
     let exited = ExitedChild::spawn();
