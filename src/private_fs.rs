@@ -377,6 +377,53 @@ mod tests {
         );
     }
 
+    /// A private scratch directory holding one file `a` and one directory `d`, opened.
+    fn dir_with_a_file_and_a_dir() -> (tempfile::TempDir, OwnedFd) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), b"judged").unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let fd = open_dir(dir.path()).unwrap();
+        (dir, fd)
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn an_entry_is_unlinked_only_when_judged_removable_under_both_names() {
+        let (dir, fd) = dir_with_a_file_and_a_dir();
+        // Judged removable under its name, but not once taken aside (a writer replaced it in
+        // between, say): it goes back, whole.
+        let first_look_only = |_: &OwnedFd, name: &str| name == "a";
+        assert_eq!(
+            unlink_checked(&fd, "a", first_look_only).unwrap(),
+            Unlinked::Kept
+        );
+        assert_eq!(names_in(dir.path()), ["a", "d"]);
+        assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), b"judged");
+        // A directory is never unlinked, whatever the judge says.
+        assert_eq!(
+            unlink_checked(&fd, "d", |_, _| true).unwrap(),
+            Unlinked::Kept
+        );
+        assert_eq!(names_in(dir.path()), ["a", "d"]);
+        assert_eq!(
+            unlink_checked(&fd, "a", |_, _| true).unwrap(),
+            Unlinked::Removed
+        );
+        assert_eq!(names_in(dir.path()), ["d"]);
+        assert_eq!(
+            unlink_checked(&fd, "a", |_, _| true).unwrap(),
+            Unlinked::Missing
+        );
+    }
+
     #[test]
     fn quarantine_names_parse_back() {
         assert_eq!(
