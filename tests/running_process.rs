@@ -415,6 +415,52 @@ fn a_record_naming_a_thread_is_never_signalled() {
     assert_survives(&mut child);
 }
 
+/// Set in the copy of this test binary that
+/// `a_process_that_cannot_be_pinned_is_refused_with_the_kernels_reason` starts under a low
+/// limit of open files.
+const UNDER_FD_LIMIT: &str = "MURMUR_REGISTRY_TEST_UNDER_FD_LIMIT";
+
+/// When no descriptor is left for the pidfd, nothing is signalled, and the refusal says why in
+/// the kernel's words. Run as a copy of this test binary under `ulimit -n`, so the limit binds
+/// no other test.
+#[test]
+fn a_process_that_cannot_be_pinned_is_refused_with_the_kernels_reason() {
+    let name = "a_process_that_cannot_be_pinned_is_refused_with_the_kernels_reason";
+    if std::env::var_os(UNDER_FD_LIMIT).is_some() {
+        let record = RecordJson::fresh().parse();
+        let mut held = Vec::new();
+        while let Ok(file) = std::fs::File::open("/dev/null") {
+            held.push(file);
+        }
+        let outcome = signal_term(&record);
+        drop(held);
+        println!("outcome: {outcome:?}");
+        return;
+    }
+    let output = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 64 && exec \"$0\" --exact \"$1\" --nocapture",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .arg(name)
+        .env(UNDER_FD_LIMIT, "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    let outcome = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("outcome: "))
+        .unwrap_or_else(|| panic!("no outcome printed: {stdout}"));
+    assert!(
+        outcome.starts_with("Refused { reason: \"pid ")
+            && outcome.ends_with(" could not be pinned: Too many open files (os error 24)\" }"),
+        "{outcome}"
+    );
+}
+
 #[test]
 fn signalling_a_reaped_child_is_already_gone() {
     let exited = ExitedChild::spawn();
