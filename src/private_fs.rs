@@ -425,6 +425,37 @@ mod tests {
     }
 
     #[test]
+    fn quarantined_entries_of_gone_owners_go_back_unless_a_newer_file_holds_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        exited.wait().unwrap();
+        let (gone, live) = (exited.id(), std::process::id());
+        let quarantine = |name: &str, pid: u32| format!(".{name}.{pid}.0123456789abcdef.unlinking");
+        std::fs::create_dir(path(&quarantine("d", gone))).unwrap();
+        std::fs::write(path(&quarantine("f", gone)), b"old").unwrap();
+        std::fs::write(path("f"), b"new").unwrap();
+        std::fs::write(path(&quarantine("h", gone)), b"h").unwrap();
+        std::fs::write(path(&quarantine("l", live)), b"l").unwrap();
+
+        let fd = open_dir(dir.path()).unwrap();
+        assert_eq!(recover_quarantined(&fd).unwrap(), 3);
+        assert!(path("d").is_dir());
+        assert_eq!(
+            std::fs::read(path("f")).unwrap(),
+            b"new",
+            "the newer file stays"
+        );
+        assert_eq!(std::fs::read(path("h")).unwrap(), b"h");
+        // Its owner is alive and may still be judging it.
+        let still_quarantined = quarantine("l", live);
+        assert_eq!(
+            names_in(dir.path()),
+            [still_quarantined.as_str(), "d", "f", "h"]
+        );
+    }
+
+    #[test]
     fn quarantine_names_parse_back() {
         assert_eq!(
             quarantined_name(".ses_1.json.42.0123456789abcdef.unlinking"),
@@ -436,6 +467,9 @@ mod tests {
             ".ses_1.json.x.0123456789abcdef.unlinking",
             "..42.0123456789abcdef.unlinking",
             ".ses_1.json.42.short.unlinking",
+            // Hex but not 16 digits, and 16 characters but not hex.
+            ".ses_1.json.42.0123abcd.unlinking",
+            ".ses_1.json.42.0123456789abcdeg.unlinking",
         ] {
             assert_eq!(quarantined_name(not_ours), None, "{not_ours}");
         }
