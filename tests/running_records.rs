@@ -934,6 +934,23 @@ fn running_dir_in_refuses_a_symlinked_murmur_dir() {
 }
 
 #[test]
+fn a_refused_running_dir_is_called_what_it_is_a_symlink_or_not_a_directory() {
+    let home = temp_dir();
+    let real = temp_dir();
+    let murmur = home.path().join(".murmur");
+    std::fs::create_dir(&murmur).unwrap();
+    let running = murmur.join("running");
+    std::os::unix::fs::symlink(real.path(), &running).unwrap();
+    let message = expect_refusal(home.path(), &running);
+    assert!(message.contains("it is a symlink"), "{message}");
+
+    std::fs::remove_file(&running).unwrap();
+    write_raw(&murmur, "running", "not a directory");
+    let message = expect_refusal(home.path(), &running);
+    assert!(message.contains("it is not a directory"), "{message}");
+}
+
+#[test]
 fn running_dir_in_refuses_a_symlinked_running_dir() {
     let home = temp_dir();
     let real = temp_dir();
