@@ -456,6 +456,32 @@ mod tests {
     }
 
     #[test]
+    fn an_operator_named_directory_is_refused_only_when_group_or_others_may_enter() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let set_mode = |mode: u32| {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        let mode = || std::fs::metadata(dir.path()).unwrap().permissions().mode() & 0o7777;
+        for private in [0o700, 0o1700, 0o500] {
+            set_mode(private);
+            hold_private_dir(dir.path(), WiderMode::Refuse).unwrap();
+            assert_eq!(mode(), private, "a private mode is left as it is");
+        }
+        for open in [0o750, 0o701, 0o1777] {
+            set_mode(open);
+            let refused = hold_private_dir(dir.path(), WiderMode::Refuse).unwrap_err();
+            assert!(
+                matches!(refused, PrivateDirError::Insecure { .. }),
+                "{refused:?}"
+            );
+            assert_eq!(mode(), open, "a refused directory is left as it is");
+        }
+        hold_private_dir(dir.path(), WiderMode::Narrow).unwrap();
+        assert_eq!(mode(), 0o700);
+    }
+
+    #[test]
     fn quarantine_names_parse_back() {
         assert_eq!(
             quarantined_name(".ses_1.json.42.0123456789abcdef.unlinking"),
