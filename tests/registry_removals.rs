@@ -7,9 +7,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{DEADLINE, ExitedChild, RecordJson, SleepingChild, temp_dir};
+use common::{
+    DEADLINE, ExitedChild, RecordJson, SleepingChild, python_child, temp_dir, wait_until,
+};
 use murmur_registry::registry::{PruneOutcome, Registry, RemovalCause, StopOutcome};
 use murmur_registry::running::{DoorProbe, reason_no_process};
+
+use std::os::unix::process::ExitStatusExt;
+use std::sync::Arc;
 
 fn registry_in(dir: &std::path::Path) -> Registry {
     Registry::new(dir, DoorProbe::new())
@@ -74,4 +79,42 @@ async fn a_prune_after_a_stop_has_ended_is_a_prune_not_the_stops_doing() {
     );
     let note = registry.take_removal(&id).expect("a note for the removal");
     assert_eq!(note.cause, RemovalCause::Pruned);
+}
+
+/// A graceful shutdown waits for a stop in progress to end: one abandoned between SIGTERM and
+/// SIGKILL would leave its capsule half-stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finishing_stops_waits_for_a_stop_between_sigterm_and_sigkill() {
+    let dir = temp_dir();
+    let registry = Arc::new(registry_in(dir.path()));
+    let ready = dir.path().join("ready");
+    let termed = dir.path().join("termed");
+    // Survives SIGTERM, and says when it got one.
+    let mut child = python_child(&format!(
+        "import signal,time,pathlib; \
+         signal.signal(signal.SIGTERM, lambda *a: pathlib.Path({termed:?}).touch()); \
+         pathlib.Path({ready:?}).touch(); time.sleep(1000)"
+    ));
+    wait_until("the child handles SIGTERM", DEADLINE, || ready.exists());
+    let record = child.record().no_door();
+    record.write_in(dir.path());
+    let stop = tokio::spawn({
+        let registry = Arc::clone(&registry);
+        let id = record.session_id();
+        async move { registry.stop(&id, Duration::from_secs(1)).await }
+    });
+    let started = std::time::Instant::now();
+    while !termed.exists() {
+        assert!(started.elapsed() < DEADLINE, "no SIGTERM arrived");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    registry.finish_stops().await;
+    // The stop had sent SIGKILL by the time the wait ended, so the child is dead.
+    assert_eq!(child.wait_exit(Duration::ZERO).signal(), Some(9));
+    let report = stop.await.unwrap().unwrap();
+    assert!(
+        matches!(report.outcome, StopOutcome::Stopped { .. }),
+        "{:?}",
+        report.outcome
+    );
 }
