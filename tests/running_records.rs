@@ -601,6 +601,41 @@ fn names_that_are_not_session_ids_are_reported_and_never_removed() {
     assert_eq!(dir_snapshot(dir.path()), before);
 }
 
+/// Removal needs proof on two counts: the name is murmur's (`ses_` + 32 hex digits), and what
+/// was read shows the entry can never be a record. A read that failed proves nothing, and a
+/// directory is never ours to remove.
+#[test]
+fn only_a_murmur_named_entry_proven_to_be_junk_is_removable() {
+    let id = session_id();
+    let murmur_named = |why: Unreadable| UnreadableEntry {
+        file_name: format!("{id}.json"),
+        why,
+    };
+    let malformed = || Unreadable::Malformed("truncated".to_owned());
+    assert!(murmur_named(malformed()).is_removable());
+    for why in [
+        Unreadable::Io("read failed".to_owned()),
+        Unreadable::Replaced,
+        Unreadable::Directory,
+    ] {
+        assert!(!murmur_named(why.clone()).is_removable(), "{why:?}");
+    }
+    let foreign = UnreadableEntry {
+        file_name: "my-notes.json".to_owned(),
+        why: malformed(),
+    };
+    assert!(!foreign.is_removable());
+
+    // Handed entries so judged, removal leaves both files, though both now read as junk.
+    let dir = temp_dir();
+    let murmur_file = write_raw(dir.path(), &format!("{id}.json"), "{");
+    let foreign_file = write_raw(dir.path(), "my-notes.json", "{");
+    let failed_read = murmur_named(Unreadable::Io("read failed".to_owned()));
+    let removed = remove_unreadable(dir.path(), &[failed_read, foreign]).unwrap();
+    assert_eq!(removed, Vec::new());
+    assert!(murmur_file.exists() && foreign_file.exists());
+}
+
 #[test]
 fn staging_control_and_hidden_files_are_not_records() {
     let dir = temp_dir();
