@@ -634,6 +634,14 @@ fn only_a_murmur_named_entry_proven_to_be_junk_is_removable() {
     let removed = remove_unreadable(dir.path(), &[failed_read, foreign]).unwrap();
     assert_eq!(removed, Vec::new());
     assert!(murmur_file.exists() && foreign_file.exists());
+
+    // Judged junk, it is removed and reported; once gone, it is not reported again.
+    let junk = murmur_named(malformed());
+    let removed = remove_unreadable(dir.path(), std::slice::from_ref(&junk)).unwrap();
+    assert_eq!(removed, [junk.clone()]);
+    assert_absent(&murmur_file);
+    assert_eq!(remove_unreadable(dir.path(), &[junk]).unwrap(), Vec::new());
+    assert!(foreign_file.exists());
 }
 
 #[test]
