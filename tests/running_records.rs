@@ -28,7 +28,7 @@ use common::{
 use murmur_registry::running::{
     Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RecordCache, RunningError, RunningGuard,
     RunningRecord, Secret, Unreadable, UnreadableEntry, list, process_state, prune, read_record,
-    remove_unreadable, running_dir_in, scan, scan_cached,
+    remove_unreadable, running_dir_in, scan, scan_cached, still_the_file_read,
 };
 use serde_json::{Value, json};
 
@@ -642,6 +642,33 @@ fn only_a_murmur_named_entry_proven_to_be_junk_is_removable() {
     assert_absent(&murmur_file);
     assert_eq!(remove_unreadable(dir.path(), &[junk]).unwrap(), Vec::new());
     assert!(foreign_file.exists());
+}
+
+#[test]
+fn a_record_is_still_the_file_read_only_until_that_file_is_replaced_or_removed() {
+    let dir = temp_dir();
+    let json = RecordJson::fresh();
+    let path = json.write_in(dir.path());
+    let read = read_record(dir.path(), &json.session_id())
+        .unwrap()
+        .unwrap();
+    assert!(still_the_file_read(&read));
+    assert!(
+        !still_the_file_read(&json.parse()),
+        "a record not read from disk"
+    );
+
+    replace_by_rename(dir.path(), &json.file_name(), json.to_bytes());
+    assert!(
+        !still_the_file_read(&read),
+        "replaced by a file with the same bytes"
+    );
+    let reread = read_record(dir.path(), &json.session_id())
+        .unwrap()
+        .unwrap();
+    assert!(still_the_file_read(&reread));
+    std::fs::remove_file(&path).unwrap();
+    assert!(!still_the_file_read(&reread), "removed");
 }
 
 #[test]
