@@ -541,41 +541,126 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_entry_whose_name_a_newer_file_holds_is_dropped_and_the_newer_kept() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let dir_fd = open_dir(dir.path()).expect("open");
-        let mut reaped = std::process::Command::new("true")
-            .spawn()
-            .expect("spawn true");
-        let dead = reaped.id();
-        reaped.wait().expect("reap");
-        let stale = format!(".ses_c.json.{dead}.0123456789abcdef.unlinking");
-        std::fs::write(dir.path().join(&stale), "stale").expect("write");
-        std::fs::write(dir.path().join("ses_c.json"), "newer").expect("write");
-
-        assert_eq!(recover_quarantined(&dir_fd).expect("recover"), 1);
-        assert_eq!(
-            std::fs::read(dir.path().join("ses_c.json")).expect("read"),
-            b"newer"
+    fn hidden_siblings_are_hidden_unique_and_name_their_file_and_owner() {
+        let staged = hidden_sibling("ses_1.json", "tmp").unwrap();
+        let prefix = format!(".ses_1.json.{}.", std::process::id());
+        assert!(
+            staged.starts_with(&prefix) && staged.ends_with(".tmp"),
+            "{staged}"
         );
-        assert!(!dir.path().join(stale).exists());
+        assert_ne!(staged, hidden_sibling("ses_1.json", "tmp").unwrap());
+    }
+
+    /// A private scratch directory holding one file `a` and one directory `d`, opened.
+    fn dir_with_a_file_and_a_dir() -> (tempfile::TempDir, OwnedFd) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), b"judged").unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let fd = open_dir(dir.path()).unwrap();
+        (dir, fd)
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
     }
 
     #[test]
-    fn a_directory_is_never_unlinked_even_when_judged_removable() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let dir_fd = open_dir(dir.path()).expect("open");
-        std::fs::create_dir(dir.path().join("x.json")).expect("mkdir");
-        std::fs::write(dir.path().join("x.json").join("inside"), "kept").expect("write");
+    fn an_entry_is_unlinked_only_when_judged_removable_under_both_names() {
+        let (dir, fd) = dir_with_a_file_and_a_dir();
+        // Judged removable under its name, but not once taken aside (a writer replaced it in
+        // between, say): it goes back, whole.
+        let first_look_only = |_: &OwnedFd, name: &str| name == "a";
+        assert_eq!(
+            unlink_checked(&fd, "a", first_look_only).unwrap(),
+            Unlinked::Kept
+        );
+        assert_eq!(names_in(dir.path()), ["a", "d"]);
+        assert_eq!(std::fs::read(dir.path().join("a")).unwrap(), b"judged");
+        // A directory is never unlinked, whatever the judge says.
+        assert_eq!(
+            unlink_checked(&fd, "d", |_, _| true).unwrap(),
+            Unlinked::Kept
+        );
+        assert_eq!(names_in(dir.path()), ["a", "d"]);
+        assert_eq!(
+            unlink_checked(&fd, "a", |_, _| true).unwrap(),
+            Unlinked::Removed
+        );
+        assert_eq!(names_in(dir.path()), ["d"]);
+        assert_eq!(
+            unlink_checked(&fd, "a", |_, _| true).unwrap(),
+            Unlinked::Missing
+        );
+    }
 
-        let unlinked = unlink_checked(&dir_fd, "x.json", |_, _| true).expect("unlink_checked");
-        assert_eq!(unlinked, Unlinked::Kept);
-        assert!(dir.path().join("x.json").join("inside").exists());
-        let names: Vec<_> = std::fs::read_dir(dir.path())
-            .expect("list")
-            .map(|e| e.expect("entry").file_name())
-            .collect();
-        assert_eq!(names, ["x.json"], "nothing is left in quarantine");
+    #[test]
+    fn quarantined_entries_of_gone_owners_go_back_unless_a_newer_file_holds_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        exited.wait().unwrap();
+        // Another process, alive: an old-style (pid-only) name of ours would be taken as left
+        // by an earlier process that held our pid.
+        let mut owner = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let (gone, live) = (exited.id(), owner.id());
+        let quarantine = |name: &str, pid: u32| format!(".{name}.{pid}.0123456789abcdef.unlinking");
+        std::fs::create_dir(path(&quarantine("d", gone))).unwrap();
+        std::fs::write(path(&quarantine("f", gone)), b"old").unwrap();
+        std::fs::write(path("f"), b"new").unwrap();
+        std::fs::write(path(&quarantine("h", gone)), b"h").unwrap();
+        std::fs::write(path(&quarantine("l", live)), b"l").unwrap();
+
+        let fd = open_dir(dir.path()).unwrap();
+        assert_eq!(recover_quarantined(&fd).unwrap(), 3);
+        assert!(path("d").is_dir());
+        assert_eq!(
+            std::fs::read(path("f")).unwrap(),
+            b"new",
+            "the newer file stays"
+        );
+        assert_eq!(std::fs::read(path("h")).unwrap(), b"h");
+        // Its owner is alive and may still be judging it.
+        let still_quarantined = quarantine("l", live);
+        assert_eq!(
+            names_in(dir.path()),
+            [still_quarantined.as_str(), "d", "f", "h"]
+        );
+        owner.kill().unwrap();
+        owner.wait().unwrap();
+    }
+
+    #[test]
+    fn an_operator_named_directory_is_refused_only_when_group_or_others_may_enter() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let set_mode = |mode: u32| {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        let mode = || std::fs::metadata(dir.path()).unwrap().permissions().mode() & 0o7777;
+        for private in [0o700, 0o1700, 0o500] {
+            set_mode(private);
+            hold_private_dir(dir.path(), WiderMode::Refuse).unwrap();
+            assert_eq!(mode(), private, "a private mode is left as it is");
+        }
+        for open in [0o750, 0o701, 0o1777] {
+            set_mode(open);
+            let refused = hold_private_dir(dir.path(), WiderMode::Refuse).unwrap_err();
+            assert!(
+                matches!(refused, PrivateDirError::Insecure { .. }),
+                "{refused:?}"
+            );
+            assert_eq!(mode(), open, "a refused directory is left as it is");
+        }
+        hold_private_dir(dir.path(), WiderMode::Narrow).unwrap();
+        assert_eq!(mode(), 0o700);
     }
 
     #[test]
@@ -611,6 +696,8 @@ mod tests {
             ".ses_1.json.x-1.0123456789abcdef.unlinking",
             "..42.0123456789abcdef.unlinking",
             ".ses_1.json.42.short.unlinking",
+            // Hex but not 16 digits, and 16 characters but not hex.
+            ".ses_1.json.42.0123abcd.unlinking",
             ".ses_1.json.42.0123456789abcdeg.unlinking",
             ".ses_1.json.42.0123456789abcdef.unlinkin",
             ".ses_1.json.42.0123456789abcdefunlinking",

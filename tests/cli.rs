@@ -1214,6 +1214,7 @@ fn every_subcommand_help_has_an_example() {
 
 /// A valid record of a live process, owned by another user (needs root: chown): ownership
 /// proves nothing about being a record, so `ps` and `prune` count it and keep it.
+#[ignore = "needs root: chowns a record to uid 65534"]
 #[test]
 fn a_record_owned_by_another_user_is_kept_by_ps_and_prune() {
     let home = Home::new();

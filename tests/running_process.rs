@@ -1,7 +1,8 @@
 //! Layers 1 and 2 (`process_state`, `process_start_token`) and signalling (`signal_term`,
 //! `signal_kill`), against real processes the test owns: the test process itself, a live
 //! `sleep` child, a child that exited and was reaped, an unreaped zombie, and a live process
-//! whose main thread has exited (its leader shows `Z` while another thread runs).
+//! whose main thread has exited (its leader shows `Z` while another thread runs, or while its
+//! threads keep handing over to new ones).
 //!
 //! Recorded start tokens that cannot be compared (`""`, or not decimal) make a live pid
 //! unverified, never alive and never signalled.
@@ -16,7 +17,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use common::{
     DEADLINE, ExitedChild, RecordJson, TestProcess, Zombie, own_start_token, proc_state,
-    task_states, wrong_start_token,
+    task_states, wait_until, wrong_start_token,
 };
 use murmur_registry::http::wire::ProcessStatus;
 use murmur_registry::running::{
@@ -144,6 +145,37 @@ fn a_process_whose_main_thread_exited_while_another_runs_is_alive() {
     // With another start time it is a reused pid like any other.
     let reused = record_for(pid, &wrong_start_token(pid));
     assert_eq!(process_state(&reused), gone_reused(pid));
+}
+
+/// A process whose main thread has exited and whose other thread keeps handing over to a new
+/// one: each thread starts its successor, then exits. The process is alive throughout.
+const THREAD_RELAY: &str = "import threading,ctypes
+def relay():
+    threading.Thread(target=relay).start()
+threading.Thread(target=relay).start()
+ctypes.CDLL(None).pthread_exit(None)";
+
+/// How many readings the relay gets: enough that some reading lists a thread which exits
+/// before its stat is read (with the relay running, most readings do).
+const RELAY_READINGS: usize = 2000;
+
+#[test]
+fn a_thread_that_exits_while_a_zombie_leaders_threads_are_read_is_skipped() {
+    let mut relay = TestProcess::python(THREAD_RELAY);
+    let pid = relay.pid();
+    wait_until(
+        &format!("pid {pid}'s leader is a zombie while the relay runs"),
+        DEADLINE,
+        || proc_state(pid) == Some('Z') && task_states(pid).len() > 1,
+    );
+    let record = relay.record().parse();
+    for reading in 0..RELAY_READINGS {
+        let state = process_state(&record);
+        assert_eq!(state, ProcessState::Alive, "reading {reading}");
+    }
+    // The premise held throughout: the leader is still `Z` and the relay still runs.
+    assert_eq!(proc_state(pid), Some('Z'));
+    assert!(relay.is_running());
 }
 
 #[test]
@@ -342,6 +374,97 @@ fn signal_kill_on_a_confirmed_child_is_sent_and_it_dies_of_sigkill() {
     assert_eq!(signal_kill(&record), SignalOutcome::Sent);
     let status = child.wait_exit(DEADLINE);
     assert_eq!(status.signal(), Some(SIGKILL), "{status:?}");
+}
+
+/// A live child with two threads, and the id of the one that is not its leader.
+fn child_and_thread_id() -> (TestProcess, u32) {
+    let child = TestProcess::python(
+        "import threading,time; threading.Thread(target=time.sleep,args=(1000,)).start(); \
+         time.sleep(1000)",
+    );
+    let pid = child.pid();
+    let mut thread = None;
+    wait_until(&format!("pid {pid} has a second thread"), DEADLINE, || {
+        thread = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|task| task.file_name().to_str()?.parse::<u32>().ok())
+            .find(|tid| *tid != pid);
+        thread.is_some()
+    });
+    (child, thread.expect("set when the wait ends"))
+}
+
+/// A record naming a thread (not a process) cannot be pinned, so it is never signalled: with
+/// the thread's own start time it is refused; with another it is a reused pid, already gone.
+#[test]
+fn a_record_naming_a_thread_is_never_signalled() {
+    let (mut child, tid) = child_and_thread_id();
+    let token = process_start_token(tid).expect("a live thread's start token");
+    let own = record_for(tid, &token);
+    for outcome in [signal_term(&own), signal_kill(&own)] {
+        let SignalOutcome::Refused { reason } = &outcome else {
+            panic!("a thread id must not be signalled: {outcome:?}");
+        };
+        assert!(reason.contains(&tid.to_string()), "{reason}");
+    }
+    let reused = record_for(tid, &wrong_start_token(tid));
+    for outcome in [signal_term(&reused), signal_kill(&reused)] {
+        assert_eq!(
+            outcome,
+            SignalOutcome::AlreadyGone {
+                reason: reason_pid_reused(tid)
+            }
+        );
+    }
+    assert_survives(&mut child);
+}
+
+/// Set in the copy of this test binary that
+/// `a_process_that_cannot_be_pinned_is_refused_with_the_kernels_reason` starts under a low
+/// limit of open files.
+const UNDER_FD_LIMIT: &str = "MURMUR_REGISTRY_TEST_UNDER_FD_LIMIT";
+
+/// When no descriptor is left for the pidfd, nothing is signalled, and the refusal says why in
+/// the kernel's words. Run as a copy of this test binary under `ulimit -n`, so the limit binds
+/// no other test.
+#[test]
+fn a_process_that_cannot_be_pinned_is_refused_with_the_kernels_reason() {
+    let name = "a_process_that_cannot_be_pinned_is_refused_with_the_kernels_reason";
+    if std::env::var_os(UNDER_FD_LIMIT).is_some() {
+        let record = RecordJson::fresh().parse();
+        let mut held = Vec::new();
+        while let Ok(file) = std::fs::File::open("/dev/null") {
+            held.push(file);
+        }
+        let outcome = signal_term(&record);
+        drop(held);
+        println!("outcome: {outcome:?}");
+        return;
+    }
+    let output = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 64 && exec \"$0\" --exact \"$1\" --nocapture",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .arg(name)
+        .env(UNDER_FD_LIMIT, "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    let outcome = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("outcome: "))
+        .unwrap_or_else(|| panic!("no outcome printed: {stdout}"));
+    assert!(
+        outcome.starts_with("Refused { reason: \"pid ")
+            && outcome.ends_with(" could not be pinned: Too many open files (os error 24)\" }"),
+        "{outcome}"
+    );
 }
 
 #[test]

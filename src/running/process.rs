@@ -14,6 +14,8 @@
 //! - The pid is range-checked before any syscall: a record's `u32` cast blindly to `pid_t` could
 //!   turn into a negative number, which `kill` reads as a process group, or `-1`, everyone.
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use rustix::fs::{Mode, OFlags};
@@ -209,25 +211,59 @@ fn parse_stat_bytes(line: &[u8]) -> Option<StatFields> {
     parse_stat(std::str::from_utf8(&line[from_comm_end..]).ok()?)
 }
 
+/// How many listings of a zombie leader's tasks are read before the reading counts as failed.
+/// A listing after the first is needed only when threads came and went while it was read.
+const MAX_TASK_LISTINGS: usize = 32;
+
 /// Whether any task of `pid`'s thread group is neither a zombie nor dead.
+///
+/// One listing cannot say "none": a listed thread may start another and exit before its stat
+/// is read, and the thread it started is not in that listing. So "none" is answered only when
+/// a listing names no task beyond an earlier listing whose tasks all read dead: any task live
+/// when the later listing was taken would be in it, and was already dead.
 fn live_threads_remain(pid: u32) -> std::io::Result<bool> {
-    let tasks = PathBuf::from(format!("/proc/{pid}/task"));
-    for entry in std::fs::read_dir(&tasks)? {
-        let stat_path = entry?.path().join("stat");
+    let mut dead_before: Option<BTreeSet<OsString>> = None;
+    for _ in 0..MAX_TASK_LISTINGS {
+        let Some(dead_now) = dead_tasks(pid)? else {
+            return Ok(true);
+        };
+        if dead_before.is_some_and(|before| dead_now.is_subset(&before)) {
+            return Ok(false);
+        }
+        dead_before = Some(dead_now);
+    }
+    Err(std::io::Error::other(
+        "they kept changing while they were read",
+    ))
+}
+
+/// The tasks `/proc/<pid>/task` lists now when every one reads dead or has exited; `None` as
+/// soon as one reads live.
+fn dead_tasks(pid: u32) -> std::io::Result<Option<BTreeSet<OsString>>> {
+    let mut listed = BTreeSet::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let entry = entry?;
         // Bytes, not a string: a thread may name itself with any bytes, and a name that is not
         // UTF-8 must not turn a live thread into an unreadable one.
-        match std::fs::read(&stat_path) {
+        match std::fs::read(entry.path().join("stat")) {
             Ok(line) => {
                 if parse_stat_bytes(&line).is_some_and(|task| !task.is_dead()) {
-                    return Ok(true);
+                    return Ok(None);
                 }
             }
-            // The task exited while we looked: it is not a live one.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if task_exited(&e) => {}
             Err(e) => return Err(e),
         }
+        listed.insert(entry.file_name());
     }
-    Ok(false)
+    Ok(Some(listed))
+}
+
+/// Whether reading a task's stat failed because the task exited while we looked: before the
+/// open (ENOENT) or between the open and the read (ESRCH).
+fn task_exited(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::NotFound
+        || error.raw_os_error() == Some(Errno::SRCH.raw_os_error())
 }
 
 fn read_stat(pid: u32) -> std::io::Result<StatFields> {
@@ -318,6 +354,18 @@ mod tests {
         assert!(checked_pid(i32::MAX as u32 + 1).is_none());
         assert!(checked_pid(u32::MAX).is_none());
         assert!(checked_pid(1).is_some());
+    }
+
+    #[test]
+    fn only_a_task_that_exited_is_skipped_as_exited() {
+        let exited = [Errno::NOENT, Errno::SRCH];
+        let unreadable = [Errno::ACCESS, Errno::PERM, Errno::IO, Errno::NOMEM];
+        for errno in exited {
+            assert!(task_exited(&errno.into()), "{errno:?}");
+        }
+        for errno in unreadable {
+            assert!(!task_exited(&errno.into()), "{errno:?}");
+        }
     }
 
     #[test]

@@ -67,9 +67,9 @@ fn send(record: &RunningRecord, signal: Signal) -> SignalOutcome {
             };
         }
         Err(Errno::NOSYS) => None,
-        // EINVAL: the number names a thread, not a process; layers 1–2 will tell what that
-        // means for the record, and no pidfd means no signal below.
-        Err(Errno::INVAL) => {
+        // EINVAL (ENOENT on recent kernels, e.g. 6.18): the number names a thread, not a process;
+        // layers 1–2 tell what that means for the record, and no pidfd means no signal below.
+        Err(Errno::INVAL | Errno::NOENT) => {
             return match state_of(pid, &record.process_start) {
                 ProcessState::Gone { reason } => SignalOutcome::AlreadyGone { reason },
                 _ => SignalOutcome::Refused {

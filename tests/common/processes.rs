@@ -243,62 +243,6 @@ const UID_FLIPPING_SCRIPT: &str = "import os, signal, time\n\
     while True: time.sleep(1000)\n";
 
 // ---------------------------------------------------------------------------------------------
-// Names from before TestProcess, kept so tests written against them on other branches compile.
-// New tests use the TestProcess constructors; these can go once nothing names them.
-// ---------------------------------------------------------------------------------------------
-
-/// [`TestProcess::sleeping`] under its old name (`SleepingChild::spawn()`).
-pub type SleepingChild = TestProcess;
-
-impl TestProcess {
-    /// The old name of [`TestProcess::sleeping`].
-    pub fn spawn() -> Self {
-        Self::sleeping()
-    }
-}
-
-/// The old name of [`TestProcess::ignoring_term`]: `TermIgnoringChild::spawn()`.
-pub struct TermIgnoringChild;
-
-impl TermIgnoringChild {
-    pub fn spawn() -> TestProcess {
-        TestProcess::ignoring_term()
-    }
-}
-
-/// The old name of [`TestProcess::zombie_leader`]: `ZombieLeader::spawn()`.
-pub struct ZombieLeader;
-
-impl ZombieLeader {
-    pub fn spawn() -> TestProcess {
-        TestProcess::zombie_leader()
-    }
-
-    pub fn spawn_with_non_utf8_thread_name() -> TestProcess {
-        TestProcess::zombie_leader_with_non_utf8_thread_name()
-    }
-}
-
-/// The old name of [`TestProcess::uid_flipping`]: `UidFlippingChild::spawn()`.
-pub struct UidFlippingChild;
-
-impl UidFlippingChild {
-    pub fn spawn() -> TestProcess {
-        TestProcess::uid_flipping()
-    }
-}
-
-/// The old name of [`TestProcess::python`].
-pub fn python_child(script: &str) -> TestProcess {
-    TestProcess::python(script)
-}
-
-/// The old name of [`TestProcess::shell`].
-pub fn shell_child(script: &str) -> TestProcess {
-    TestProcess::shell(script)
-}
-
-// ---------------------------------------------------------------------------------------------
 // Processes that ended
 // ---------------------------------------------------------------------------------------------
 
