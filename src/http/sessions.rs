@@ -299,7 +299,8 @@ pub async fn prune_all(
         ),
         (
             status = 410,
-            description = "The process was already gone; its record was removed",
+            description = "The process was already gone; nothing was sent. Its record is pruned \
+                           on that evidence, and the detail says whether it was removed",
             body = SignalProblem,
             content_type = "application/problem+json"
         ),
