@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
@@ -25,7 +24,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::FutureExt;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
 use hyper::{Request, header};
@@ -40,7 +38,10 @@ use tokio::net::{TcpListener, TcpStream};
 #[allow(dead_code)]
 #[path = "../tests/common/served.rs"]
 mod served;
+#[path = "../tests/common/steps.rs"]
+mod steps;
 use served::ServedBinary;
+use steps::run_step;
 
 /// Live records with fast doors, for the full-verification and `probe=false` latencies.
 const MANY: usize = 1_000;
@@ -486,22 +487,8 @@ fn print_header() {
 /// Run one step (`step!(name(args))`); a failure in it fails the bench naming the step.
 macro_rules! step {
     ($step:ident($($arg:expr),*)) => {
-        run_step(stringify!($step), $step($($arg),*)).await
+        run_step(concat!("bench step `", stringify!($step), "`"), $step($($arg),*)).await
     };
-}
-
-async fn run_step<T>(name: &str, run: impl Future<Output = T>) -> T {
-    match AssertUnwindSafe(run).catch_unwind().await {
-        Ok(value) => value,
-        Err(panic) => {
-            let why = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("(no message)");
-            panic!("bench step `{name}` failed: {why}");
-        }
-    }
 }
 
 async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {

@@ -37,7 +37,6 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -45,8 +44,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::binary::{Home, User, registry};
 use common::served::ServeLaunch;
+use common::steps::run_step;
 use common::{CapsuleProcess, ServedBinary, TestProcess};
-use futures_util::FutureExt;
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -476,22 +475,8 @@ struct Scene {
 /// Run one step (`step!(name(&mut scene))`); a failure in it fails the test naming the step.
 macro_rules! step {
     ($step:ident($($arg:expr),*)) => {
-        run_step(stringify!($step), $step($($arg),*)).await
+        run_step(concat!("dashboard step `", stringify!($step), "`"), $step($($arg),*)).await
     };
-}
-
-async fn run_step<T>(name: &str, run: impl Future<Output = T>) -> T {
-    match AssertUnwindSafe(run).catch_unwind().await {
-        Ok(value) => value,
-        Err(panic) => {
-            let why = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("(no message)");
-            panic!("dashboard step `{name}` failed: {why}");
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@
 //!   first line names (the bench runs it through the same file).
 //! - [`binary`]: the binary's command line for a test (a private `HOME`, run as which user).
 //! - [`server`]: the real app served in-process ([`server::TestServer`]).
+//! - [`steps`]: named steps for long scenarios, so a failure says which step.
 //!
 //! Invariants: every test builds its own world from these pieces and tears it down on drop;
 //! nothing reads `HOME` or touches `~/.murmur`. Waiting is by evidence, never by sleeping: a
@@ -34,6 +35,7 @@ pub mod processes;
 pub mod records;
 pub mod served;
 pub mod server;
+pub mod steps;
 
 pub use doors::*;
 pub use files::*;
