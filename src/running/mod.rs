@@ -26,12 +26,11 @@ pub use dir::{
 };
 pub(crate) use dir::{recover_quarantined, remove_unreadable};
 pub use door::{
-    ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MAX_CARD_BYTES, MAX_CONCURRENT_PROBES,
-    MURMUR_CAPSULE_EXTENSION, decided_by_process, session_id_of, verify,
+    ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MURMUR_CAPSULE_EXTENSION, verify,
 };
 pub(crate) use door::{
-    Verdict, process_state_off_worker, process_state_off_workers, redact_secrets,
-    settled_without_door,
+    MAX_CONCURRENT_PROBES, Verdict, decided_by_process, process_state_off_worker,
+    process_state_off_workers, redact_secrets, settled_without_door,
 };
 pub use process::{
     ProcessState, has_controlling_terminal, process_start_token, process_state, reason_no_process,
