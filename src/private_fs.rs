@@ -17,7 +17,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 use rustix::io::Errno;
 
 /// Open a directory for `*at` calls, refusing to follow a symlink at its last component.
@@ -263,12 +263,16 @@ pub(crate) fn unlink_checked(
 }
 
 /// Return a quarantined entry to `name`, unless something newer already holds the name.
-/// `false` when the entry was no longer there (another recovery took it first).
+/// `false` when the entry was no longer there (another recovery took it first), or is a
+/// directory whose name is taken (it stays in quarantine).
 fn put_back(dir_fd: &OwnedFd, quarantine: &str, name: &str, is_dir: bool) -> std::io::Result<bool> {
     let moved = if is_dir {
-        // Directories cannot be hard-linked; a rename onto an occupied name fails instead of
-        // replacing a file, which is what is wanted.
-        rustix::fs::renameat(dir_fd, quarantine, dir_fd, name)
+        // Directories cannot be hard-linked. NOREPLACE, since a plain rename would replace an
+        // empty directory; a directory whose name is taken stays where it is, still not removed.
+        match rustix::fs::renameat_with(dir_fd, quarantine, dir_fd, name, RenameFlags::NOREPLACE) {
+            Err(Errno::EXIST) => return Ok(false),
+            moved => moved,
+        }
     } else {
         match rustix::fs::linkat(dir_fd, quarantine, dir_fd, name, AtFlags::empty()) {
             // EEXIST: a writer has put a newer file under the name, superseding this one.
@@ -330,7 +334,9 @@ impl<'a> QuarantinedName<'a> {
             .strip_suffix('.')?;
         let (rest, random) = inner.rsplit_once('.')?;
         let (name, owner) = rest.rsplit_once('.')?;
-        if name.is_empty() || random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // `.` and `..` name the directory itself: never an entry to put back.
+        let names_an_entry = !matches!(name, "" | "." | "..");
+        if !names_an_entry || random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
         let (pid, start) = match owner.split_once('-') {
@@ -664,6 +670,28 @@ mod tests {
     }
 
     #[test]
+    fn a_quarantined_directory_never_replaces_an_empty_directory_at_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        exited.wait().unwrap();
+        let quarantine = format!(".d.{}.0123456789abcdef.unlinking", exited.id());
+        std::fs::create_dir(dir.path().join(&quarantine)).unwrap();
+        std::fs::write(dir.path().join(&quarantine).join("inside"), b"kept").unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+
+        let fd = open_dir(dir.path()).unwrap();
+        assert_eq!(recover_quarantined(&fd).unwrap(), 0, "nothing put back");
+        assert!(dir.path().join("d").is_dir(), "the empty directory stays");
+        assert!(!dir.path().join("d").join("inside").exists());
+        assert!(dir.path().join(&quarantine).join("inside").exists());
+        assert_eq!(
+            recover_quarantined(&fd).unwrap(),
+            0,
+            "and the next pass runs too"
+        );
+    }
+
+    #[test]
     fn quarantine_names_parse_back() {
         let me = std::process::id();
         let ours = quarantine_name("ses_1.json").expect("a name");
@@ -701,6 +729,9 @@ mod tests {
             ".ses_1.json.42.0123456789abcdeg.unlinking",
             ".ses_1.json.42.0123456789abcdef.unlinkin",
             ".ses_1.json.42.0123456789abcdefunlinking",
+            // Names of the directory itself.
+            "...42.0123456789abcdef.unlinking",
+            "....42.0123456789abcdef.unlinking",
         ] {
             assert_eq!(QuarantinedName::parse(not_ours), None, "{not_ours}");
         }

@@ -1631,6 +1631,27 @@ fn prune_leaves_a_control_file_re_created_since_the_record_was_read() {
     assert_eq!(std::fs::read(&control).unwrap(), b"new-token");
 }
 
+#[ignore = "needs root: chowns a control file to uid 65534"]
+#[test]
+fn prune_leaves_a_control_file_of_another_user() {
+    let dir = temp_dir();
+    let record = RecordJson::fresh();
+    let path = record.write_in(dir.path());
+    let control = write_raw(
+        dir.path(),
+        &format!("{}.control", record.session_id()),
+        "their-token",
+    );
+    std::os::unix::fs::chown(&control, Some(65534), Some(65534)).expect("chown to nobody");
+    let read = read_record(dir.path(), &record.session_id())
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_absent(&path);
+    assert_eq!(std::fs::read(&control).unwrap(), b"their-token");
+}
+
 #[test]
 fn prune_never_follows_a_record_replaced_by_a_symlink() {
     let dir = temp_dir();

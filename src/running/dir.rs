@@ -583,8 +583,8 @@ fn read_entry_seen(
     Ok((record, SeenFile::of(&stat)))
 }
 
-/// The identity of `<stem>.control` as it is now; `None` when there is none, or it is a
-/// directory (which is never removed).
+/// The identity of `<stem>.control` as it is now; `None` when there is none, it is a
+/// directory (never removed), or another user's (whose file it is, ownership cannot tell).
 fn control_identity(dir_fd: &OwnedFd, stem: &str) -> Option<FileIdentity> {
     let stat = rustix::fs::statat(
         dir_fd,
@@ -592,7 +592,9 @@ fn control_identity(dir_fd: &OwnedFd, stem: &str) -> Option<FileIdentity> {
         AtFlags::SYMLINK_NOFOLLOW,
     )
     .ok()?;
-    (FileType::from_raw_mode(stat.st_mode) != FileType::Directory).then(|| FileIdentity::of(&stat))
+    let ours = stat.st_uid == rustix::process::geteuid().as_raw();
+    (ours && FileType::from_raw_mode(stat.st_mode) != FileType::Directory)
+        .then(|| FileIdentity::of(&stat))
 }
 
 /// What is wrong with a record's bytes, in words that never quote them: serde's own message
