@@ -1,6 +1,7 @@
 //! murmur-registry: the verified picture of which murmur capsules run on this machine.
 //!
-//! The crate is layered so each part can be tested alone:
+//! The crate is layered so each part can be tested alone; arrows point down only
+//! (`cli` → `http` → `monitor` → `registry` → `running` → `private_fs`):
 //! - [`running`]: the records murmur leaves in `~/.murmur/running/` and the three layers that
 //!   verify them. Knows nothing of HTTP.
 //! - [`registry`]: the async operations (list, verify concurrently, prune, signal, stop) that
@@ -9,6 +10,8 @@
 //!   door probes of one record are shared by concurrent callers.
 //! - [`private_fs`]: private directories, atomic writes, and removal only of the file judged.
 //! - [`token`]: the bearer token file, created private and checked in constant time.
+//! - [`monitor`]: the live view behind `/events`: one verification loop publishing every change
+//!   to any number of listeners.
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.
 //! - [`cli`]: the command line; the only place that reads `HOME` or binds a port.
 
