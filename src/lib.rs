@@ -1,7 +1,9 @@
 //! murmur-registry: the verified picture of which murmur capsules run on this machine.
 //!
-//! The crate is layered so each part can be tested alone; arrows point down only
-//! (`cli` → `http` → `monitor` → `registry` → `running` → `private_fs`):
+//! The crate is layered so each part can be tested alone; arrows point down
+//! (`cli` → `http` → `monitor` → `registry` → `running` → `private_fs`), with one exception:
+//! `private_fs` asks `running` for start times, to name its quarantined entries by owner.
+//!
 //! - [`running`]: the records murmur leaves in `~/.murmur/running/` and the three layers that
 //!   verify them. Knows nothing of HTTP.
 //! - [`registry`]: the async operations (list, verify concurrently, prune, signal, stop) that
