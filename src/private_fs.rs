@@ -463,6 +463,27 @@ pub fn hold_private_dir(path: &Path, wider: WiderMode) -> Result<(), PrivateDirE
 mod tests {
     use super::*;
 
+    /// A live `sleep`, killed and reaped on drop, also when an assertion fails before.
+    struct Sleeper(std::process::Child);
+
+    impl Sleeper {
+        fn spawn() -> Self {
+            Self(
+                std::process::Command::new("sleep")
+                    .arg("30")
+                    .spawn()
+                    .expect("spawn sleep"),
+            )
+        }
+    }
+
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     /// Moves `name` aside exactly as a removal in this process does, and leaves it there.
     fn strand(dir_fd: &OwnedFd, name: &str) -> String {
         let quarantine = quarantine_name(name).expect("a quarantine name");
@@ -504,11 +525,8 @@ mod tests {
     fn another_process_keeps_its_entry_only_while_it_is_the_process_named() {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let dir_fd = open_dir(dir.path()).expect("open");
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .expect("spawn sleep");
-        let pid = child.id();
+        let child = Sleeper::spawn();
+        let pid = child.0.id();
         let token = crate::running::process_start_token(pid).expect("the child's start token");
         let mut reaped = std::process::Command::new("true")
             .spawn()
@@ -542,8 +560,7 @@ mod tests {
             let own = QuarantinedName::parse(name).expect("parses").name;
             assert_eq!(dir.path().join(own).exists(), !*kept, "{own}");
         }
-        child.kill().expect("kill sleep");
-        child.wait().expect("reap sleep");
+        drop(child);
     }
 
     #[test]
@@ -612,11 +629,8 @@ mod tests {
         exited.wait().unwrap();
         // Another process, alive: an old-style (pid-only) name of ours would be taken as left
         // by an earlier process that held our pid.
-        let mut owner = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let (gone, live) = (exited.id(), owner.id());
+        let owner = Sleeper::spawn();
+        let (gone, live) = (exited.id(), owner.0.id());
         let quarantine = |name: &str, pid: u32| format!(".{name}.{pid}.0123456789abcdef.unlinking");
         std::fs::create_dir(path(&quarantine("d", gone))).unwrap();
         std::fs::write(path(&quarantine("f", gone)), b"old").unwrap();
@@ -639,8 +653,7 @@ mod tests {
             names_in(dir.path()),
             [still_quarantined.as_str(), "d", "f", "h"]
         );
-        owner.kill().unwrap();
-        owner.wait().unwrap();
+        drop(owner);
     }
 
     #[test]

@@ -1229,6 +1229,7 @@ fn a_record_owned_by_another_user_is_kept_by_ps_and_prune() {
         done.assert_success();
         assert!(!done.stdout.contains("removed"), "{args:?}: {done:#?}");
         assert!(!done.stderr.contains("removed"), "{args:?}: {done:#?}");
+        assert!(!done.stderr.contains("pruned"), "{args:?}: {done:#?}");
         assert!(file.exists(), "{args:?} removed a foreign record");
     }
     assert_eq!(dir_snapshot(&home.running_dir()), before);

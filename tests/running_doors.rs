@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     CARD_PATH, CapsuleProcess, DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection,
-    TestProcess, Zombie, refused_url, session_id, wrong_start_token,
+    TestProcess, Zombie, refused_url, session_id, wire_word, wrong_start_token,
 };
 use murmur_registry::http::wire::SessionState;
 use murmur_registry::registry::Registry;
@@ -63,13 +63,6 @@ async fn verify_many(records: &[RunningRecord], door: &DoorProbe) -> Vec<Verdict
 }
 
 /// The word a client sees for `liveness` (the HTTP contract's one vocabulary).
-fn wire_word(liveness: &Liveness) -> String {
-    serde_json::to_value(SessionState::from(liveness))
-        .ok()
-        .and_then(|word| word.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 fn unreachable_reason(liveness: &Liveness) -> &str {
     match liveness {
         Liveness::Unreachable { reason } => reason,
@@ -85,7 +78,7 @@ async fn a_spec_card_naming_this_session_is_live() {
     let verdict = verify_verdict(&record, &quick_probe()).await;
     assert_eq!(verdict.process, ProcessState::Alive);
     assert_eq!(verdict.liveness, Liveness::Live);
-    assert_eq!(wire_word(&verdict.liveness), "live");
+    assert_eq!(wire_word(SessionState::from(&verdict.liveness)), "live");
     assert_eq!(verdict.liveness.reason(), None);
 
     let requests = door.requests();
@@ -393,7 +386,7 @@ async fn a_gone_process_is_never_probed() {
                 reason: reason.clone()
             }
         );
-        assert_eq!(wire_word(&verdict.liveness), "gone");
+        assert_eq!(wire_word(SessionState::from(&verdict.liveness)), "gone");
         assert_eq!(verdict.process, ProcessState::Gone { reason });
         assert!(door.requests().is_empty(), "pid {pid}: the door was probed");
     }
@@ -494,7 +487,10 @@ async fn verify_many_keeps_the_order_of_mixed_verdicts() {
         RecordJson::fresh().process_start("").parse(),
     ];
     let verdicts = verify_many(&records, &quick_probe()).await;
-    let states: Vec<String> = verdicts.iter().map(|v| wire_word(&v.liveness)).collect();
+    let states: Vec<String> = verdicts
+        .iter()
+        .map(|v| wire_word(SessionState::from(&v.liveness)))
+        .collect();
     assert_eq!(
         states,
         ["gone", "unreachable", "live", "live", "unreachable"]

@@ -17,7 +17,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use common::{
     DEADLINE, ExitedChild, RecordJson, TestProcess, Zombie, own_start_token, proc_state,
-    task_states, wait_until, wrong_start_token,
+    task_states, wait_until, wire_word, wrong_start_token,
 };
 use murmur_registry::http::wire::ProcessStatus;
 use murmur_registry::running::{
@@ -29,13 +29,6 @@ const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;
 
 /// The word a client sees for `state` (the HTTP contract's one vocabulary).
-fn wire_word(state: &ProcessState) -> String {
-    serde_json::to_value(ProcessStatus::from(state))
-        .ok()
-        .and_then(|word| word.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 fn gone_no_process(pid: u32) -> ProcessState {
     ProcessState::Gone {
         reason: format!("no process holds pid {pid}"),
@@ -99,7 +92,10 @@ fn this_process_with_its_real_token_is_alive() {
     let record = RecordJson::fresh().parse();
     assert_eq!(record.pid, std::process::id());
     assert_eq!(process_state(&record), ProcessState::Alive);
-    assert_eq!(wire_word(&ProcessState::Alive), "alive");
+    assert_eq!(
+        wire_word(ProcessStatus::from(&ProcessState::Alive)),
+        "alive"
+    );
 }
 
 #[test]
@@ -116,7 +112,7 @@ fn a_child_that_exited_and_was_reaped_is_gone() {
     let record = exited.record().parse();
     let state = process_state(&record);
     assert_eq!(state, gone_no_process(exited.pid));
-    assert_eq!(wire_word(&state), "gone");
+    assert_eq!(wire_word(ProcessStatus::from(&state)), "gone");
 }
 
 #[test]
@@ -267,7 +263,7 @@ fn an_empty_recorded_token_never_matches_and_is_never_signalled() {
         panic!("an empty token on a live pid must be unverified, got {state:?}");
     };
     assert!(reason.contains(&child.pid().to_string()), "{reason}");
-    assert_eq!(wire_word(&state), "unverified");
+    assert_eq!(wire_word(ProcessStatus::from(&state)), "unverified");
 
     for outcome in [signal_term(&record), signal_kill(&record)] {
         assert!(

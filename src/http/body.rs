@@ -41,7 +41,7 @@ impl<S: Send + Sync> FromRequest<S> for NoBodyOrJson {
 }
 
 /// `application/json`, or `application/<anything>+json`, as axum's `Json` takes them.
-pub(crate) fn is_json(headers: &HeaderMap) -> bool {
+fn is_json(headers: &HeaderMap) -> bool {
     let Some(value) = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

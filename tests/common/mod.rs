@@ -76,3 +76,12 @@ pub fn within<T: Send + 'static>(
         Err(e) => panic!("{what} did not finish within {deadline:?}: {e}"),
     }
 }
+
+/// The word a value is on the wire (its JSON string), e.g. `live` for `SessionState::Live`;
+/// empty if it does not serialize to a string.
+pub fn wire_word(value: impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|word| word.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
