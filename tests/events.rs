@@ -622,11 +622,18 @@ impl LeaseHolder {
     /// `onto`, `staged` is the record itself, leased in place ([`LeaseHolder::take_in_place`]).
     fn take(staged: &Path, onto: &Path) -> Self {
         const SCRIPT: &str = r#"
-import fcntl, os, select, signal, sys
+import errno, fcntl, os, select, signal, sys
 staged, onto = sys.argv[1], sys.argv[2]
 signal.signal(signal.SIGIO, signal.SIG_IGN)
 fd = os.open(staged, os.O_RDONLY)
-fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+while True:
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        break
+    except OSError as e:
+        # A scan has the file open this instant (a write lease needs it closed elsewhere).
+        if e.errno not in (errno.EAGAIN, errno.EBUSY):
+            raise
 if onto:
     os.rename(staged, onto)
 else:
