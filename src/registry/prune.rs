@@ -75,16 +75,19 @@ pub(super) fn unlink_gone(
     notes: &RemovalNotes,
     cause: RemovalCause,
 ) -> Result<Pruned, RunningError> {
+    // Noted before the unlink: the live view, woken by the unlink itself, must find the note
+    // when it sees the file gone. Taken back if this call did not remove the file.
+    notes.note(&record.session_id, cause, reason);
     let pruned = running::prune(
         record,
         &Liveness::Gone {
             reason: reason.to_owned(),
         },
-    )?;
-    if pruned == Pruned::Removed {
-        notes.note(&record.session_id, cause, reason);
+    );
+    if !matches!(pruned, Ok(Pruned::Removed)) {
+        notes.take(&record.session_id);
     }
-    Ok(pruned)
+    pruned
 }
 
 impl Registry {
