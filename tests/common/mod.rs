@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 pub mod binary;
 pub mod doors;
 pub mod files;
+pub mod pidfds;
 pub mod processes;
 pub mod records;
 pub mod served;

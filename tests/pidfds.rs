@@ -1,0 +1,649 @@
+//! The registry's pidfds end to end: `murmur-registry serve` as a real process over real
+//! records of real processes, its pidfds read from outside through `/proc/<its pid>/fdinfo`
+//! (a pidfd's `Pid:` line names its process), never through a counter of its own.
+//!
+//! Why these tests exist: a held pidfd replaces layers 1–2 for every record naming its process,
+//! and tells the live view the moment that process exits. So what it holds must be exactly
+//! right, and must never outlive the process it names:
+//!
+//! - one pidfd per distinct live process the records name (records sharing a process share
+//!   it), none for a record of an exited process or of a live one with another start token; a
+//!   record rewritten for a new process gets a new pidfd, and the old one is dropped once no
+//!   record names it, within two whole-directory passes (listings), as is the pidfd of a
+//!   removed record;
+//! - a pid reused after its capsule died never inherits the old pidfd's verdict: the dead
+//!   capsule's record is gone while a new process holds its number (started at that exact pid
+//!   with `clone3`'s `set_tid`), and that new process's own record is live, with a pidfd of
+//!   its own (needs root);
+//! - a capsule killed while a listener reads `/events` is reported `changed` to gone and
+//!   `removed` (pruned, the file unlinked) with `--events-interval 1h`: only the exit can
+//!   explain the events. Also for another user's capsule, the registry run as uid 65534 (needs
+//!   root);
+//! - where `pidfd_open` fails with ENOSYS (a seccomp filter, `tests/fixtures/no_pidfd.py`,
+//!   shown to block it), the registry says so once in its log, holds no pidfd, still tells
+//!   live from gone on every listing, and still reports a killed capsule gone and removed at
+//!   its next pass.
+//!
+//! Nothing sleeps to synchronise: the stream is read with a per-event deadline that only bounds
+//! how long a broken test takes to fail; a pidfd being dropped is checked after a counted
+//! number of listings, not after a time.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::binary::{Home, User, chown_nobody, registry, run};
+use common::pidfds::{
+    NO_PIDFD, ProcessAtPid, pidfd_pids, pidfds_held_by, seccomp_mode, without_pidfd_open,
+};
+use common::{
+    CapsuleProcess, DEADLINE, ExitedChild, RecordJson, ServedBinary, TestProcess,
+    replace_by_rename, wait_until, wrong_start_token,
+};
+use rustix::process::Signal;
+use serde_json::Value;
+
+/// The longest wait for the next event of a stream. Never how long a test takes.
+const EVENT_DEADLINE: Duration = Duration::from_secs(15);
+
+/// How many whole-directory passes a pidfd no record names may outlive: it is dropped at the
+/// start of the first pass after one that did not name it.
+const PASSES_TO_DROP: usize = 2;
+
+// ---------------------------------------------------------------------------------------------
+// The server
+// ---------------------------------------------------------------------------------------------
+
+/// `murmur-registry serve` on `127.0.0.1:0` in its own `HOME`, asked over HTTP with its token.
+struct Server {
+    binary: ServedBinary,
+    token: String,
+    client: reqwest::Client,
+}
+
+impl Server {
+    /// `serve` as `user`, with `args` after `serve --bind 127.0.0.1:0`.
+    fn start(home: &Home, user: User, args: &[&str]) -> Self {
+        let mut cmd = registry(home.path(), user);
+        cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(args);
+        Self::spawn(home, cmd)
+    }
+
+    /// [`Server::start`] as the test user where `pidfd_open` fails with ENOSYS.
+    fn start_without_pidfd_open(home: &Home, args: &[&str]) -> Self {
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(args);
+        Self::spawn(home, without_pidfd_open(cmd))
+    }
+
+    fn spawn(home: &Home, cmd: Command) -> Self {
+        let binary = ServedBinary::spawn(cmd);
+        Self {
+            binary,
+            token: home.token(),
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("an HTTP client"),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.binary.addr)
+    }
+
+    /// The pid of every pidfd the server holds (see [`pidfds_held_by`]).
+    fn pidfds(&self) -> Vec<i64> {
+        pidfds_held_by(self.binary.pid())
+    }
+
+    /// `GET /sessions<query>`, which must answer 200: one whole-directory pass.
+    async fn list(&self, query: &str) -> Listing {
+        let response = self
+            .client
+            .get(self.url(&format!("/sessions{query}")))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("the registry answers GET /sessions");
+        let status = response.status().as_u16();
+        let body = response.text().await.expect("a body");
+        assert_eq!(status, 200, "GET /sessions{query}: {body}");
+        Listing(serde_json::from_str(&body).expect("a JSON listing"))
+    }
+
+    /// List (full, then `probe=false`, alternately) until the server's pidfds satisfy `done`,
+    /// failing the test if they do not after `at_most` listings.
+    async fn list_until(&self, at_most: usize, what: &str, done: impl Fn(&[i64]) -> bool) {
+        for n in 0..at_most {
+            let query = if n % 2 == 0 { "" } else { "?probe=false" };
+            self.list(query).await;
+            if done(&self.pidfds()) {
+                return;
+            }
+        }
+        panic!(
+            "after {at_most} listings, not yet {what}: pidfds for {:?}",
+            self.pidfds()
+        );
+    }
+
+    /// Open `/events` and read its snapshot.
+    async fn listen(&self) -> (EventStream, Event) {
+        let response = self
+            .client
+            .get(self.url("/events"))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("the registry answers GET /events");
+        assert_eq!(response.status().as_u16(), 200, "GET /events");
+        let mut stream = EventStream {
+            response,
+            pending: Vec::new(),
+            raw: String::new(),
+        };
+        let snapshot = stream.next().await;
+        assert_eq!(snapshot.name, "snapshot", "the first event: {snapshot:?}");
+        (stream, snapshot)
+    }
+}
+
+/// A `GET /sessions` answer.
+struct Listing(Value);
+
+impl Listing {
+    /// The `liveness` of session `id`, which must be listed.
+    fn liveness(&self, id: &str) -> &Value {
+        let session = self.0["sessions"]
+            .as_array()
+            .expect("a listing lists sessions")
+            .iter()
+            .find(|s| s["session_id"] == id)
+            .unwrap_or_else(|| panic!("{id} is not listed: {}", self.0));
+        &session["liveness"]
+    }
+
+    /// The process verdict (`alive`, `gone` …) of session `id`.
+    fn process(&self, id: &str) -> &str {
+        self.liveness(id)["process"].as_str().unwrap_or_default()
+    }
+
+    /// The reason given for session `id` (empty when none).
+    fn reason(&self, id: &str) -> &str {
+        self.liveness(id)["reason"].as_str().unwrap_or_default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A Server-Sent Events reader
+// ---------------------------------------------------------------------------------------------
+
+/// One event as a client sees it.
+#[derive(Debug)]
+struct Event {
+    name: String,
+    data: Value,
+}
+
+impl Event {
+    fn session_id(&self) -> &str {
+        self.data["session_id"].as_str().unwrap_or_default()
+    }
+
+    /// The state of session `id` in a snapshot, empty when it is not in it.
+    fn state_in_snapshot(&self, id: &str) -> &str {
+        self.data["sessions"]
+            .as_array()
+            .and_then(|sessions| sessions.iter().find(|s| s["session_id"] == id))
+            .and_then(|s| s["liveness"]["state"].as_str())
+            .unwrap_or_default()
+    }
+}
+
+/// `/events` read chunk by chunk: `event:` and `data:` lines, a blank line ending each event,
+/// comments and ids skipped (the events tests check those).
+struct EventStream {
+    response: reqwest::Response,
+    pending: Vec<u8>,
+    /// Everything the stream carried so far, for a failure's message.
+    raw: String,
+}
+
+impl EventStream {
+    /// The next event; fails the test if none comes within [`EVENT_DEADLINE`] or the stream
+    /// ends.
+    async fn next(&mut self) -> Event {
+        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+        loop {
+            if let Some(event) = self.parse_one() {
+                return event;
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "no event within {EVENT_DEADLINE:?}; the stream:\n{}",
+                        self.raw
+                    )
+                });
+            match chunk {
+                Ok(Some(bytes)) => {
+                    self.raw.push_str(&String::from_utf8_lossy(&bytes));
+                    self.pending.extend_from_slice(&bytes);
+                }
+                Ok(None) | Err(_) => panic!("the stream ended; it carried:\n{}", self.raw),
+            }
+        }
+    }
+
+    /// The next event about session `id`, skipping events about others.
+    async fn next_about(&mut self, id: &str) -> Event {
+        loop {
+            let event = self.next().await;
+            if event.session_id() == id {
+                return event;
+            }
+        }
+    }
+
+    /// The first complete event in what was read, if any.
+    fn parse_one(&mut self) -> Option<Event> {
+        let end = self.pending.windows(2).position(|w| w == b"\n\n")?;
+        let block: Vec<u8> = self.pending.drain(..end + 2).collect();
+        let block = String::from_utf8(block).expect("the stream is UTF-8");
+        let mut name = None;
+        let mut data = None;
+        for line in block.lines() {
+            if let Some(value) = line.strip_prefix("event:") {
+                name = Some(value.trim().to_owned());
+            } else if let Some(value) = line.strip_prefix("data:") {
+                data = Some(serde_json::from_str(value.trim()).expect("event data is JSON"));
+            }
+        }
+        match (name, data) {
+            (Some(name), Some(data)) => Some(Event { name, data }),
+            // A comment (keep-alive) alone: read on.
+            _ => self.parse_one(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One pidfd per live process
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record_names() {
+    let home = Home::new();
+    let server = Server::start(&home, User::Me, &[]);
+    let shared = TestProcess::sleeping();
+    let own = TestProcess::sleeping();
+    let other_token = TestProcess::sleeping();
+    let exited = ExitedChild::spawn();
+
+    let shared_first = shared.record().no_door();
+    let shared_second = shared.record().no_door();
+    let owned = own.record().no_door();
+    let mistaken = other_token
+        .record()
+        .process_start(&wrong_start_token(other_token.pid()))
+        .no_door();
+    let dead = exited.record().no_door();
+    for record in [&shared_first, &shared_second, &owned, &mistaken, &dead] {
+        home.write(record);
+    }
+
+    let listing = server.list("").await;
+    for live in [&shared_first, &shared_second, &owned] {
+        assert_eq!(
+            listing.process(&live.session_id()),
+            "alive",
+            "{}",
+            listing.0
+        );
+    }
+    for gone in [&mistaken, &dead] {
+        assert_eq!(listing.process(&gone.session_id()), "gone", "{}", listing.0);
+    }
+    assert_eq!(
+        server.pidfds(),
+        pidfd_pids(&[shared.pid(), own.pid()]),
+        "one pidfd per distinct live process the records name, none for the others"
+    );
+    server.list("?probe=false").await;
+    assert_eq!(
+        server.pidfds(),
+        pidfd_pids(&[shared.pid(), own.pid()]),
+        "a listing without probes uses the same pidfds"
+    );
+
+    // Rewritten (staged, renamed into place) for a new process: new pid, new start token.
+    let successor = TestProcess::sleeping();
+    let rewritten = RecordJson::new(&owned.session_id())
+        .process(successor.pid(), &successor.start_token())
+        .no_door();
+    replace_by_rename(
+        &home.running_dir(),
+        &owned.file_name(),
+        rewritten.to_bytes(),
+    );
+    let listing = server.list("").await;
+    assert_eq!(
+        listing.process(&owned.session_id()),
+        "alive",
+        "{}",
+        listing.0
+    );
+    assert!(
+        server.pidfds().contains(&i64::from(successor.pid())),
+        "the rewritten record's new process gets a pidfd: {:?}",
+        server.pidfds()
+    );
+    server
+        .list_until(PASSES_TO_DROP, "the old process's pidfd dropped", |pids| {
+            pids == pidfd_pids(&[shared.pid(), successor.pid()])
+        })
+        .await;
+    assert_eq!(
+        common::proc_state(own.pid()).map(|s| s != 'Z'),
+        Some(true),
+        "the old process still runs: its pidfd was dropped because no record names it"
+    );
+
+    // A process two records name keeps its pidfd while one of them remains.
+    std::fs::remove_file(home.running_dir().join(shared_first.file_name())).expect("unlink");
+    for _ in 0..PASSES_TO_DROP {
+        server.list("").await;
+        assert_eq!(
+            server.pidfds(),
+            pidfd_pids(&[shared.pid(), successor.pid()]),
+            "another record still names the shared process"
+        );
+    }
+    std::fs::remove_file(home.running_dir().join(shared_second.file_name())).expect("unlink");
+    server
+        .list_until(
+            PASSES_TO_DROP,
+            "the removed records' pidfd dropped",
+            |pids| pids == pidfd_pids(&[successor.pid()]),
+        )
+        .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A reused pid
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+#[ignore = "needs root: starts a process at the pid of one that died (clone3 with set_tid)"]
+async fn a_pid_reused_after_its_capsule_died_never_inherits_the_old_pidfds_verdict() {
+    let home = Home::new();
+    let server = Server::start(&home, User::Me, &[]);
+    let mut first = TestProcess::sleeping();
+    let pid = first.pid();
+    let first_token = first.start_token();
+    let died = first.record().no_door();
+    home.write(&died);
+    let listing = server.list("").await;
+    assert_eq!(
+        listing.process(&died.session_id()),
+        "alive",
+        "{}",
+        listing.0
+    );
+    assert_eq!(server.pidfds(), pidfd_pids(&[pid]), "the capsule is pinned");
+
+    // It dies and is reaped; with no reading in between, a new process takes its number. A
+    // start token counts clock ticks: one started in the same tick would carry the same token,
+    // and no record could tell the two apart, so that one is put back and started again.
+    kill_child(pid);
+    first.wait_exit(DEADLINE);
+    drop(first);
+    let mut reused = None;
+    wait_until(
+        &format!("a new process at pid {pid} with a token of its own"),
+        DEADLINE,
+        || {
+            let candidate = ProcessAtPid::sleeping(pid);
+            let differs = candidate.start_token() != first_token;
+            if differs {
+                reused = Some(candidate);
+            }
+            differs
+        },
+    );
+    let reused = reused.expect("set when the wait ends");
+
+    let listing = server.list("").await;
+    assert_eq!(listing.process(&died.session_id()), "gone", "{}", listing.0);
+    assert_reason_of_a_reused_pid(&listing, &died, pid);
+    assert_eq!(
+        server.pidfds(),
+        Vec::<i64>::new(),
+        "the dead capsule's pidfd is closed, and nothing names the new process yet"
+    );
+
+    let new = reused.record().no_door();
+    home.write(&new);
+    for query in ["", "?probe=false", ""] {
+        let listing = server.list(query).await;
+        assert_eq!(listing.process(&new.session_id()), "alive", "{}", listing.0);
+        assert_eq!(listing.process(&died.session_id()), "gone", "{}", listing.0);
+        assert_reason_of_a_reused_pid(&listing, &died, pid);
+        assert_eq!(
+            server.pidfds(),
+            pidfd_pids(&[pid]),
+            "one pidfd, naming the live process at pid {pid} (a dead one's reads -1)"
+        );
+    }
+}
+
+/// The reason a record of a dead capsule whose pid was reused is gone: its process exited (what
+/// its pidfd saw) or the pid's holder started at another time (what `/proc` shows).
+fn assert_reason_of_a_reused_pid(listing: &Listing, died: &RecordJson, pid: u32) {
+    let reason = listing.reason(&died.session_id());
+    assert!(
+        reason == format!("no process holds pid {pid}")
+            || reason == format!("pid {pid} is held by a process that started at another time"),
+        "{reason}"
+    );
+}
+
+/// SIGKILL a child of this test by pid (the test reaps it afterwards, so the number is still its).
+fn kill_child(pid: u32) {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .expect("a child's pid");
+    rustix::process::kill_process(pid, Signal::KILL).expect("signal the test's child");
+}
+
+// ---------------------------------------------------------------------------------------------
+// An exit seen at once
+// ---------------------------------------------------------------------------------------------
+
+/// A capsule killed while a listener reads `/events`, the directory passes an hour apart: the
+/// session must be reported gone and removed on the exit alone.
+async fn a_killed_capsule_is_reported_gone_and_removed_without_a_pass(user: User) {
+    let home = match user {
+        User::Nobody => Home::for_nobody_with_running_dir(),
+        _ => Home::new(),
+    };
+    let server = Server::start(&home, user, &["--events-interval", "1h"]);
+    let mut capsule = CapsuleProcess::single();
+    let record = capsule.record();
+    let id = record.session_id();
+    let file = home.write(&record);
+    if matches!(user, User::Nobody) {
+        chown_nobody(&file);
+    }
+
+    let (mut events, snapshot) = server.listen().await;
+    assert_eq!(snapshot.state_in_snapshot(&id), "live", "{snapshot:?}");
+    assert_eq!(
+        server.pidfds(),
+        pidfd_pids(&[capsule.pid()]),
+        "the registry watches the capsule"
+    );
+
+    capsule.send_signal(9);
+    capsule.wait_exit(DEADLINE);
+    let changed = events.next_about(&id).await;
+    assert_eq!(changed.name, "session.changed", "{changed:?}");
+    assert_eq!(changed.data["new_state"], "gone", "{changed:?}");
+    assert_eq!(
+        changed.data["reason"],
+        format!("no process holds pid {}", capsule.pid()),
+        "{changed:?}"
+    );
+    let removed = events.next_about(&id).await;
+    assert_eq!(removed.name, "session.removed", "{removed:?}");
+    assert_eq!(removed.data["reason"], "pruned", "{removed:?}");
+    assert!(!file.exists(), "the record is unlinked");
+    assert_eq!(server.pidfds(), Vec::<i64>::new(), "no pidfd outlives it");
+}
+
+#[tokio::test]
+async fn a_capsule_killed_while_a_listener_reads_is_gone_and_removed_without_waiting_for_a_pass() {
+    a_killed_capsule_is_reported_gone_and_removed_without_a_pass(User::Me).await;
+}
+
+#[tokio::test]
+#[ignore = "needs root: serves as uid 65534 (setpriv) beside a root-owned capsule"]
+async fn another_users_capsule_killed_while_a_listener_reads_is_gone_and_removed_at_once() {
+    a_killed_capsule_is_reported_gone_and_removed_without_a_pass(User::Nobody).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where pidfd_open does not exist
+// ---------------------------------------------------------------------------------------------
+
+/// `python3 -c` calling `os.pidfd_open` on itself: what it printed (`opened`, or the errno's
+/// name).
+fn pidfd_open_in_python(cmd: Command) -> String {
+    let done = run(cmd);
+    assert_eq!(done.status.code(), Some(0), "{done:#?}");
+    done.stdout.trim().to_owned()
+}
+
+const OPEN_OWN_PIDFD: &str = "import errno, os\n\
+    try:\n    os.pidfd_open(os.getpid()); print('opened')\n\
+    except OSError as e:\n    print(errno.errorcode[e.errno])\n";
+
+#[test]
+fn the_seccomp_helper_makes_pidfd_open_fail_with_enosys_and_only_under_it() {
+    let mut plain = Command::new("python3");
+    plain.args(["-c", OPEN_OWN_PIDFD]);
+    assert_eq!(
+        pidfd_open_in_python(plain),
+        "opened",
+        "this kernel has pidfds, so the fallback tests are not vacuous"
+    );
+    let mut python = Command::new("python3");
+    python.args(["-c", OPEN_OWN_PIDFD]);
+    assert_eq!(pidfd_open_in_python(without_pidfd_open(python)), "ENOSYS");
+    let mut refused = Command::new("python3");
+    refused.arg(NO_PIDFD);
+    let done = run(refused);
+    assert_eq!(
+        done.status.code(),
+        Some(1),
+        "no program, no exec: {done:#?}"
+    );
+}
+
+#[tokio::test]
+async fn without_pidfd_open_the_registry_says_so_once_and_still_tells_live_from_gone() {
+    let home = Home::new();
+    let server = Server::start_without_pidfd_open(&home, &["--events-interval", "100ms"]);
+    assert_eq!(
+        seccomp_mode(server.binary.pid()),
+        Some(2),
+        "the registry runs under the filter"
+    );
+    let alive = TestProcess::sleeping();
+    let other_token = TestProcess::sleeping();
+    let exited = ExitedChild::spawn();
+    let mut capsule = CapsuleProcess::single();
+    let live = alive.record().no_door();
+    let mistaken = other_token
+        .record()
+        .process_start(&wrong_start_token(other_token.pid()))
+        .no_door();
+    let dead = exited.record().no_door();
+    let door = capsule.record();
+    for record in [&live, &mistaken, &dead, &door] {
+        home.write(record);
+    }
+
+    for query in ["", "?probe=false", "", "?probe=false"] {
+        let listing = server.list(query).await;
+        assert_eq!(
+            listing.process(&live.session_id()),
+            "alive",
+            "{}",
+            listing.0
+        );
+        assert_eq!(
+            listing.process(&door.session_id()),
+            "alive",
+            "{}",
+            listing.0
+        );
+        assert_eq!(listing.process(&dead.session_id()), "gone", "{}", listing.0);
+        assert_eq!(
+            listing.reason(&dead.session_id()),
+            format!("no process holds pid {}", exited.pid)
+        );
+        assert_eq!(
+            listing.process(&mistaken.session_id()),
+            "gone",
+            "{}",
+            listing.0
+        );
+        assert_eq!(
+            listing.reason(&mistaken.session_id()),
+            format!(
+                "pid {} is held by a process that started at another time",
+                other_token.pid()
+            )
+        );
+        if query.is_empty() {
+            assert_eq!(listing.liveness(&door.session_id())["state"], "live");
+        }
+        assert_eq!(
+            server.pidfds(),
+            Vec::<i64>::new(),
+            "no pidfd without pidfd_open"
+        );
+    }
+
+    let (mut events, snapshot) = server.listen().await;
+    let id = door.session_id();
+    assert_eq!(snapshot.state_in_snapshot(&id), "live", "{snapshot:?}");
+    capsule.send_signal(9);
+    capsule.wait_exit(DEADLINE);
+    let changed = events.next_about(&id).await;
+    assert_eq!(changed.name, "session.changed", "{changed:?}");
+    assert_eq!(changed.data["new_state"], "gone", "{changed:?}");
+    let removed = events.next_about(&id).await;
+    assert_eq!(removed.name, "session.removed", "{removed:?}");
+    assert_eq!(removed.data["reason"], "pruned", "{removed:?}");
+    assert!(!home.running_dir().join(door.file_name()).exists());
+    assert_eq!(server.pidfds(), Vec::<i64>::new());
+
+    drop(events);
+    let (status, stderr) = server.binary.stop_with(Signal::TERM);
+    assert!(status.success(), "{status}: {stderr}");
+    let said = stderr
+        .lines()
+        .filter(|line| line.contains("pidfds are unavailable"))
+        .count();
+    assert_eq!(said, 1, "said once, whatever read how often:\n{stderr}");
+    assert!(
+        !stderr.contains("cannot pin every live process"),
+        "{stderr}"
+    );
+}
