@@ -16,9 +16,9 @@
 //!   with `clone3`'s `set_tid`), and that new process's own record is live, with a pidfd of
 //!   its own (needs root);
 //! - a capsule killed while a listener reads `/events` is reported `changed` to gone and
-//!   `removed` (pruned, the file unlinked) with `--events-interval 1h`: only the exit can
-//!   explain the events. Also for another user's capsule, the registry run as uid 65534 (needs
-//!   root);
+//!   `removed` (pruned, the file unlinked) with `--events-interval 1h` and no door in its
+//!   record: only the exit can explain the events. Also for another user's capsule, the
+//!   registry run as uid 65534 (needs root);
 //! - where `pidfd_open` fails with ENOSYS (a seccomp filter, `tests/fixtures/no_pidfd.py`,
 //!   shown to block it), the registry says so once in its log, holds no pidfd, still tells
 //!   live from gone on every listing, and still reports a killed capsule gone and removed at
@@ -464,16 +464,16 @@ fn kill_child(pid: u32) {
 // An exit seen at once
 // ---------------------------------------------------------------------------------------------
 
-/// A capsule killed while a listener reads `/events`, the directory passes an hour apart: the
-/// session must be reported gone and removed on the exit alone.
+/// A capsule killed while a listener reads `/events`, the directory passes an hour apart and
+/// no door to ask: the session must be reported gone and removed on the exit alone.
 async fn a_killed_capsule_is_reported_gone_and_removed_without_a_pass(user: User) {
     let home = match user {
         User::Nobody => Home::for_nobody_with_running_dir(),
         _ => Home::new(),
     };
     let server = Server::start(&home, user, &["--events-interval", "1h"]);
-    let mut capsule = CapsuleProcess::single();
-    let record = capsule.record();
+    let mut capsule = TestProcess::sleeping();
+    let record = capsule.record().no_door();
     let id = record.session_id();
     let file = home.write(&record);
     if matches!(user, User::Nobody) {
@@ -488,7 +488,7 @@ async fn a_killed_capsule_is_reported_gone_and_removed_without_a_pass(user: User
         "the registry watches the capsule"
     );
 
-    capsule.send_signal(9);
+    kill_child(capsule.pid());
     capsule.wait_exit(DEADLINE);
     let changed = events.next_about(&id).await;
     assert_eq!(changed.name, "session.changed", "{changed:?}");
