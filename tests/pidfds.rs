@@ -10,11 +10,11 @@
 //!   it), none for a record of an exited process or of a live one with another start token; a
 //!   record rewritten for a new process gets a new pidfd, and the old one is dropped once no
 //!   record names it, within two whole-directory passes (listings), as is the pidfd of a
-//!   removed record;
+//!   removed record; a zombie is no live process, a live one whose main thread exited is;
 //! - a pid reused after its capsule died never inherits the old pidfd's verdict: the dead
 //!   capsule's record is gone while a new process holds its number (started at that exact pid
 //!   with `clone3`'s `set_tid`), and that new process's own record is live, with a pidfd of
-//!   its own (needs root);
+//!   its own, as is the dead capsule's record once rewritten for it (needs root);
 //! - a capsule killed while a listener reads `/events` is reported `changed` to gone and
 //!   `removed` (pruned, the file unlinked) with `--events-interval 1h` and no door in its
 //!   record: only the exit can explain the events. Also for another user's capsule, the
@@ -38,7 +38,7 @@ use common::pidfds::{
     NO_PIDFD, ProcessAtPid, pidfd_pids, pidfds_held_by, seccomp_mode, without_pidfd_open,
 };
 use common::{
-    CapsuleProcess, DEADLINE, ExitedChild, RecordJson, ServedBinary, TestProcess,
+    CapsuleProcess, DEADLINE, ExitedChild, RecordJson, ServedBinary, TestProcess, Zombie,
     replace_by_rename, wait_until, wrong_start_token,
 };
 use rustix::process::Signal;
@@ -281,7 +281,11 @@ async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record
     let shared = TestProcess::sleeping();
     let own = TestProcess::sleeping();
     let other_token = TestProcess::sleeping();
+    // Alive: its main thread exited while another runs on (the kernel says so only once the
+    // whole thread group has exited).
+    let leader = TestProcess::zombie_leader();
     let exited = ExitedChild::spawn();
+    let zombie = Zombie::spawn();
 
     let shared_first = shared.record().no_door();
     let shared_second = shared.record().no_door();
@@ -291,12 +295,23 @@ async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record
         .process_start(&wrong_start_token(other_token.pid()))
         .no_door();
     let dead = exited.record().no_door();
-    for record in [&shared_first, &shared_second, &owned, &mistaken, &dead] {
+    let unreaped = zombie.record().no_door();
+    let threaded = leader.record().no_door();
+    let records = [
+        &shared_first,
+        &shared_second,
+        &owned,
+        &mistaken,
+        &dead,
+        &unreaped,
+        &threaded,
+    ];
+    for record in records {
         home.write(record);
     }
 
     let listing = server.list("").await;
-    for live in [&shared_first, &shared_second, &owned] {
+    for live in [&shared_first, &shared_second, &owned, &threaded] {
         assert_eq!(
             listing.process(&live.session_id()),
             "alive",
@@ -304,18 +319,18 @@ async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record
             listing.0
         );
     }
-    for gone in [&mistaken, &dead] {
+    for gone in [&mistaken, &dead, &unreaped] {
         assert_eq!(listing.process(&gone.session_id()), "gone", "{}", listing.0);
     }
     assert_eq!(
         server.pidfds(),
-        pidfd_pids(&[shared.pid(), own.pid()]),
+        pidfd_pids(&[shared.pid(), own.pid(), leader.pid()]),
         "one pidfd per distinct live process the records name, none for the others"
     );
     server.list("?probe=false").await;
     assert_eq!(
         server.pidfds(),
-        pidfd_pids(&[shared.pid(), own.pid()]),
+        pidfd_pids(&[shared.pid(), own.pid(), leader.pid()]),
         "a listing without probes uses the same pidfds"
     );
 
@@ -343,7 +358,7 @@ async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record
     );
     server
         .list_until(PASSES_TO_DROP, "the old process's pidfd dropped", |pids| {
-            pids == pidfd_pids(&[shared.pid(), successor.pid()])
+            pids == pidfd_pids(&[shared.pid(), successor.pid(), leader.pid()])
         })
         .await;
     assert_eq!(
@@ -358,7 +373,7 @@ async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record
         server.list("").await;
         assert_eq!(
             server.pidfds(),
-            pidfd_pids(&[shared.pid(), successor.pid()]),
+            pidfd_pids(&[shared.pid(), successor.pid(), leader.pid()]),
             "another record still names the shared process"
         );
     }
@@ -367,7 +382,7 @@ async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record
         .list_until(
             PASSES_TO_DROP,
             "the removed records' pidfd dropped",
-            |pids| pids == pidfd_pids(&[successor.pid()]),
+            |pids| pids == pidfd_pids(&[successor.pid(), leader.pid()]),
         )
         .await;
 }
@@ -438,6 +453,25 @@ async fn a_pid_reused_after_its_capsule_died_never_inherits_the_old_pidfds_verdi
             "one pidfd, naming the live process at pid {pid} (a dead one's reads -1)"
         );
     }
+
+    // The dead capsule's record rewritten for the new process (same pid, its own token).
+    let rewritten = RecordJson::new(&died.session_id())
+        .process(pid, reused.start_token())
+        .no_door();
+    replace_by_rename(&home.running_dir(), &died.file_name(), rewritten.to_bytes());
+    let listing = server.list("").await;
+    assert_eq!(
+        listing.process(&died.session_id()),
+        "alive",
+        "{}",
+        listing.0
+    );
+    assert_eq!(listing.process(&new.session_id()), "alive", "{}", listing.0);
+    assert_eq!(
+        server.pidfds(),
+        pidfd_pids(&[pid]),
+        "both records share one"
+    );
 }
 
 /// The reason a record of a dead capsule whose pid was reused is gone: its process exited (what
