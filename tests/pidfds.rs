@@ -9,7 +9,7 @@
 //! - one pidfd per distinct live process the records name (records sharing a process share
 //!   it), none for a record of an exited process or of a live one with another start token; a
 //!   record rewritten for a new process gets a new pidfd, and the old one is dropped once no
-//!   record names it, within two whole-directory passes (listings), as is the pidfd of a
+//!   record names it, within three whole-directory passes (listings), as is the pidfd of a
 //!   removed record; a zombie is no live process, a live one whose main thread exited is;
 //! - a pid reused after its capsule died never inherits the old pidfd's verdict: the dead
 //!   capsule's record is gone while a new process holds its number (started at that exact pid
@@ -47,9 +47,10 @@ use serde_json::Value;
 /// The longest wait for the next event of a stream. Never how long a test takes.
 const EVENT_DEADLINE: Duration = Duration::from_secs(15);
 
-/// How many whole-directory passes a pidfd no record names may outlive: it is dropped at the
-/// start of the first pass after one that did not name it.
-const PASSES_TO_DROP: usize = 2;
+/// How many whole-directory passes (listings) it takes at most to drop a pidfd no record names:
+/// one no reading named during two passes in a row is dropped as the third begins (two, not
+/// one, because a listing's pass and the live view's may begin back to back).
+const PASSES_TO_DROP: usize = 3;
 
 // ---------------------------------------------------------------------------------------------
 // The server
