@@ -12,9 +12,11 @@
 
 mod card;
 mod error;
+mod exits;
 mod flights;
 mod listing;
 mod passes;
+mod pins;
 mod prune;
 mod removal;
 mod signal;
@@ -34,6 +36,7 @@ use stop::StopsInProgress;
 pub use card::CardRefusal;
 pub use error::RegistryError;
 pub(crate) use error::copy_error;
+pub use exits::{ExitedProcess, ProcessExits};
 pub use listing::{INLINE_SCAN_ENTRIES, Listing};
 pub use prune::{PruneOutcome, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
