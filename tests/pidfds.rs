@@ -19,6 +19,9 @@
 //!   `removed` (pruned, the file unlinked) with `--events-interval 1h` and no door in its
 //!   record: only the exit can explain the events. Also for another user's capsule, the
 //!   registry run as uid 65534 (needs root);
+//! - with an open-files limit too low to pin every live process, some are pinned and the rest
+//!   read through `/proc`, every listing still right (a pinned and an unpinned process killed
+//!   both read gone), and the log says so once;
 //! - where `pidfd_open` fails with ENOSYS (a seccomp filter, `tests/fixtures/no_pidfd.py`,
 //!   shown to block it), the registry says so once in its log, holds no pidfd, still tells
 //!   live from gone on every listing, and still reports a killed capsule gone and removed at
@@ -35,7 +38,8 @@ use std::time::Duration;
 
 use common::binary::{Home, User, chown_nobody, registry, run};
 use common::pidfds::{
-    NO_PIDFD, ProcessAtPid, pidfd_pids, pidfds_held_by, seccomp_mode, without_pidfd_open,
+    NO_PIDFD, ProcessAtPid, pidfd_pids, pidfds_held_by, seccomp_mode, with_open_files_limit,
+    without_pidfd_open,
 };
 use common::{
     CapsuleProcess, DEADLINE, ExitedChild, RecordJson, ServedBinary, TestProcess, Zombie,
@@ -69,6 +73,13 @@ impl Server {
         let mut cmd = registry(home.path(), user);
         cmd.args(["serve", "--bind", "127.0.0.1:0"]).args(args);
         Self::spawn(home, cmd)
+    }
+
+    /// [`Server::start`] as the test user with its open-files limit, soft and hard, at `limit`.
+    fn start_with_open_files_limit(home: &Home, limit: u32) -> Self {
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["serve", "--bind", "127.0.0.1:0"]);
+        Self::spawn(home, with_open_files_limit(cmd, limit))
     }
 
     /// [`Server::start`] as the test user where `pidfd_open` fails with ENOSYS.
@@ -681,4 +692,80 @@ async fn without_pidfd_open_the_registry_says_so_once_and_still_tells_live_from_
         !stderr.contains("cannot pin every live process"),
         "{stderr}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Too few descriptors to pin them all
+// ---------------------------------------------------------------------------------------------
+
+/// The open-files limit the registry gets: enough to serve, too few to pin [`PROCESSES`].
+const FEW_DESCRIPTORS: u32 = 64;
+/// How many live processes the records name.
+const PROCESSES: usize = 48;
+
+#[tokio::test]
+async fn with_too_few_descriptors_the_rest_are_read_through_proc_and_it_is_said_once() {
+    let home = Home::new();
+    let server = Server::start_with_open_files_limit(&home, FEW_DESCRIPTORS);
+    let mut processes: Vec<TestProcess> = (0..PROCESSES).map(|_| TestProcess::sleeping()).collect();
+    let records: Vec<RecordJson> = processes.iter().map(|p| p.record().no_door()).collect();
+    for record in &records {
+        home.write(record);
+    }
+
+    for query in ["", "?probe=false"] {
+        let listing = server.list(query).await;
+        for record in &records {
+            assert_eq!(
+                listing.process(&record.session_id()),
+                "alive",
+                "{}",
+                listing.0
+            );
+        }
+    }
+    let pinned = server.pidfds();
+    assert!(
+        !pinned.is_empty() && pinned.len() < PROCESSES,
+        "some processes pinned, not all {PROCESSES}: {pinned:?}"
+    );
+
+    // One pinned process and one read through /proc die; both read gone, the others alive.
+    let pinned_at = processes
+        .iter()
+        .position(|p| pinned.contains(&i64::from(p.pid())))
+        .expect("a pinned process");
+    let unpinned_at = processes
+        .iter()
+        .position(|p| !pinned.contains(&i64::from(p.pid())))
+        .expect("a process read through /proc");
+    for at in [pinned_at, unpinned_at] {
+        kill_child(processes[at].pid());
+        processes[at].wait_exit(DEADLINE);
+    }
+    for query in ["", "?probe=false"] {
+        let listing = server.list(query).await;
+        for (at, record) in records.iter().enumerate() {
+            let expected = if at == pinned_at || at == unpinned_at {
+                "gone"
+            } else {
+                "alive"
+            };
+            assert_eq!(
+                listing.process(&record.session_id()),
+                expected,
+                "{}",
+                listing.0
+            );
+        }
+    }
+
+    let (status, stderr) = server.binary.stop_with(Signal::TERM);
+    assert!(status.success(), "{status}: {stderr}");
+    let said = stderr
+        .lines()
+        .filter(|line| line.contains("cannot pin every live process"))
+        .count();
+    assert_eq!(said, 1, "said once, whatever read how often:\n{stderr}");
+    assert!(!stderr.contains("pidfds are unavailable"), "{stderr}");
 }

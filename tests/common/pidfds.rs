@@ -2,7 +2,8 @@
 //! a process holds pidfds for (its `/proc/<pid>/fdinfo`), a new process started at the exact pid
 //! of one that died ([`ProcessAtPid`], `tests/fixtures/at_pid.py`), and a command run where
 //! `pidfd_open` fails with ENOSYS as on a kernel before 5.3 ([`without_pidfd_open`],
-//! `tests/fixtures/no_pidfd.py`).
+//! `tests/fixtures/no_pidfd.py`), or with too few file descriptors to pin every process
+//! ([`with_open_files_limit`]).
 //!
 //! Invariant: nothing here asks the code under test anything; every answer is the kernel's.
 //! A [`ProcessAtPid`] is this test process's own child, killed and reaped on drop, so its
@@ -130,9 +131,22 @@ pub const NO_PIDFD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/
 /// arguments, environment changes and working directory, started through `no_pidfd.py`, which
 /// execs it (so its pid is the one the caller sees).
 pub fn without_pidfd_open(cmd: Command) -> Command {
-    let mut wrapped = Command::new("python3");
+    exec_through("python3", &[NO_PIDFD], cmd)
+}
+
+/// `cmd` run with its open-files limit, soft and hard, at `limit` (`sh`'s `ulimit -n`, then an
+/// exec: the pid is the one the caller sees).
+pub fn with_open_files_limit(cmd: Command, limit: u32) -> Command {
+    let script = format!("ulimit -n {limit} && exec \"$@\"");
+    exec_through("sh", &["-c", &script, "sh"], cmd)
+}
+
+/// `cmd` as the arguments of `program args…`, which execs them, with `cmd`'s environment
+/// changes and working directory.
+fn exec_through(program: &str, args: &[&str], cmd: Command) -> Command {
+    let mut wrapped = Command::new(program);
     wrapped
-        .arg(NO_PIDFD)
+        .args(args)
         .arg(cmd.get_program())
         .args(cmd.get_args());
     for (key, value) in cmd.get_envs() {
