@@ -25,8 +25,9 @@ pub(super) enum Pass {
     /// The loop's first picture: every door probed, the result kept as the baseline that
     /// listeners get as their snapshot (only prunes are events).
     First,
-    /// A later pass: `full` re-probes every door, otherwise only records not probed as they are.
-    Later { full: bool },
+    /// A later pass: layers 1–2 of every record; a door is probed only when its record is new,
+    /// rewritten, or its process newly confirmed (the recheck schedule asks the others again).
+    Later,
 }
 
 /// What one pass read.
@@ -50,8 +51,11 @@ pub(super) struct PassJudgement {
     pub(super) left: Vec<Departure>,
     /// The record on disk for every session the scan saw, probed or not.
     pub(super) on_disk: HashMap<String, RunningRecord>,
-    /// Records whose door must be asked.
+    /// Records whose door must be asked now.
     pub(super) to_probe: Vec<RunningRecord>,
+    /// Every session whose record names a door and whose process passed layers 1–2: the doors
+    /// the recheck schedule keeps asking.
+    pub(super) doors: HashSet<String>,
     /// Sessions found gone, to prune.
     pub(super) gone: Vec<String>,
 }
@@ -100,7 +104,6 @@ pub(super) fn judge_pass(
     probing: &HashMap<String, RunningRecord>,
 ) -> PassJudgement {
     let first = matches!(pass, Pass::First);
-    let full = matches!(pass, Pass::First | Pass::Later { full: true });
     let mut judgement = PassJudgement {
         on_disk: HashMap::with_capacity(read.readings.len()),
         ..PassJudgement::default()
@@ -131,6 +134,9 @@ pub(super) fn judge_pass(
     for mut reading in read.readings {
         let id = reading.record.session_id.clone();
         judgement.on_disk.insert(id.clone(), reading.record.clone());
+        if has_door_to_recheck(&reading) {
+            judgement.doors.insert(id.clone());
+        }
         settle_unverified(&mut reading);
         match &reading.liveness {
             Some(liveness) => {
@@ -144,11 +150,13 @@ pub(super) fn judge_pass(
                 }
             }
             None => {
-                let known = picture
-                    .get(&id)
-                    .is_some_and(|known| known.record == reading.record);
+                // Its door already answered for this very record and process: the recheck
+                // schedule asks it again in its turn.
+                let known = picture.get(&id).is_some_and(|known| {
+                    known.record == reading.record && known.process == ProcessState::Alive
+                });
                 let in_flight = probing.get(&id) == Some(&reading.record);
-                if !in_flight && (full || !known) {
+                if !in_flight && !known {
                     judgement.to_probe.push(reading.record);
                 }
             }
@@ -243,6 +251,12 @@ fn put(picture: &mut Picture, reading: Reading, events: &mut Vec<EventKind>) {
     if moved || rewritten {
         events.push(EventKind::Changed { old, now: reading });
     }
+}
+
+/// Whether `reading`'s door is one the live view keeps asking: its record names one, and its
+/// process passed layers 1–2 (the verdict may be live or unreachable).
+fn has_door_to_recheck(reading: &Reading) -> bool {
+    reading.record.url.is_some() && reading.process == ProcessState::Alive
 }
 
 /// A reading whose writer layers 1–2 could not confirm is unreachable: no door can make it
