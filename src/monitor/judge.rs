@@ -1,6 +1,6 @@
 //! The loop's decisions, apart from its I/O: from what a pass (or a batch of probes) read and the
-//! picture as it is, the picture's changes as events, and the follow-up work (doors to probe,
-//! gone records to prune).
+//! picture as it is, the picture's changes as events, and the follow-up work (doors to probe
+//! now, doors to keep rechecking, gone records to prune).
 //!
 //! Invariants:
 //! - A session enters the picture only with a complete verdict; a record waiting for its first
