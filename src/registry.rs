@@ -1,5 +1,6 @@
 //! The registry: the operations on one running directory that the HTTP service and the CLI
-//! share, one file per job (listing, verify, card, prune, signal, stop).
+//! share, one file per job (listing, verify, card, prune, signal, stop; pins and exits for the
+//! pidfds it holds).
 //!
 //! Invariants kept here:
 //! - Blocking work (directory and `/proc` reads, signals) runs on tokio's blocking pool; the one
@@ -9,12 +10,16 @@
 //! - Every verification goes through `verify`, whose door probes are single-flight; only
 //!   [`Registry::card`] asks a door on its own, since it needs the card itself.
 //! - A listing is answered by a directory pass that started after it was asked (`passes`).
+//! - Readings take layers 1–2 from the pidfd held for the process where there is one (`pins`);
+//!   removals and signals do not: they read `/proc` again, or pin the process anew.
 
 mod card;
 mod error;
+mod exits;
 mod flights;
 mod listing;
 mod passes;
+mod pins;
 mod prune;
 mod removal;
 mod signal;
@@ -34,6 +39,7 @@ use stop::StopsInProgress;
 pub use card::CardRefusal;
 pub use error::RegistryError;
 pub(crate) use error::copy_error;
+pub use exits::{ExitedProcess, ProcessExits};
 pub use listing::{INLINE_SCAN_ENTRIES, Listing};
 pub use prune::{PruneOutcome, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 
+use super::pins::Pins;
 use super::verify::{Reading, lean_reading};
 use super::{Registry, RegistryError, blocking, copy_error};
 use crate::running::{self, ProcessState, RunningRecord, UnreadableEntry};
@@ -91,6 +92,8 @@ fn on_local_filesystem(dir: &Path) -> bool {
 pub(super) struct PassReader {
     pub(super) dir: PathBuf,
     cache: Arc<running::RecordCache>,
+    /// The processes pinned by pidfd, which layers 1–2 read first.
+    pub(super) pins: Arc<Pins>,
     /// Entries the latest scan found; `usize::MAX` before the first.
     last_scan_entries: Arc<AtomicUsize>,
     /// Whether a small directory may be listed on the calling task (it is on a local
@@ -105,6 +108,7 @@ impl PassReader {
             inline_scans: on_local_filesystem(&dir),
             dir,
             cache: Arc::default(),
+            pins: Arc::new(Pins::new()),
             last_scan_entries: Arc::new(AtomicUsize::new(usize::MAX)),
         }
     }
@@ -114,11 +118,11 @@ impl PassReader {
     async fn pass(self) -> PassResult {
         let inline = self.inline_scans
             && self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES;
-        let (dir, cache) = (self.dir, self.cache);
+        let (dir, cache, pins) = (self.dir, self.cache, self.pins);
         let read = move || {
+            pins.sweep();
             let scan = running::scan_cached(&dir, &cache)?;
-            let states: Vec<ProcessState> =
-                scan.records.iter().map(running::process_state).collect();
+            let states: Vec<ProcessState> = scan.records.iter().map(|r| pins.state(r)).collect();
             Ok::<_, RegistryError>((scan, states))
         };
         let read = if inline {
@@ -185,23 +189,29 @@ impl Registry {
             return Err(RegistryError::InvalidSessionId);
         }
         let dir = self.reader.dir.clone();
+        let pins = Arc::clone(&self.reader.pins);
         let id = session_id.to_owned();
         blocking(move || {
             let record = running::read_record(&dir, &id)?;
-            let process = record.as_ref().map(running::process_state);
+            let process = record.as_ref().map(|record| pins.state(record));
             Ok::<_, RegistryError>(record.zip(process))
         })
         .await??
         .ok_or_else(|| RegistryError::NotFound(session_id.to_owned()))
     }
 
-    /// Every entry of the directory, read but not verified. Changes nothing on disk.
+    /// Every entry of the directory, read but not verified, for a caller that verifies them all
+    /// next (the live view's pass). Changes nothing on disk.
     pub async fn scan(&self) -> Result<running::Scan, RegistryError> {
         let dir = self.reader.dir.clone();
         let cache = Arc::clone(&self.reader.cache);
-        blocking(move || running::scan_cached(&dir, &cache))
-            .await?
-            .map_err(Into::into)
+        let pins = Arc::clone(&self.reader.pins);
+        blocking(move || {
+            pins.sweep();
+            running::scan_cached(&dir, &cache)
+        })
+        .await?
+        .map_err(Into::into)
     }
 
     /// The records among `records` whose file is still the very one each was read from

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::Registry;
 use super::flights::Flight;
+use super::{Registry, blocking};
 use crate::running::{self, Liveness, ProcessState, RunningRecord};
 
 /// One record with what the layers said about it.
@@ -71,7 +71,7 @@ impl Registry {
     /// Layers 1–2 are read afresh; door probes are shared with every other caller verifying
     /// an identical record at the same moment.
     pub async fn verify_records(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
-        let states = running::process_state_off_workers(records.clone()).await;
+        let states = self.process_states(records.clone()).await;
         self.read_all(records, states, probe).await
     }
 
@@ -82,8 +82,26 @@ impl Registry {
     /// layers 1–2 are read afresh, and the door is asked unless a probe of this very record is
     /// already in the air.
     pub async fn verify(&self, record: RunningRecord) -> Reading {
-        let process = running::process_state_off_worker(record.clone()).await;
+        let process = self.process_state(record.clone()).await;
         self.read_one(record, process, true).await
+    }
+
+    /// Layers 1–2 for many records, through the pins, in one trip to the blocking pool; each
+    /// unverified if that trip fails.
+    async fn process_states(&self, records: Vec<RunningRecord>) -> Vec<ProcessState> {
+        let pins = Arc::clone(&self.reader.pins);
+        let count = records.len();
+        blocking(move || records.iter().map(|record| pins.state(record)).collect())
+            .await
+            .unwrap_or_else(|_| vec![running::process_check_failed(); count])
+    }
+
+    /// [`Registry::process_states`] of one record.
+    async fn process_state(&self, record: RunningRecord) -> ProcessState {
+        let pins = Arc::clone(&self.reader.pins);
+        blocking(move || pins.state(&record))
+            .await
+            .unwrap_or_else(|_| running::process_check_failed())
     }
 
     /// How many door probes are in flight right now, and how many verifications wait on them

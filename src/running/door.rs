@@ -473,22 +473,14 @@ pub async fn verify(record: &RunningRecord, door: &DoorProbe) -> Liveness {
 }
 
 /// Layers 1–2 for one record, on the blocking pool.
-pub(crate) async fn process_state_off_worker(record: RunningRecord) -> ProcessState {
+async fn process_state_off_worker(record: RunningRecord) -> ProcessState {
     tokio::task::spawn_blocking(move || process_state(&record))
         .await
         .unwrap_or_else(|_| process_check_failed())
 }
 
-/// Layers 1–2 for many records, in one trip to the blocking pool.
-pub(crate) async fn process_state_off_workers(records: Vec<RunningRecord>) -> Vec<ProcessState> {
-    let count = records.len();
-    tokio::task::spawn_blocking(move || records.iter().map(process_state).collect())
-        .await
-        .unwrap_or_else(|_| vec![process_check_failed(); count])
-}
-
 /// The state of a process whose check panicked: nothing was learnt, so nothing is decided.
-fn process_check_failed() -> ProcessState {
+pub(crate) fn process_check_failed() -> ProcessState {
     ProcessState::Unverified {
         reason: "the process check failed".to_owned(),
     }

@@ -29,14 +29,14 @@ pub use door::{
     ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MURMUR_CAPSULE_EXTENSION, verify,
 };
 pub(crate) use door::{
-    MAX_CONCURRENT_PROBES, Verdict, decided_by_process, process_state_off_worker,
-    process_state_off_workers, redact_secrets, settled_without_door,
+    MAX_CONCURRENT_PROBES, Verdict, decided_by_process, process_check_failed, redact_secrets,
+    settled_without_door,
 };
 pub use process::{
     ProcessState, has_controlling_terminal, process_start_token, process_state, reason_no_process,
     reason_pid_reused,
 };
-pub(crate) use process::{checked_pid, state_of};
+pub(crate) use process::{checked_pid, start_ticks, state_of};
 pub use record::{
     CONTROL_SUFFIX, FormationLauncher, RECORD_SUFFIX, RunningGuard, RunningRecord, Secret,
     is_murmur_session_id, is_valid_session_id,

@@ -122,17 +122,10 @@ pub(crate) fn state_of(pid: u32, recorded_start: &str) -> ProcessState {
             ),
         };
     }
-    // Compared as numbers (a writer might pad with zeros). A recorded token that is not a
-    // number this platform writes (another OS, or a damaged record) proves nothing about
-    // reuse, so it leaves the process unverified.
-    let decimal = |token: &str| {
-        token
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| token.parse::<u64>().ok())
-            .flatten()
-    };
-    let (Some(recorded), Some(now)) = (decimal(recorded_start), decimal(&stat.start_token)) else {
+    // A recorded token that is not a number this platform writes (another OS, or a damaged
+    // record) proves nothing about reuse, so it leaves the process unverified.
+    let (Some(recorded), Some(now)) = (start_ticks(recorded_start), start_ticks(&stat.start_token))
+    else {
         return ProcessState::Unverified {
             reason: format!(
                 "pid {pid} is alive but the record's start time {recorded_start:?} is not one \
@@ -146,6 +139,15 @@ pub(crate) fn state_of(pid: u32, recorded_start: &str) -> ProcessState {
         };
     }
     ProcessState::Alive
+}
+
+/// A start token as the number it stands for, or `None` when it is not one this platform
+/// writes. Tokens are compared as numbers: a writer might pad with zeros.
+pub(crate) fn start_ticks(token: &str) -> Option<u64> {
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    token.parse().ok()
 }
 
 enum Held {

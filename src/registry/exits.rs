@@ -1,0 +1,136 @@
+//! The exits of pinned processes, as the kernel reports them: the epoll set of every held pidfd,
+//! watched through the runtime's reactor, so a death is known without polling.
+//!
+//! Invariants kept here:
+//! - An exit is a hint to read again, not a verdict: the caller re-reads the records naming the
+//!   process ([`super::Registry::verify_records`]), whose pin then reads `Gone`, and anything
+//!   removed is removed on the evidence rules of every other prune.
+//! - Each pidfd is watched one-shot: its exit is reported once, and a process pinned again
+//!   after a sweep is watched again.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+use rustix::buffer::spare_capacity;
+use rustix::event::{Timespec, epoll};
+use rustix::io::Errno;
+use tokio::io::unix::AsyncFd;
+
+use super::Registry;
+use super::pins::{Pins, ProcessKey};
+use crate::running::RunningRecord;
+
+/// How many exits one wake-up takes from the kernel at most; the rest come on the next.
+const EXITS_PER_READ: usize = 256;
+
+/// A pinned process that exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitedProcess {
+    key: ProcessKey,
+}
+
+impl ExitedProcess {
+    pub(super) fn new(key: ProcessKey) -> Self {
+        Self { key }
+    }
+
+    /// Whether `record` names this process (its pid and start time).
+    pub fn names(&self, record: &RunningRecord) -> bool {
+        ProcessKey::of(record) == Some(self.key)
+    }
+
+    /// The pid the process held.
+    pub fn pid(&self) -> u32 {
+        self.key.pid
+    }
+}
+
+/// The exit watch of one listener (the live view): [`ProcessExits::next`] waits for the next
+/// exits of processes the registry holds pidfds for.
+pub struct ProcessExits {
+    /// A duplicate of the pins' epoll set, registered with the reactor (a duplicate, so that a
+    /// watch ending while the next begins never registers one descriptor twice).
+    epoll: AsyncFd<OwnedFd>,
+    pins: Arc<Pins>,
+    events: Vec<epoll::Event>,
+}
+
+impl std::fmt::Debug for ProcessExits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessExits").finish_non_exhaustive()
+    }
+}
+
+impl ProcessExits {
+    /// A watch of `epoll` (a duplicate of the pins' set), registered with the reactor.
+    pub(super) fn over(epoll: OwnedFd, pins: Arc<Pins>) -> Option<Self> {
+        // Registering needs a reactor; outside one, there is no watch to give.
+        tokio::runtime::Handle::try_current().ok()?;
+        // SAFETY: an `OwnedFd` is a valid open descriptor, always answers the same number, and
+        // is closed only when the `AsyncFd` that owns it is dropped.
+        let registered =
+            unsafe { AsyncFd::register_with_interest(epoll, tokio::io::Interest::READABLE) };
+        let epoll = registered
+            .inspect_err(|error| {
+                tracing::warn!(%error, "cannot watch pidfd exits: exits are seen at the next pass");
+            })
+            .ok()?;
+        Some(Self {
+            epoll,
+            pins,
+            events: Vec::with_capacity(EXITS_PER_READ),
+        })
+    }
+
+    /// The processes that exited since the last call, at least one; waits until there is one.
+    ///
+    /// Cancel-safe: exits are taken from the kernel only after the wait, in one step.
+    pub async fn next(&mut self) -> Vec<ExitedProcess> {
+        let no_wait = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        loop {
+            let Ok(mut ready) = self.epoll.readable().await else {
+                // The reactor is gone (the runtime is shutting down): no exit will come.
+                return std::future::pending().await;
+            };
+            self.events.clear();
+            match epoll::wait(
+                ready.get_inner(),
+                spare_capacity(&mut self.events),
+                Some(&no_wait),
+            ) {
+                Ok(_) => {}
+                Err(Errno::INTR) => continue,
+                Err(errno) => {
+                    tracing::warn!(%errno, "cannot read pidfd exits: exits are seen at the next pass");
+                    return std::future::pending().await;
+                }
+            }
+            // A full buffer may have left exits behind: stay ready for them.
+            if self.events.len() < EXITS_PER_READ {
+                ready.clear_ready();
+            }
+            let ids = self.events.iter().map(|event| {
+                // Copied out: the event is a packed struct.
+                let data = event.data;
+                data.u64()
+            });
+            let exited = self.pins.exited(ids);
+            if !exited.is_empty() {
+                return exited;
+            }
+        }
+    }
+}
+
+impl Registry {
+    /// A watch of the exits of the processes this registry pins, for a live view that wants
+    /// them at once; `None` where pidfds or epoll are unavailable (a reading then finds an exit
+    /// when it next looks). Call it inside the runtime.
+    pub fn process_exits(&self) -> Option<ProcessExits> {
+        let epoll = self.reader.pins.epoll()?.try_clone().ok()?;
+        ProcessExits::over(epoll, Arc::clone(&self.reader.pins))
+    }
+}

@@ -1,0 +1,314 @@
+//! Pinned processes: a pidfd held for every process that passed layers 1–2, so later readings of
+//! any record naming it need no `/proc` read, and its exit is known as the kernel reports it
+//! (see `exits`).
+//!
+//! Invariants kept here:
+//! - A pidfd is opened before the start token is compared, as the signal path does: if the token
+//!   read after opening matches, the recorded process held the pid throughout, so the pidfd names
+//!   that very process. A held pidfd that is not readable is layers 1–2's `Alive` for every record
+//!   naming that pid and token.
+//! - A readable pidfd is the exit of the whole thread group (a zombie counts): `Gone`. The key then
+//!   stays as exited, its descriptor closed, until no record names it. A reused pid has another
+//!   start token, so another key: it is judged afresh and never inherits a verdict.
+//! - Anything else reads `/proc` exactly as before: pidfds unavailable (before Linux 5.3, or
+//!   refused by seccomp), no descriptor to spare, a token that cannot be compared, a failed poll.
+//! - A pin no reading named during two whole-directory passes in a row is dropped.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use rustix::event::{PollFd, PollFlags, Timespec, epoll};
+use rustix::io::Errno;
+use rustix::process::{PidfdFlags, Resource};
+
+use super::exits::ExitedProcess;
+use crate::running::{self, MAX_CONCURRENT_PROBES, ProcessState, RunningRecord};
+
+/// Descriptors never spent on pins: one per door probe in flight, the server's default
+/// connection cap, and room for files and the runtime.
+const RESERVED_DESCRIPTORS: u64 = MAX_CONCURRENT_PROBES as u64 + 1024 + 64;
+
+/// The process a record names, as far as pins go: its pid and start time in clock ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct ProcessKey {
+    pub(super) pid: u32,
+    pub(super) start: u64,
+}
+
+impl ProcessKey {
+    /// The key of `record`'s process; `None` when no process can hold its pid or its token
+    /// cannot be compared (such a record is never pinned).
+    pub(super) fn of(record: &RunningRecord) -> Option<Self> {
+        running::checked_pid(record.pid)?;
+        Some(Self {
+            pid: record.pid,
+            start: running::start_ticks(&record.process_start)?,
+        })
+    }
+}
+
+#[derive(Debug)]
+enum Pin {
+    /// The pidfd, and its id in the epoll set the exit watch reads.
+    Held { pidfd: OwnedFd, id: u64 },
+    /// The process exited; its descriptor is closed.
+    Exited,
+}
+
+#[derive(Debug)]
+struct Entry {
+    pin: Pin,
+    /// The sweep generation in which a reading last named this process.
+    named_in: u64,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    entries: HashMap<ProcessKey, Entry>,
+    /// The key of each held pidfd, by its id in the epoll set.
+    ids: HashMap<u64, ProcessKey>,
+    next_id: u64,
+    /// Whole-directory passes begun so far.
+    generation: u64,
+}
+
+/// The table of pinned processes, shared by every reading the registry makes.
+#[derive(Debug)]
+pub(super) struct Pins {
+    table: Mutex<Table>,
+    /// Every held pidfd is in it (one-shot, readable), for the exit watch; `None` when it could
+    /// not be made, and exits are then seen at the next reading.
+    epoll: Option<Arc<OwnedFd>>,
+    /// Set once `pidfd_open` is found unavailable: every reading goes to `/proc` from then on.
+    unavailable: OnceLock<Errno>,
+    /// The most pidfds held at once, so probes and connections keep their descriptors.
+    budget: usize,
+    /// Whether running out of descriptors for pins was logged already.
+    out_of_descriptors: AtomicBool,
+}
+
+impl Pins {
+    /// An empty table, its budget taken from the open-files limit as it is now (so raise the
+    /// limit first).
+    pub(super) fn new() -> Self {
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)
+            .inspect_err(|errno| {
+                tracing::warn!(%errno, "cannot make an epoll set: exits are seen at the next pass");
+            })
+            .ok()
+            .map(Arc::new);
+        Self {
+            table: Mutex::default(),
+            epoll,
+            unavailable: OnceLock::new(),
+            budget: pin_budget(),
+            out_of_descriptors: AtomicBool::new(false),
+        }
+    }
+
+    /// Layers 1–2 for `record`: from its process's pin when there is one, else read from `/proc`
+    /// with the process pinned first, and kept pinned if it reads `Alive`.
+    ///
+    /// Blocking (syscalls and perhaps a `/proc` read); call it off async workers.
+    pub(super) fn state(&self, record: &RunningRecord) -> ProcessState {
+        let Some(key) = ProcessKey::of(record) else {
+            return running::process_state(record);
+        };
+        if self.unavailable.get().is_some() {
+            return running::process_state(record);
+        }
+        if let Some(known) = self.known(key) {
+            return known;
+        }
+        let pidfd = self.open(record.pid);
+        let state = running::process_state(record);
+        if let (Some(pidfd), ProcessState::Alive) = (pidfd, &state) {
+            self.hold(key, pidfd);
+        }
+        state
+    }
+
+    /// Drop the pins no reading named since the sweep before the last one; to be called as a
+    /// whole-directory pass begins. Two generations, not one: two such passes (a listing's and
+    /// the live view's) may begin back to back.
+    pub(super) fn sweep(&self) {
+        let mut table = self.lock();
+        let generation = table.generation;
+        let Table { entries, ids, .. } = &mut *table;
+        entries.retain(|_, entry| {
+            let keep = entry.named_in + 1 >= generation;
+            if let (false, Pin::Held { id, .. }) = (keep, &entry.pin) {
+                ids.remove(id);
+            }
+            keep
+        });
+        table.generation += 1;
+    }
+
+    /// The epoll set of held pidfds, unless pidfds or the set are unavailable.
+    pub(super) fn epoll(&self) -> Option<&OwnedFd> {
+        if self.unavailable.get().is_some() {
+            return None;
+        }
+        self.epoll.as_deref()
+    }
+
+    /// The processes whose pidfds have these ids in the epoll set (ids of pins dropped since
+    /// are skipped).
+    pub(super) fn exited(&self, ids: impl Iterator<Item = u64>) -> Vec<ExitedProcess> {
+        let table = self.lock();
+        ids.filter_map(|id| table.ids.get(&id))
+            .map(|key| ExitedProcess::new(*key))
+            .collect()
+    }
+
+    /// How many pidfds are held now.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.lock().ids.len()
+    }
+
+    /// What the pin of `key` says, marking it named; `None` when there is no pin or its poll
+    /// failed (then `/proc` decides).
+    fn known(&self, key: ProcessKey) -> Option<ProcessState> {
+        let mut table = self.lock();
+        let generation = table.generation;
+        let Table { entries, ids, .. } = &mut *table;
+        let entry = entries.get_mut(&key)?;
+        entry.named_in = generation;
+        let Pin::Held { pidfd, id } = &entry.pin else {
+            return Some(gone(key));
+        };
+        if !has_exited(pidfd)? {
+            return Some(ProcessState::Alive);
+        }
+        ids.remove(id);
+        // Closing the pidfd takes it out of the epoll set: it is never duplicated, so this is
+        // the last descriptor of its open file.
+        entry.pin = Pin::Exited;
+        Some(gone(key))
+    }
+
+    /// A pidfd for `pid`, or `None` (reading `/proc` will decide), noting why once in the log.
+    fn open(&self, pid: u32) -> Option<OwnedFd> {
+        let checked = running::checked_pid(pid)?;
+        match rustix::process::pidfd_open(checked, PidfdFlags::empty()) {
+            Ok(pidfd) => Some(pidfd),
+            // Not on this kernel, or refused by a seccomp filter (pidfd_open itself checks no
+            // permission): no pidfd will ever be had.
+            Err(errno @ (Errno::NOSYS | Errno::PERM | Errno::ACCESS)) => {
+                if self.unavailable.set(errno).is_ok() {
+                    tracing::warn!(
+                        %errno,
+                        "pidfds are unavailable (pidfd_open failed): layers 1–2 read /proc on every pass, and exits are seen at the next pass"
+                    );
+                }
+                None
+            }
+            Err(errno @ (Errno::MFILE | Errno::NFILE)) => {
+                self.out_of_descriptors(&format!("pidfd_open failed: {errno}"));
+                None
+            }
+            // No such process (ESRCH), or a thread's id (EINVAL, ENOENT): `/proc` tells.
+            Err(_) => None,
+        }
+    }
+
+    /// Keep `pidfd` as the pin of `key`, unless another reading pinned it first or the budget
+    /// is spent (then it is closed, and `/proc` is read for this process next time).
+    fn hold(&self, key: ProcessKey, pidfd: OwnedFd) {
+        let mut table = self.lock();
+        if matches!(
+            table.entries.get(&key),
+            Some(Entry {
+                pin: Pin::Held { .. },
+                ..
+            })
+        ) {
+            return;
+        }
+        if table.ids.len() >= self.budget {
+            drop(table);
+            self.out_of_descriptors(&format!("{} processes are pinned already", self.budget));
+            return;
+        }
+        let id = table.next_id;
+        table.next_id += 1;
+        if let Some(epoll) = &self.epoll {
+            let watched = epoll::EventFlags::IN | epoll::EventFlags::ONESHOT;
+            if let Err(errno) = epoll::add(epoll, &pidfd, epoll::EventData::new_u64(id), watched) {
+                tracing::debug!(%errno, pid = key.pid, "cannot watch a pidfd: its exit is seen at the next pass");
+            }
+        }
+        table.ids.insert(id, key);
+        let named_in = table.generation;
+        table.entries.insert(
+            key,
+            Entry {
+                pin: Pin::Held { pidfd, id },
+                named_in,
+            },
+        );
+    }
+
+    fn out_of_descriptors(&self, why: &str) {
+        if !self.out_of_descriptors.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "cannot pin every live process ({why}; the open-files limit leaves {} for pins beside {} door probes and the connections): the rest are read through /proc on every pass; raise the limit (ulimit -n, LimitNOFILE=) to pin them all",
+                self.budget,
+                MAX_CONCURRENT_PROBES
+            );
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        // The table stays consistent at every point a panic could interrupt it.
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The evidence of a pinned process's exit, in the words layer 1 uses for a pid no process holds
+/// (a zombie counts as none).
+fn gone(key: ProcessKey) -> ProcessState {
+    ProcessState::Gone {
+        reason: running::reason_no_process(key.pid),
+    }
+}
+
+/// Whether the process `pidfd` names has exited; `None` when the poll could not tell.
+fn has_exited(pidfd: &OwnedFd) -> Option<bool> {
+    let mut polled = [PollFd::new(pidfd, PollFlags::IN)];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match rustix::event::poll(&mut polled, Some(&now)) {
+        Ok(0) => Some(false),
+        // Readable once the thread group has exited; newer kernels add POLLHUP once reaped.
+        Ok(_)
+            if polled[0]
+                .revents()
+                .intersects(PollFlags::IN | PollFlags::HUP) =>
+        {
+            Some(true)
+        }
+        _ => None,
+    }
+}
+
+/// How many pidfds may be held: the open-files limit less what probes and connections need,
+/// but never less than half of it, so a low limit (a test harness's 1,024) still pins.
+fn pin_budget() -> usize {
+    let soft = rustix::process::getrlimit(Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let reserved = RESERVED_DESCRIPTORS.min(soft / 2);
+    usize::try_from(soft - reserved).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,129 @@
+//! The pin table against real processes: children of this test that live, exit, and are reaped.
+
+use std::process::{Child, Command};
+
+use super::*;
+
+fn sleeper() -> Child {
+    Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("spawn sleep")
+}
+
+fn record_of(pid: u32) -> RunningRecord {
+    let token = running::process_start_token(pid).expect("start token");
+    let json = format!(
+        r#"{{"session_id":"ses_pins{pid}","url":null,"pid":{pid},"process_start":"{token}",
+        "capsule_name":"t","capsule_version":"1","workdir":"/tmp","outlives_launcher":true,
+        "started_at":"2026-12-01T00:00:00Z"}}"#
+    );
+    serde_json::from_str(&json).expect("record")
+}
+
+/// Wait until `pid` is a zombie (it was killed and is not reaped yet).
+fn wait_for_zombie(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pid {pid} never became a zombie"
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_live_process_is_pinned_once_and_read_without_proc() {
+    let mut child = sleeper();
+    let record = record_of(child.id());
+    let pins = Pins::new();
+    assert_eq!(pins.state(&record), ProcessState::Alive);
+    assert_eq!(pins.held(), 1);
+    // A second record of the same process shares the pin.
+    let mut other = record.clone();
+    other.session_id = "ses_other".to_owned();
+    assert_eq!(pins.state(&other), ProcessState::Alive);
+    assert_eq!(pins.held(), 1);
+    child.kill().expect("kill");
+    wait_for_zombie(child.id());
+    // Not reaped yet: a zombie is no process, and the pidfd says so.
+    let state = pins.state(&record);
+    assert!(matches!(state, ProcessState::Gone { .. }), "{state:?}");
+    assert_eq!(pins.held(), 0, "the exited process's pidfd is closed");
+    child.wait().expect("reap");
+    assert!(matches!(pins.state(&other), ProcessState::Gone { .. }));
+}
+
+#[test]
+fn a_wrong_start_token_is_never_pinned() {
+    let mut child = sleeper();
+    let mut record = record_of(child.id());
+    record.process_start = "1".to_owned();
+    let pins = Pins::new();
+    assert!(matches!(pins.state(&record), ProcessState::Gone { .. }));
+    assert_eq!(pins.held(), 0);
+    record.process_start = String::new();
+    assert!(matches!(
+        pins.state(&record),
+        ProcessState::Unverified { .. }
+    ));
+    assert_eq!(pins.held(), 0);
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+}
+
+#[test]
+fn pins_nobody_names_are_swept_after_two_passes() {
+    let mut child = sleeper();
+    let record = record_of(child.id());
+    let pins = Pins::new();
+    pins.sweep();
+    assert_eq!(pins.state(&record), ProcessState::Alive);
+    pins.sweep();
+    assert_eq!(pins.held(), 1, "named in the pass that just ended");
+    pins.sweep();
+    assert_eq!(pins.held(), 1, "named in the pass before that");
+    pins.sweep();
+    assert_eq!(pins.held(), 0, "named in neither of the last two passes");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+}
+
+#[test]
+fn a_named_pin_survives_every_sweep() {
+    let mut child = sleeper();
+    let record = record_of(child.id());
+    let pins = Pins::new();
+    for _ in 0..5 {
+        pins.sweep();
+        assert_eq!(pins.state(&record), ProcessState::Alive);
+    }
+    assert_eq!(pins.held(), 1);
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+}
+
+#[tokio::test]
+async fn an_exit_is_reported_through_the_reactor() {
+    let mut child = sleeper();
+    let record = record_of(child.id());
+    let pins = Arc::new(Pins::new());
+    assert_eq!(pins.state(&record), ProcessState::Alive);
+    let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
+    let mut exits =
+        crate::registry::exits::ProcessExits::over(epoll, Arc::clone(&pins)).expect("watch");
+    child.kill().expect("kill");
+    let exited = exits.next().await;
+    assert_eq!(exited.len(), 1);
+    assert!(exited[0].names(&record));
+    child.wait().expect("reap");
+}
