@@ -8,9 +8,10 @@
 //!
 //! - a capsule's life as events: its record appears (`session.added`, live), SIGSTOP
 //!   (`session.changed` to unreachable), SIGCONT (back to live), SIGKILL (`changed` to gone,
-//!   then `removed` as `pruned` within one interval plus the probe's deadlines, the file gone);
-//!   a door that freezes and thaws is seen by its own recheck within one `--door-recheck`
-//!   while the directory pass waits an hour;
+//!   then `removed` as `pruned` within one interval plus the probe's deadlines, the file gone;
+//!   and at its exit, through the kernel, with both paces at an hour); a door that freezes and
+//!   thaws is seen by its own recheck within one `--door-recheck` while the directory pass
+//!   waits an hour;
 //! - every other way a session leaves: its record removed by someone else (`record_removed`),
 //!   rewritten as garbage (`unreadable`), stopped through the API (`stopped`), found gone by
 //!   the first listener's picture (pruned before the snapshot); a record that cannot be read
@@ -597,6 +598,40 @@ async fn a_killed_capsule_is_changed_to_gone_then_pruned_within_the_interval() {
         "removed {elapsed:?} after the kill"
     );
     assert_absent(&path);
+}
+
+/// Only the kernel's word can explain the events: the directory is passed over and the door
+/// asked again once an hour, and nothing on disk changes until the prune. (Where pidfds are
+/// unavailable, the registry has no exit watch and this waits for the pass: it fails.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_capsule_is_reported_gone_and_removed_at_its_exit_not_at_the_next_pass() {
+    let server = Server::start_paced(NEVER, NEVER).await;
+    let (mut stream, _) = server.listen().await;
+    let mut capsule = CapsuleProcess::single();
+    let id = capsule.session_id();
+    let path = server.dir().join(format!("{id}.json"));
+    capsule.record().write_in(server.dir());
+    // Live, or unreachable if the loaded machine slowed its door: either way its process is
+    // confirmed, which is all that matters here (no recheck would come to turn it live).
+    let added = stream.expect_event().await;
+    assert_eq!(added.name, "session.added", "{added:?}");
+    assert_eq!(added.session_id(), id);
+    assert_eq!(added.data["session"]["liveness"]["process"], "alive");
+
+    capsule.send_signal(9);
+    let gone = stream.expect_event().await;
+    assert_eq!(gone.name, "session.changed", "{gone:?}");
+    assert_eq!(gone.session_id(), id);
+    assert_eq!(gone.data["new_state"], "gone");
+    assert_eq!(gone.data["session"]["liveness"]["process"], "gone");
+    let removed = stream.expect_event().await;
+    assert_eq!(removed.name, "session.removed", "{removed:?}");
+    assert_eq!(removed.session_id(), id);
+    assert_eq!(removed.data["reason"], "pruned");
+    let detail = removed.data["detail"].as_str().expect("the evidence");
+    assert!(detail.contains(&capsule.pid().to_string()), "{detail}");
+    assert_absent(&path);
+    assert!(!capsule.is_running());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ pub(super) struct PassJudgement {
     pub(super) doors: HashSet<String>,
     /// Sessions found gone, to prune.
     pub(super) gone: Vec<String>,
+    /// Sessions whose file failed to read, carried over on the record last read: found gone
+    /// later, they are reported but never pruned (see [`judge_answers`]).
+    pub(super) carried: HashSet<String>,
 }
 
 /// A session whose record left the directory, or stopped being a record.
@@ -85,7 +88,9 @@ impl Departure {
     }
 }
 
-/// A probe's answer: the record that was probed and what the three layers said of it.
+/// A probe's answer: the record that was probed and what the three layers said of it. Also what
+/// layers 1–2 say of a record read again because the kernel reported its process's exit (judged
+/// alike: a verdict on a record read earlier).
 #[derive(Debug)]
 pub(super) struct ProbeAnswer {
     pub(super) probed: RunningRecord,
@@ -113,6 +118,7 @@ pub(super) fn judge_pass(
         picture.clear();
     }
     let (carried, unreadable) = sort_unreadable(picture, read.unreadable);
+    judgement.carried.clone_from(&carried);
     for id in &carried {
         // A probe of the record last read may still apply.
         if let Some(record) = last_on_disk.get(id) {
@@ -181,11 +187,13 @@ pub(super) fn judge_pass(
 }
 
 /// Judge a batch of probe answers against `picture`, given the record on disk for each
-/// session: the events, and the sessions found gone (to prune).
+/// session and the sessions whose file failed to read at the last pass: the events, and the
+/// sessions found gone (to prune; never a carried one, whose file nobody can read).
 pub(super) fn judge_answers(
     answers: Vec<ProbeAnswer>,
     picture: &mut Picture,
     on_disk: &HashMap<String, RunningRecord>,
+    carried: &HashSet<String>,
 ) -> (Vec<EventKind>, Vec<String>) {
     let mut events = Vec::new();
     let mut gone = Vec::new();
@@ -201,7 +209,8 @@ pub(super) fn judge_answers(
         if known_gone {
             continue;
         }
-        if matches!(reading.liveness, Some(Liveness::Gone { .. })) {
+        let found_gone = matches!(reading.liveness, Some(Liveness::Gone { .. }));
+        if found_gone && !carried.contains(&probed.session_id) {
             gone.push(probed.session_id.clone());
         }
         put(picture, reading, &mut events);

@@ -1,7 +1,7 @@
 //! The verification loop: a first picture, then a pass on every tick and every nudge of the
-//! directory watch, each door's recheck when it falls due ([`super::recheck`]), and the probe
-//! answers as they come in. Each step reads (async I/O), judges ([`super::judge`], pure) and
-//! follows up (probes, prunes).
+//! directory watch, each door's recheck when it falls due ([`super::recheck`]), the exits of
+//! pinned processes as the kernel reports them, and the probe answers as they come in. Each
+//! step reads (async I/O), judges ([`super::judge`], pure) and follows up (probes, prunes).
 //!
 //! Invariants:
 //! - A step's events are published as one batch under the hub's lock, then its prunes' as
@@ -12,6 +12,9 @@
 //!   every door and in keeping its sessions as the baseline rather than publishing them. Its
 //!   gone records are pruned before any listener gets it, so no snapshot lists them.
 //! - A directory that cannot be read leaves the picture exactly as it was.
+//! - A process exit is a reason to read again, never a verdict: the records naming the process
+//!   are re-read (layers 1–2) and judged like probe answers, pruned on that fresh evidence. With
+//!   no exit watch (no pidfds), the periodic pass finds exits as it always did.
 //! - Passes probe only doors whose record is new or rewritten (or whose process was just
 //!   confirmed); every other door of a live process is asked on its own schedule, one
 //!   `door_recheck` apart. The loop sleeps until the next door is due; it never polls.
@@ -25,11 +28,12 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::exit_watch::ExitWatch;
 use super::hub::{Hub, closed};
 use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
 use super::recheck::RecheckSchedule;
 use super::watch::DirectoryWatch;
-use crate::registry::{PruneOutcome, Registry, RegistryError};
+use crate::registry::{ExitedProcess, PruneOutcome, Registry, RegistryError};
 use crate::running::{RECORD_SUFFIX, RunningRecord};
 
 /// How many periodic passes in a row (one interval apart) must fail to read the running
@@ -51,11 +55,15 @@ struct Looper {
     hub: Arc<Hub>,
     /// The record on disk for every session seen by the last scan (probed or not).
     on_disk: HashMap<String, RunningRecord>,
+    /// Sessions whose file the last pass failed to read, carried over on the record last read.
+    carried: HashSet<String>,
     /// The record each in-flight probe is probing, by session.
     probing: HashMap<String, RunningRecord>,
     probes: JoinSet<ProbeAnswer>,
     /// When each door of a live process is asked again.
     recheck: RecheckSchedule,
+    /// The kernel's word on pinned processes that exited (silent without pidfds).
+    exits: ExitWatch,
     watch: Option<DirectoryWatch>,
     changes: mpsc::Receiver<()>,
     changes_sender: mpsc::Sender<()>,
@@ -76,9 +84,12 @@ async fn run(hub: Arc<Hub>, generation: u64) {
     let mut looper = Looper {
         hub: Arc::clone(&hub),
         on_disk: HashMap::new(),
+        carried: HashSet::new(),
         probing: HashMap::new(),
         probes: JoinSet::new(),
         recheck: RecheckSchedule::new(door_recheck, phases_start),
+        // Taken before the first pass, so no exit of a process it pins goes unwatched.
+        exits: ExitWatch::start(Arc::clone(&hub.registry)),
         watch: None,
         changes,
         changes_sender,
@@ -122,6 +133,7 @@ async fn run(hub: Arc<Hub>, generation: u64) {
                     break;
                 }
             }
+            exited = looper.exits.next() => looper.apply_exits(exited).await,
             () = until(looper.recheck.next_due()) => {
                 // Nobody to tell: no door is worth asking.
                 if looper.stop_if_nobody_listens() {
@@ -208,7 +220,7 @@ impl Looper {
     async fn pass(&mut self, pass: Pass) -> Result<(), RegistryError> {
         self.hub.lock().feed.begin_step();
         let read = self.read(pass).await?;
-        let (on_disk, to_probe, doors, gone) = {
+        let (on_disk, carried, to_probe, doors, gone) = {
             let mut state = self.hub.lock();
             let feed = &mut state.feed;
             feed.begin_batch();
@@ -219,6 +231,7 @@ impl Looper {
                 to_probe,
                 doors,
                 gone,
+                carried,
             } = judge::judge_pass(pass, read, &mut feed.picture, &self.on_disk, &self.probing);
             for event in events {
                 feed.publish(event);
@@ -231,9 +244,10 @@ impl Looper {
                 feed.publish(departure.removed(note));
             }
             feed.flush();
-            (on_disk, to_probe, doors, gone)
+            (on_disk, carried, to_probe, doors, gone)
         };
         self.on_disk = on_disk;
+        self.carried = carried;
         let asked_now: HashSet<&str> = to_probe.iter().map(|r| r.session_id.as_str()).collect();
         self.recheck.follow(&doors, &asked_now, Instant::now());
         self.follow_up(to_probe, gone).await;
@@ -310,12 +324,44 @@ impl Looper {
                 self.probing.remove(id);
             }
         }
+        self.apply_verdicts(answers).await;
+    }
+
+    /// Read again (layers 1–2) every record on disk that names a process the kernel says
+    /// exited, and apply what they say as one step, as probe answers are.
+    ///
+    /// Only records whose file is still the one read: a file replaced since (or one that failed
+    /// to read and was taken over by another writer) may name another process, and the old
+    /// one's death says nothing of the session; the pass the change nudges judges it.
+    async fn apply_exits(&mut self, exited: Vec<ExitedProcess>) {
+        let named: Vec<RunningRecord> = self
+            .on_disk
+            .values()
+            .filter(|record| exited.iter().any(|process| process.names(record)))
+            .cloned()
+            .collect();
+        let records = self.registry().still_the_files_read(named).await;
+        if records.is_empty() {
+            return;
+        }
+        let readings = self.registry().verify_records(records.clone(), false).await;
+        let answers = records
+            .into_iter()
+            .zip(readings)
+            .map(|(probed, reading)| ProbeAnswer { probed, reading })
+            .collect();
+        self.apply_verdicts(answers).await;
+    }
+
+    /// Judge verdicts on records read earlier as one step, then prune what they found gone.
+    async fn apply_verdicts(&mut self, answers: Vec<ProbeAnswer>) {
         let gone = {
             let mut state = self.hub.lock();
             let feed = &mut state.feed;
             feed.begin_step();
             feed.begin_batch();
-            let (events, gone) = judge::judge_answers(answers, &mut feed.picture, &self.on_disk);
+            let (events, gone) =
+                judge::judge_answers(answers, &mut feed.picture, &self.on_disk, &self.carried);
             for event in events {
                 feed.publish(event);
             }

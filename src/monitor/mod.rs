@@ -9,11 +9,15 @@
 //! Two paces, set apart (`serve`'s flags):
 //! - The interval ([`Monitor::set_interval`], `--events-interval`, default 2 s) paces the
 //!   directory passes: scan, layers 1–2 of every record, judge, prune. It is also the fallback
-//!   path: whatever the directory watch misses, a pass finds within one interval.
+//!   path: whatever the directory watch or the exit watch misses (or all exits, where the
+//!   registry has no pidfds), a pass finds within one interval.
 //! - The door recheck ([`Monitor::set_door_recheck`], `--door-recheck`, default 10 s) is each
 //!   door's own period: every door of a live process (live, or unreachable with its process
 //!   confirmed) is asked again once per period, at a phase of its own, so N doors cost a steady
 //!   N / period probes a second. A door whose record is new or rewritten is asked at once.
+//!
+//! Neither paces a death: the registry pins every live process with a pidfd, and the loop
+//! hears of its exit from the kernel (`Registry::process_exits`), reports it and prunes at once.
 //!
 //! Invariants:
 //! - One loop, however many listeners: a listener costs a receiver, never a scan or a probe.
@@ -31,6 +35,7 @@
 //!   never holds a whole picture.
 
 mod event;
+mod exit_watch;
 mod feed;
 mod hub;
 mod judge;

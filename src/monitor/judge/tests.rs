@@ -441,6 +441,7 @@ fn a_carried_session_keeps_its_reading_and_record_and_is_not_counted() {
     let judgement = judge(Pass::Later, read, &mut picture, &[live(CARRIED)]);
     assert!(judgement.events.is_empty() && judgement.left.is_empty());
     assert!(judgement.to_probe.is_empty() && judgement.gone.is_empty());
+    assert_eq!(judgement.carried, HashSet::from([CARRIED.to_owned()]));
     assert!(
         picture
             .get(CARRIED)
@@ -514,8 +515,12 @@ fn a_probe_answer_is_applied_when_its_record_is_still_on_disk() {
         probed: live(CARRIED).record,
         reading: unreachable(CARRIED, "the door timed out"),
     };
-    let (events, gone_ids) =
-        judge_answers(vec![answer], &mut picture, &on_disk_of(&[live(CARRIED)]));
+    let (events, gone_ids) = judge_answers(
+        vec![answer],
+        &mut picture,
+        &on_disk_of(&[live(CARRIED)]),
+        &HashSet::new(),
+    );
     assert!(matches!(&events[..], [EventKind::Added(_)]));
     assert!(gone_ids.is_empty());
 }
@@ -536,7 +541,8 @@ fn a_stale_or_verdictless_probe_answer_is_dropped() {
             probed: live(CARRIED).record,
             reading,
         };
-        let (events, gone_ids) = judge_answers(vec![answer], &mut picture, &on_disk);
+        let (events, gone_ids) =
+            judge_answers(vec![answer], &mut picture, &on_disk, &HashSet::new());
         assert!(events.is_empty() && gone_ids.is_empty(), "{events:?}");
         assert!(!picture.contains(CARRIED));
     }
@@ -549,8 +555,12 @@ fn a_probe_answer_does_not_revive_a_session_found_gone_meanwhile() {
         probed: live(CARRIED).record,
         reading: live(CARRIED),
     };
-    let (events, gone_ids) =
-        judge_answers(vec![answer], &mut picture, &on_disk_of(&[live(CARRIED)]));
+    let (events, gone_ids) = judge_answers(
+        vec![answer],
+        &mut picture,
+        &on_disk_of(&[live(CARRIED)]),
+        &HashSet::new(),
+    );
     assert!(events.is_empty() && gone_ids.is_empty());
     assert!(
         picture
@@ -566,10 +576,37 @@ fn a_probe_answer_of_gone_is_changed_and_pruned() {
         probed: live(CARRIED).record,
         reading: gone(CARRIED),
     };
-    let (events, gone_ids) =
-        judge_answers(vec![answer], &mut picture, &on_disk_of(&[live(CARRIED)]));
+    let (events, gone_ids) = judge_answers(
+        vec![answer],
+        &mut picture,
+        &on_disk_of(&[live(CARRIED)]),
+        &HashSet::new(),
+    );
     assert!(matches!(&events[..], [EventKind::Changed { .. }]));
     assert_eq!(gone_ids, [CARRIED]);
+}
+
+#[test]
+fn an_answer_of_gone_for_a_carried_session_is_changed_but_not_pruned() {
+    // Its process exited while its file could not be read: a file nobody can read is never
+    // pruned; it is once it reads again.
+    let mut picture = picture_with(&[live(CARRIED)]);
+    let answer = ProbeAnswer {
+        probed: live(CARRIED).record,
+        reading: gone(CARRIED),
+    };
+    let carried = HashSet::from([CARRIED.to_owned()]);
+    let (events, gone_ids) = judge_answers(
+        vec![answer],
+        &mut picture,
+        &on_disk_of(&[live(CARRIED)]),
+        &carried,
+    );
+    assert!(matches!(
+        &events[..],
+        [EventKind::Changed { old: Liveness::Live, now }] if same(now, &gone(CARRIED))
+    ));
+    assert!(gone_ids.is_empty(), "{gone_ids:?}");
 }
 
 #[test]
