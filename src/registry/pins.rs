@@ -108,19 +108,31 @@ impl Pins {
         }
     }
 
+    /// Layers 1–2 for `record` from its process's pin alone: `None` when it has none (or its
+    /// poll failed), and [`Pins::state`] must read `/proc`.
+    ///
+    /// Never blocks (one `poll` with no wait), so async workers may call it.
+    pub(super) fn pinned_state(&self, record: &RunningRecord) -> Option<ProcessState> {
+        let key = ProcessKey::of(record)?;
+        if self.unavailable.get().is_some() {
+            return None;
+        }
+        self.known(key)
+    }
+
     /// Layers 1–2 for `record`: from its process's pin when there is one, else read from `/proc`
     /// with the process pinned first, and kept pinned if it reads `Alive`.
     ///
     /// Blocking (syscalls and perhaps a `/proc` read); call it off async workers.
     pub(super) fn state(&self, record: &RunningRecord) -> ProcessState {
+        if let Some(known) = self.pinned_state(record) {
+            return known;
+        }
         let Some(key) = ProcessKey::of(record) else {
             return running::process_state(record);
         };
         if self.unavailable.get().is_some() {
             return running::process_state(record);
-        }
-        if let Some(known) = self.known(key) {
-            return known;
         }
         let pidfd = self.open(record.pid);
         let state = running::process_state(record);

@@ -89,7 +89,16 @@ impl Registry {
     /// Layers 1–2 for many records, through the pins, in one trip to the blocking pool; each
     /// unverified if that trip fails.
     async fn process_states(&self, records: Vec<RunningRecord>) -> Vec<ProcessState> {
+        // Pinned processes are known without blocking: the pool (a thread hop) only when one
+        // must be read from `/proc`.
         let pins = Arc::clone(&self.reader.pins);
+        let pinned: Option<Vec<ProcessState>> = records
+            .iter()
+            .map(|record| pins.pinned_state(record))
+            .collect();
+        if let Some(states) = pinned {
+            return states;
+        }
         let count = records.len();
         blocking(move || records.iter().map(|record| pins.state(record)).collect())
             .await
@@ -99,6 +108,9 @@ impl Registry {
     /// [`Registry::process_states`] of one record.
     async fn process_state(&self, record: RunningRecord) -> ProcessState {
         let pins = Arc::clone(&self.reader.pins);
+        if let Some(state) = pins.pinned_state(&record) {
+            return state;
+        }
         blocking(move || pins.state(&record))
             .await
             .unwrap_or_else(|_| running::process_check_failed())
