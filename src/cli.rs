@@ -98,9 +98,14 @@ struct ServeArgs {
     /// Another browser Origin to accept, with CORS (repeatable, exact match).
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
-    /// How often /events re-verifies every session (e.g. 2s, 500ms; at least 50ms).
+    /// How often /events passes over the running directory: every record read, its process
+    /// checked, gone ones pruned (e.g. 2s, 500ms; at least 50ms).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
     events_interval: Duration,
+    /// How often /events asks each door of a live process again, each door at its own moment
+    /// (at least 50ms); a door whose record changes is asked at once.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    door_recheck: Duration,
     /// How long a client may take to send a request head (and a keep-alive connection may
     /// sit idle) before it is closed.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
@@ -314,8 +319,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if args.events_interval < crate::monitor::MIN_INTERVAL {
         bail!(
-            "--events-interval {} is too short: at least {} (every session is re-verified each interval)",
+            "--events-interval {} is too short: at least {} (the running directory is read whole each interval)",
             humantime::format_duration(args.events_interval),
+            humantime::format_duration(crate::monitor::MIN_INTERVAL)
+        );
+    }
+    if args.door_recheck < crate::monitor::MIN_INTERVAL {
+        bail!(
+            "--door-recheck {} is too short: at least {} (each door of a live process is asked once a period)",
+            humantime::format_duration(args.door_recheck),
             humantime::format_duration(crate::monitor::MIN_INTERVAL)
         );
     }
@@ -342,6 +354,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             &args.allow_origin,
         );
         state.events().set_interval(args.events_interval);
+        state.events().set_door_recheck(args.door_recheck);
         // Listen for SIGINT/SIGTERM before announcing the address: a script that signals the
         // server as soon as it reads the line must get a graceful shutdown.
         let shutdown = shutdown_signal().context("cannot listen for SIGINT/SIGTERM")?;
@@ -760,6 +773,7 @@ mod tests {
             http::ServeLimits::default()
         );
         assert_eq!(args.events_interval, crate::monitor::DEFAULT_INTERVAL);
+        assert_eq!(args.door_recheck, crate::monitor::DEFAULT_DOOR_RECHECK);
         assert_eq!(args.probe.probe_connect_timeout, running::CONNECT_DEADLINE);
         assert_eq!(args.probe.probe_answer_timeout, running::ANSWER_DEADLINE);
         assert_eq!(

@@ -8,7 +8,10 @@
 //!
 //! - a capsule's life as events: its record appears (`session.added`, live), SIGSTOP
 //!   (`session.changed` to unreachable), SIGCONT (back to live), SIGKILL (`changed` to gone,
-//!   then `removed` as `pruned` within one interval plus the probe's deadlines, the file gone);
+//!   then `removed` as `pruned` within one interval plus the probe's deadlines, the file gone;
+//!   and at its exit, through the kernel, with both paces at an hour); a door that freezes and
+//!   thaws is seen by its own recheck within one `--door-recheck` while the directory pass
+//!   waits an hour;
 //! - every other way a session leaves: its record removed by someone else (`record_removed`),
 //!   rewritten as garbage (`unreadable`), stopped through the API (`stopped`), found gone by
 //!   the first listener's picture (pruned before the snapshot); a record that cannot be read
@@ -30,8 +33,10 @@
 //! - the card: the live door's card (with an echoed token redacted), 409 with the layers'
 //!   verdict for a stopped, gone, doorless or unverified session, 404, 400 and 401.
 //!
-//! The server re-verifies every 200 ms and probes with 300 ms / 700 ms deadlines, so a frozen
-//! door turns unreachable within about a second. Nothing here sleeps to synchronise: the stream
+//! The server passes over the directory and asks every door again every 200 ms (both
+//! `--events-interval` and `--door-recheck`) and probes with 300 ms / 700 ms deadlines, so a
+//! frozen door turns unreachable within about a second. The tests of each pace alone set the
+//! other to an hour, so only the pace under test can explain what they see. Nothing here sleeps to synchronise: the stream
 //! is read with a per-event deadline ([`EVENT_DEADLINE`]) that only bounds how long a broken
 //! test takes to fail, and other states are polled under [`DEADLINE`].
 
@@ -53,8 +58,10 @@ use reqwest::header;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// How often the server under test re-verifies every session.
+/// How often the server under test passes over the directory, and asks every door again.
 const INTERVAL: Duration = Duration::from_millis(200);
+/// A pace no test waits for: whatever happens within a test happens without it.
+const NEVER: Duration = Duration::from_secs(3600);
 /// The probe's connection deadline.
 const CONNECT: Duration = Duration::from_millis(300);
 /// The probe's answer deadline: a SIGSTOPped door is unreachable after this.
@@ -79,11 +86,19 @@ struct Server {
 
 impl Server {
     async fn start() -> Self {
+        Self::start_paced(INTERVAL, INTERVAL).await
+    }
+
+    /// A server passing over the directory every `interval` and asking each door again every
+    /// `door_recheck`.
+    async fn start_paced(interval: Duration, door_recheck: Duration) -> Self {
         let server = TestServer::builder()
             .probe(DoorProbe::with_deadlines(CONNECT, ANSWER))
-            .events_interval(INTERVAL)
+            .events_interval(interval)
             .start()
             .await;
+        // Read when the loop starts, at the first listener: before any test listens.
+        server.state().events().set_door_recheck(door_recheck);
         Self {
             base: server.base().to_owned(),
             token: server.token().to_owned(),
@@ -517,6 +532,41 @@ async fn a_sigcontinued_capsule_is_changed_back_to_live() {
     assert_eq!(changed.data["reason"], Value::Null);
 }
 
+/// Only the door's own recheck can see it stop and start answering: the directory is passed
+/// over once an hour, and nothing on disk changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_door_that_stops_and_resumes_answering_is_seen_within_one_recheck() {
+    let server = Server::start_paced(NEVER, INTERVAL).await;
+    let (mut stream, _) = server.listen().await;
+    let (capsule, id) = announced_capsule(&server, &mut stream).await;
+
+    capsule.send_signal(19);
+    let stopped = Instant::now();
+    let changed = stream.expect_event().await;
+    let elapsed = stopped.elapsed();
+    assert_eq!(changed.name, "session.changed", "{changed:?}");
+    assert_eq!(changed.session_id(), id);
+    assert_eq!(changed.data["new_state"], "unreachable");
+    assert_eq!(changed.data["session"]["liveness"]["process"], "alive");
+    assert!(
+        elapsed < INTERVAL + CONNECT + ANSWER + SCHEDULING_SLACK,
+        "unreachable {elapsed:?} after the door froze"
+    );
+
+    capsule.send_signal(18);
+    let resumed = Instant::now();
+    let changed = stream.expect_event().await;
+    let elapsed = resumed.elapsed();
+    assert_eq!(changed.name, "session.changed", "{changed:?}");
+    assert_eq!(changed.session_id(), id);
+    assert_eq!(changed.data["old_state"], "unreachable");
+    assert_eq!(changed.data["new_state"], "live");
+    assert!(
+        elapsed < INTERVAL + CONNECT + ANSWER + SCHEDULING_SLACK,
+        "live {elapsed:?} after the door thawed"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_capsule_is_changed_to_gone_then_pruned_within_the_interval() {
     let server = Server::start().await;
@@ -548,6 +598,40 @@ async fn a_killed_capsule_is_changed_to_gone_then_pruned_within_the_interval() {
         "removed {elapsed:?} after the kill"
     );
     assert_absent(&path);
+}
+
+/// Only the kernel's word can explain the events: the directory is passed over and the door
+/// asked again once an hour, and nothing on disk changes until the prune. (Where pidfds are
+/// unavailable, the registry has no exit watch and this waits for the pass: it fails.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_capsule_is_reported_gone_and_removed_at_its_exit_not_at_the_next_pass() {
+    let server = Server::start_paced(NEVER, NEVER).await;
+    let (mut stream, _) = server.listen().await;
+    let mut capsule = CapsuleProcess::single();
+    let id = capsule.session_id();
+    let path = server.dir().join(format!("{id}.json"));
+    capsule.record().write_in(server.dir());
+    // Live, or unreachable if the loaded machine slowed its door: either way its process is
+    // confirmed, which is all that matters here (no recheck would come to turn it live).
+    let added = stream.expect_event().await;
+    assert_eq!(added.name, "session.added", "{added:?}");
+    assert_eq!(added.session_id(), id);
+    assert_eq!(added.data["session"]["liveness"]["process"], "alive");
+
+    capsule.send_signal(9);
+    let gone = stream.expect_event().await;
+    assert_eq!(gone.name, "session.changed", "{gone:?}");
+    assert_eq!(gone.session_id(), id);
+    assert_eq!(gone.data["new_state"], "gone");
+    assert_eq!(gone.data["session"]["liveness"]["process"], "gone");
+    let removed = stream.expect_event().await;
+    assert_eq!(removed.name, "session.removed", "{removed:?}");
+    assert_eq!(removed.session_id(), id);
+    assert_eq!(removed.data["reason"], "pruned");
+    let detail = removed.data["detail"].as_str().expect("the evidence");
+    assert!(detail.contains(&capsule.pid().to_string()), "{detail}");
+    assert_absent(&path);
+    assert!(!capsule.is_running());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1106,7 +1190,7 @@ async fn a_pass_that_finds_nothing_changed_keeps_the_snapshot_it_had() {
     assert_eq!(first.snapshot.readings.len(), 1);
 
     // A probe starts only once the one before it was answered and applied: more probes seen
-    // by the door mean full passes went by and their probes' answers were applied.
+    // by the door mean rechecks went by and their probes' answers were applied.
     let before = door.requests().len();
     eventually("the door is probed three times more", || {
         door.requests().len() >= before + 3
@@ -1277,8 +1361,8 @@ async fn probes_per_interval_do_not_grow_with_listeners() {
     }
     assert_eq!(server.state.events().listeners(), 100);
 
-    // Over any window, one loop probes the door at most once per tick, plus one probe that
-    // was already in flight and one tick at the window's edge.
+    // Over any window, one loop probes the door at most once per recheck, plus one probe that
+    // was already in flight and one recheck at the window's edge.
     let before = door.requests().len();
     let start = Instant::now();
     let wanted = 6;
@@ -1486,8 +1570,8 @@ async fn more_changes_at_once_than_half_the_ring_come_as_one_snapshot_and_keep_l
     assert_eq!(now.id, added.id);
 }
 
-/// A running directory of its own (mode 0700) and a monitor over it, re-verifying every
-/// `interval`, for tests that listen at the [`Monitor`]'s level.
+/// A running directory of its own (mode 0700) and a monitor over it, passing over it and asking
+/// every door again every `interval`, for tests that listen at the [`Monitor`]'s level.
 fn monitor_over_own_dir(interval: Duration) -> (tempfile::TempDir, std::path::PathBuf, Monitor) {
     let home = temp_dir();
     let dir = home.path().join("running");
@@ -1495,6 +1579,7 @@ fn monitor_over_own_dir(interval: Duration) -> (tempfile::TempDir, std::path::Pa
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let monitor = Monitor::new(Arc::new(Registry::new(&dir, DoorProbe::new())));
     monitor.set_interval(interval);
+    monitor.set_door_recheck(interval);
     (home, dir, monitor)
 }
 

@@ -15,6 +15,8 @@ fn out_of_range_probe_settings_are_refused_before_serving() {
         ("--probe-connect-timeout", "0s"),
         ("--probe-answer-timeout", "2min"),
         ("--probe-answer-timeout", "soon"),
+        ("--door-recheck", "soon"),
+        ("--events-interval", "often"),
     ] {
         let home = Home::new();
         let mut cmd = registry(home.path(), User::Me);
@@ -28,7 +30,8 @@ fn out_of_range_probe_settings_are_refused_before_serving() {
 }
 
 /// Timeouts that would fail every request are refused with the flag named: zero, and a
-/// request timeout one slow door could use up.
+/// request timeout one slow door could use up; so are live-view paces short enough to make its
+/// loop a busy wait.
 #[test]
 fn timeouts_that_would_fail_every_request_are_refused_before_serving() {
     for (args, named) in [
@@ -43,6 +46,9 @@ fn timeouts_that_would_fail_every_request_are_refused_before_serving() {
             "--write-stall-timeout",
         ),
         (&["--request-timeout", "5s"][..], "--request-timeout"),
+        // Below the live view's shortest pace: its loop would turn into a busy wait.
+        (&["--door-recheck", "10ms"][..], "--door-recheck"),
+        (&["--events-interval", "0s"][..], "--events-interval"),
         (
             &["--probe-answer-timeout", "40s", "--request-timeout", "30s"][..],
             "--probe-answer-timeout",

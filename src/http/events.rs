@@ -93,8 +93,9 @@ pub struct SessionRemoved {
 /// While anyone listens, a record whose process is found gone is `session.changed` to `gone`
 /// (or `session.added` as `gone`), then pruned as `DELETE` would and `session.removed` as
 /// `pruned`; records already gone when the first listener arrives are pruned before its
-/// snapshot. Sessions are re-verified every `--events-interval` (2 s) and when their record
-/// changes. An idle stream carries a comment (`:`) every 15 s; a client more than 1,024
+/// snapshot. Records are read, and their processes checked, every `--events-interval` (2 s)
+/// and when they change; each live process's door is asked again every `--door-recheck`
+/// (10 s). An idle stream carries a comment (`:`) every 15 s; a client more than 1,024
 /// events behind is disconnected; at most `--max-event-streams` (128) streams are open.
 ///
 /// A running directory that cannot be read is never evidence that sessions ended; if it stays

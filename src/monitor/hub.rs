@@ -31,8 +31,10 @@ pub(super) struct Hub {
 #[derive(Debug)]
 pub(super) struct HubState {
     pub(super) feed: Feed,
-    /// How often the loop re-verifies every session; read when a loop starts.
+    /// How often the loop passes over the directory; read when a loop starts.
     pub(super) interval: Duration,
+    /// How often the loop asks each door of a live process again; read when a loop starts.
+    pub(super) door_recheck: Duration,
     /// Listeners subscribed or waiting for their first picture.
     pub(super) listeners: usize,
     pub(super) running: bool,
@@ -46,12 +48,13 @@ pub(super) struct HubState {
 }
 
 impl Hub {
-    pub(super) fn new(registry: Arc<Registry>, interval: Duration) -> Self {
+    pub(super) fn new(registry: Arc<Registry>, interval: Duration, door_recheck: Duration) -> Self {
         Self {
             registry,
             state: Mutex::new(HubState {
                 feed: Feed::default(),
                 interval,
+                door_recheck,
                 listeners: 0,
                 running: false,
                 ready: false,

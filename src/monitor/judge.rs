@@ -1,6 +1,6 @@
 //! The loop's decisions, apart from its I/O: from what a pass (or a batch of probes) read and the
-//! picture as it is, the picture's changes as events, and the follow-up work (doors to probe,
-//! gone records to prune).
+//! picture as it is, the picture's changes as events, and the follow-up work (doors to probe
+//! now, doors to keep rechecking, gone records to prune).
 //!
 //! Invariants:
 //! - A session enters the picture only with a complete verdict; a record waiting for its first
@@ -25,8 +25,9 @@ pub(super) enum Pass {
     /// The loop's first picture: every door probed, the result kept as the baseline that
     /// listeners get as their snapshot (only prunes are events).
     First,
-    /// A later pass: `full` re-probes every door, otherwise only records not probed as they are.
-    Later { full: bool },
+    /// A later pass: layers 1–2 of every record; a door is probed only when its record is new,
+    /// rewritten, or its process newly confirmed (the recheck schedule asks the others again).
+    Later,
 }
 
 /// What one pass read.
@@ -50,10 +51,16 @@ pub(super) struct PassJudgement {
     pub(super) left: Vec<Departure>,
     /// The record on disk for every session the scan saw, probed or not.
     pub(super) on_disk: HashMap<String, RunningRecord>,
-    /// Records whose door must be asked.
+    /// Records whose door must be asked now.
     pub(super) to_probe: Vec<RunningRecord>,
+    /// Every session whose record names a door and whose process passed layers 1–2: the doors
+    /// the recheck schedule keeps asking.
+    pub(super) doors: HashSet<String>,
     /// Sessions found gone, to prune.
     pub(super) gone: Vec<String>,
+    /// Sessions whose file failed to read, carried over on the record last read: found gone
+    /// later, they are reported but never pruned (see [`judge_answers`]).
+    pub(super) carried: HashSet<String>,
 }
 
 /// A session whose record left the directory, or stopped being a record.
@@ -81,7 +88,9 @@ impl Departure {
     }
 }
 
-/// A probe's answer: the record that was probed and what the three layers said of it.
+/// A probe's answer: the record that was probed and what the three layers said of it. Also what
+/// layers 1–2 say of a record read again because the kernel reported its process's exit (judged
+/// alike: a verdict on a record read earlier).
 #[derive(Debug)]
 pub(super) struct ProbeAnswer {
     pub(super) probed: RunningRecord,
@@ -100,7 +109,6 @@ pub(super) fn judge_pass(
     probing: &HashMap<String, RunningRecord>,
 ) -> PassJudgement {
     let first = matches!(pass, Pass::First);
-    let full = matches!(pass, Pass::First | Pass::Later { full: true });
     let mut judgement = PassJudgement {
         on_disk: HashMap::with_capacity(read.readings.len()),
         ..PassJudgement::default()
@@ -110,6 +118,7 @@ pub(super) fn judge_pass(
         picture.clear();
     }
     let (carried, unreadable) = sort_unreadable(picture, read.unreadable);
+    judgement.carried.clone_from(&carried);
     for id in &carried {
         // A probe of the record last read may still apply.
         if let Some(record) = last_on_disk.get(id) {
@@ -131,6 +140,9 @@ pub(super) fn judge_pass(
     for mut reading in read.readings {
         let id = reading.record.session_id.clone();
         judgement.on_disk.insert(id.clone(), reading.record.clone());
+        if has_door_to_recheck(&reading) {
+            judgement.doors.insert(id.clone());
+        }
         settle_unverified(&mut reading);
         match &reading.liveness {
             Some(liveness) => {
@@ -144,11 +156,13 @@ pub(super) fn judge_pass(
                 }
             }
             None => {
-                let known = picture
-                    .get(&id)
-                    .is_some_and(|known| known.record == reading.record);
+                // Its door already answered for this very record and process: the recheck
+                // schedule asks it again in its turn.
+                let known = picture.get(&id).is_some_and(|known| {
+                    known.record == reading.record && known.process == ProcessState::Alive
+                });
                 let in_flight = probing.get(&id) == Some(&reading.record);
-                if !in_flight && (full || !known) {
+                if !in_flight && !known {
                     judgement.to_probe.push(reading.record);
                 }
             }
@@ -173,11 +187,13 @@ pub(super) fn judge_pass(
 }
 
 /// Judge a batch of probe answers against `picture`, given the record on disk for each
-/// session: the events, and the sessions found gone (to prune).
+/// session and the sessions whose file failed to read at the last pass: the events, and the
+/// sessions found gone (to prune; never a carried one, whose file nobody can read).
 pub(super) fn judge_answers(
     answers: Vec<ProbeAnswer>,
     picture: &mut Picture,
     on_disk: &HashMap<String, RunningRecord>,
+    carried: &HashSet<String>,
 ) -> (Vec<EventKind>, Vec<String>) {
     let mut events = Vec::new();
     let mut gone = Vec::new();
@@ -193,7 +209,8 @@ pub(super) fn judge_answers(
         if known_gone {
             continue;
         }
-        if matches!(reading.liveness, Some(Liveness::Gone { .. })) {
+        let found_gone = matches!(reading.liveness, Some(Liveness::Gone { .. }));
+        if found_gone && !carried.contains(&probed.session_id) {
             gone.push(probed.session_id.clone());
         }
         put(picture, reading, &mut events);
@@ -243,6 +260,12 @@ fn put(picture: &mut Picture, reading: Reading, events: &mut Vec<EventKind>) {
     if moved || rewritten {
         events.push(EventKind::Changed { old, now: reading });
     }
+}
+
+/// Whether `reading`'s door is one the live view keeps asking: its record names one, and its
+/// process passed layers 1–2 (the verdict may be live or unreachable).
+fn has_door_to_recheck(reading: &Reading) -> bool {
+    reading.record.url.is_some() && reading.process == ProcessState::Alive
 }
 
 /// A reading whose writer layers 1–2 could not confirm is unreachable: no door can make it

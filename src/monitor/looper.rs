@@ -1,6 +1,7 @@
 //! The verification loop: a first picture, then a pass on every tick and every nudge of the
-//! directory watch, and the probe answers as they come in. Each step reads (async I/O), judges
-//! ([`super::judge`], pure) and follows up (probes, prunes).
+//! directory watch, each door's recheck when it falls due ([`super::recheck`]), the exits of
+//! pinned processes as the kernel reports them, and the probe answers as they come in. Each
+//! step reads (async I/O), judges ([`super::judge`], pure) and follows up (probes, prunes).
 //!
 //! Invariants:
 //! - A step's events are published as one batch under the hub's lock, then its prunes' as
@@ -11,18 +12,28 @@
 //!   every door and in keeping its sessions as the baseline rather than publishing them. Its
 //!   gone records are pruned before any listener gets it, so no snapshot lists them.
 //! - A directory that cannot be read leaves the picture exactly as it was.
+//! - A process exit is a reason to read again, never a verdict: the records naming the process
+//!   are re-read (layers 1–2) and judged like probe answers, pruned on that fresh evidence. With
+//!   no exit watch (no pidfds), the periodic pass finds exits as it always did.
+//! - Passes probe only doors whose record is new or rewritten (or whose process was just
+//!   confirmed); every other door of a live process is asked on its own schedule, one
+//!   `door_recheck` apart. The loop sleeps until the next door is due; it never polls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::exit_watch::ExitWatch;
 use super::hub::{Hub, closed};
 use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
+use super::recheck::RecheckSchedule;
 use super::watch::DirectoryWatch;
-use crate::registry::{PruneOutcome, Registry, RegistryError};
+use crate::registry::{ExitedProcess, PruneOutcome, Registry, RegistryError};
 use crate::running::{RECORD_SUFFIX, RunningRecord};
 
 /// How many periodic passes in a row (one interval apart) must fail to read the running
@@ -44,9 +55,15 @@ struct Looper {
     hub: Arc<Hub>,
     /// The record on disk for every session seen by the last scan (probed or not).
     on_disk: HashMap<String, RunningRecord>,
+    /// Sessions whose file the last pass failed to read, carried over on the record last read.
+    carried: HashSet<String>,
     /// The record each in-flight probe is probing, by session.
     probing: HashMap<String, RunningRecord>,
     probes: JoinSet<ProbeAnswer>,
+    /// When each door of a live process is asked again.
+    recheck: RecheckSchedule,
+    /// The kernel's word on pinned processes that exited (silent without pidfds).
+    exits: ExitWatch,
     watch: Option<DirectoryWatch>,
     changes: mpsc::Receiver<()>,
     changes_sender: mpsc::Sender<()>,
@@ -58,17 +75,26 @@ struct Looper {
 /// directory stays unreadable, or the registry shuts down.
 async fn run(hub: Arc<Hub>, generation: u64) {
     let (changes_sender, changes) = mpsc::channel(1);
+    let (interval, door_recheck) = {
+        let state = hub.lock();
+        (state.interval, state.door_recheck)
+    };
+    // Phases start at a random point, so registries started together do not probe in step.
+    let phases_start = std::hash::RandomState::new().hash_one(generation);
     let mut looper = Looper {
         hub: Arc::clone(&hub),
         on_disk: HashMap::new(),
+        carried: HashSet::new(),
         probing: HashMap::new(),
         probes: JoinSet::new(),
+        recheck: RecheckSchedule::new(door_recheck, phases_start),
+        // Taken before the first pass, so no exit of a process it pins goes unwatched.
+        exits: ExitWatch::start(Arc::clone(&hub.registry)),
         watch: None,
         changes,
         changes_sender,
         failed_passes: 0,
     };
-    let interval = hub.lock().interval;
     let mut closing = hub.closing.subscribe();
     looper.rewatch();
     let first = tokio::select! {
@@ -107,6 +133,14 @@ async fn run(hub: Arc<Hub>, generation: u64) {
                     break;
                 }
             }
+            exited = looper.exits.next() => looper.apply_exits(exited).await,
+            () = until(looper.recheck.next_due()) => {
+                // Nobody to tell: no door is worth asking.
+                if looper.stop_if_nobody_listens() {
+                    break;
+                }
+                looper.recheck_due();
+            }
             Some(joined) = looper.probes.join_next(), if !looper.probes.is_empty() => {
                 // Every answer already in is one step, so doors that time out together make one
                 // batch of events (or one snapshot), not one each.
@@ -119,6 +153,14 @@ async fn run(hub: Arc<Hub>, generation: u64) {
         }
     }
     looper.probes.abort_all();
+}
+
+/// Resolves at `due`, or never when nothing is due.
+async fn until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Looper {
@@ -143,22 +185,21 @@ impl Looper {
         DirectoryWatch::renew(&mut self.watch, &dir, &self.changes_sender);
     }
 
-    /// A pass after the first: a full one (every tick) re-probes every door and renews the
-    /// watch; a nudged one probes only records not yet probed as they are. `Break` when this
-    /// was the [`FAILED_PASSES_TO_END`]th periodic pass in a row that could not read the
-    /// directory: the loop has ended every stream.
-    async fn later_pass(&mut self, full: bool) -> ControlFlow<()> {
-        if full {
+    /// A pass after the first, periodic (every tick: it also renews the watch) or nudged by the
+    /// watch. `Break` when this was the [`FAILED_PASSES_TO_END`]th periodic pass in a row that
+    /// could not read the directory: the loop has ended every stream.
+    async fn later_pass(&mut self, periodic: bool) -> ControlFlow<()> {
+        if periodic {
             self.rewatch();
         }
-        let Err(error) = self.pass(Pass::Later { full }).await else {
+        let Err(error) = self.pass(Pass::Later).await else {
             self.failed_passes = 0;
             return ControlFlow::Continue(());
         };
         // Not evidence that any session ended: the picture is kept either way.
         self.watch = None;
         // A nudged pass that fails neither counts nor resets the count.
-        if full {
+        if periodic {
             self.failed_passes += 1;
         }
         if self.failed_passes < FAILED_PASSES_TO_END {
@@ -179,7 +220,7 @@ impl Looper {
     async fn pass(&mut self, pass: Pass) -> Result<(), RegistryError> {
         self.hub.lock().feed.begin_step();
         let read = self.read(pass).await?;
-        let (on_disk, to_probe, gone) = {
+        let (on_disk, carried, to_probe, doors, gone) = {
             let mut state = self.hub.lock();
             let feed = &mut state.feed;
             feed.begin_batch();
@@ -188,7 +229,9 @@ impl Looper {
                 left,
                 on_disk,
                 to_probe,
+                doors,
                 gone,
+                carried,
             } = judge::judge_pass(pass, read, &mut feed.picture, &self.on_disk, &self.probing);
             for event in events {
                 feed.publish(event);
@@ -201,9 +244,12 @@ impl Looper {
                 feed.publish(departure.removed(note));
             }
             feed.flush();
-            (on_disk, to_probe, gone)
+            (on_disk, carried, to_probe, doors, gone)
         };
         self.on_disk = on_disk;
+        self.carried = carried;
+        let asked_now: HashSet<&str> = to_probe.iter().map(|r| r.session_id.as_str()).collect();
+        self.recheck.follow(&doors, &asked_now, Instant::now());
         self.follow_up(to_probe, gone).await;
         Ok(())
     }
@@ -244,6 +290,18 @@ impl Looper {
         self.prune(gone).await;
     }
 
+    /// Ask again every door whose recheck is due, unless a probe of its record is in flight.
+    fn recheck_due(&mut self) {
+        for id in self.recheck.take_due(Instant::now()) {
+            let Some(record) = self.on_disk.get(&id) else {
+                continue;
+            };
+            if self.probing.get(&id) != Some(record) {
+                self.start_probe(record.clone());
+            }
+        }
+    }
+
     /// Ask `record`'s door, through the registry's one verification path.
     fn start_probe(&mut self, record: RunningRecord) {
         self.probing
@@ -266,12 +324,44 @@ impl Looper {
                 self.probing.remove(id);
             }
         }
+        self.apply_verdicts(answers).await;
+    }
+
+    /// Read again (layers 1–2) every record on disk that names a process the kernel says
+    /// exited, and apply what they say as one step, as probe answers are.
+    ///
+    /// Only records whose file is still the one read: a file replaced since (or one that failed
+    /// to read and was taken over by another writer) may name another process, and the old
+    /// one's death says nothing of the session; the pass the change nudges judges it.
+    async fn apply_exits(&mut self, exited: Vec<ExitedProcess>) {
+        let named: Vec<RunningRecord> = self
+            .on_disk
+            .values()
+            .filter(|record| exited.iter().any(|process| process.names(record)))
+            .cloned()
+            .collect();
+        let records = self.registry().still_the_files_read(named).await;
+        if records.is_empty() {
+            return;
+        }
+        let readings = self.registry().verify_records(records.clone(), false).await;
+        let answers = records
+            .into_iter()
+            .zip(readings)
+            .map(|(probed, reading)| ProbeAnswer { probed, reading })
+            .collect();
+        self.apply_verdicts(answers).await;
+    }
+
+    /// Judge verdicts on records read earlier as one step, then prune what they found gone.
+    async fn apply_verdicts(&mut self, answers: Vec<ProbeAnswer>) {
         let gone = {
             let mut state = self.hub.lock();
             let feed = &mut state.feed;
             feed.begin_step();
             feed.begin_batch();
-            let (events, gone) = judge::judge_answers(answers, &mut feed.picture, &self.on_disk);
+            let (events, gone) =
+                judge::judge_answers(answers, &mut feed.picture, &self.on_disk, &self.carried);
             for event in events {
                 feed.publish(event);
             }
@@ -290,6 +380,7 @@ impl Looper {
                 Ok(PruneOutcome::Pruned { reason }) => {
                     let noted = self.registry().take_removal(&id).map(|note| note.cause);
                     self.on_disk.remove(&id);
+                    self.recheck.leave(&id);
                     removed.push(judge::pruned(id, reason, noted));
                 }
                 // Rewritten for a live process since, or removed by someone else: the next

@@ -6,6 +6,19 @@
 //! hands out subscriptions to the feed (`feed`) the loop publishes through. Neither of those
 //! knows the facade, so subscribing can start the loop without a circle.
 //!
+//! Two paces, set apart (`serve`'s flags):
+//! - The interval ([`Monitor::set_interval`], `--events-interval`, default 2 s) paces the
+//!   directory passes: scan, layers 1–2 of every record, judge, prune. It is also the fallback
+//!   path: whatever the directory watch or the exit watch misses (or all exits, where the
+//!   registry has no pidfds), a pass finds within one interval.
+//! - The door recheck ([`Monitor::set_door_recheck`], `--door-recheck`, default 10 s) is each
+//!   door's own period: every door of a live process (live, or unreachable with its process
+//!   confirmed) is asked again once per period, at a phase of its own, so N doors cost a steady
+//!   N / period probes a second. A door whose record is new or rewritten is asked at once.
+//!
+//! Neither paces a death: the registry pins every live process with a pidfd, and the loop
+//! hears of its exit from the kernel (`Registry::process_exits`), reports it and prunes at once.
+//!
 //! Invariants:
 //! - One loop, however many listeners: a listener costs a receiver, never a scan or a probe.
 //!   The loop runs while anyone listens and stops after the last one leaves.
@@ -22,11 +35,13 @@
 //!   never holds a whole picture.
 
 mod event;
+mod exit_watch;
 mod feed;
 mod hub;
 mod judge;
 mod looper;
 mod picture;
+mod recheck;
 mod subscription;
 mod watch;
 
@@ -42,9 +57,12 @@ pub use looper::FAILED_PASSES_TO_END;
 use subscription::ListenerGuard;
 pub use subscription::{SubscribeError, Subscription};
 
-/// How often every session is re-verified when nothing else asks for it (the default).
+/// How often the directory is passed over when nothing nudges the loop.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
-/// The shortest interval accepted: a shorter one would turn the loop into a busy wait.
+/// How often each door of a live process is asked again.
+pub const DEFAULT_DOOR_RECHECK: Duration = Duration::from_secs(10);
+/// The shortest interval or door recheck accepted: a shorter one would turn the loop into a
+/// busy wait.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
 
 /// The live view over one registry. Cheap to clone; clones share the loop.
@@ -57,14 +75,21 @@ impl Monitor {
     /// A monitor over `registry`, not running until someone subscribes.
     pub fn new(registry: Arc<Registry>) -> Self {
         Self {
-            hub: Arc::new(Hub::new(registry, DEFAULT_INTERVAL)),
+            hub: Arc::new(Hub::new(registry, DEFAULT_INTERVAL, DEFAULT_DOOR_RECHECK)),
         }
     }
 
-    /// Set how often every session is re-verified (at least [`MIN_INTERVAL`]); applies from
-    /// the next time the loop starts.
+    /// Set how often the directory is passed over: every record read and its layers 1–2
+    /// checked, gone records pruned (at least [`MIN_INTERVAL`]). Applies from the next time
+    /// the loop starts.
     pub fn set_interval(&self, interval: Duration) {
         self.hub.lock().interval = interval.max(MIN_INTERVAL);
+    }
+
+    /// Set how often each door of a live process is asked again, each at its own phase (at
+    /// least [`MIN_INTERVAL`]). Applies from the next time the loop starts.
+    pub fn set_door_recheck(&self, period: Duration) {
+        self.hub.lock().door_recheck = period.max(MIN_INTERVAL);
     }
 
     /// Start listening: the picture now and every change after it.

@@ -33,7 +33,7 @@ impl DirectoryWatch {
     fn start(dir: &Path, identity: Option<(u64, u64)>, nudge: mpsc::Sender<()>) -> Option<Self> {
         let handler = move |event: notify::Result<notify::Event>| {
             let relevant = match &event {
-                Ok(event) => event.paths.iter().any(|p| names_a_record(p)) || event.need_rescan(),
+                Ok(event) => may_change_a_record(event),
                 Err(_) => true,
             };
             if relevant {
@@ -70,4 +70,52 @@ fn directory_identity(dir: &Path) -> Option<(u64, u64)> {
 
 fn names_a_record(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "json")
+}
+
+/// Whether `event` may have changed a record: anything on a record's path but a read of it (the
+/// watch sees opens, and every pass and listing opens records; a pass woken by its own reads
+/// would only delay the doors' rechecks), or a lost event.
+fn may_change_a_record(event: &notify::Event) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    let read_only = match event.kind {
+        EventKind::Access(AccessKind::Close(mode)) => mode != AccessMode::Write,
+        EventKind::Access(_) => true,
+        _ => false,
+    };
+    event.need_rescan() || (!read_only && event.paths.iter().any(|p| names_a_record(p)))
+}
+
+#[cfg(test)]
+mod tests {
+    use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, Flag, ModifyKind};
+
+    use super::*;
+
+    fn on_record(kind: EventKind) -> notify::Event {
+        notify::Event::new(kind).add_path("/run/ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3a.json".into())
+    }
+
+    #[test]
+    fn reads_of_a_record_do_not_nudge_and_everything_else_on_it_does() {
+        for kind in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+        ] {
+            assert!(!may_change_a_record(&on_record(kind)), "{kind:?}");
+        }
+        for kind in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Any),
+            EventKind::Remove(notify::event::RemoveKind::File),
+        ] {
+            assert!(may_change_a_record(&on_record(kind)), "{kind:?}");
+        }
+        let elsewhere =
+            notify::Event::new(EventKind::Create(CreateKind::File)).add_path("/run/x.tmp".into());
+        assert!(!may_change_a_record(&elsewhere));
+        let lost = notify::Event::new(EventKind::Other).set_flag(Flag::Rescan);
+        assert!(may_change_a_record(&lost));
+    }
 }

@@ -9,11 +9,12 @@ const CARRIED: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3a";
 const ABSENT: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3b";
 const OTHER: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3c";
 
+/// A record with a door, as most capsules have.
 fn record(session_id: &str, workdir: &str) -> RunningRecord {
     RunningRecord::parse(
         serde_json::json!({
             "session_id": session_id,
-            "url": null,
+            "url": "127.0.0.1:1",
             "pid": 1,
             "process_start": "1",
             "capsule_name": "test-capsule",
@@ -91,12 +92,12 @@ fn entry(session_id: &str, why: Unreadable) -> UnreadableEntry {
     }
 }
 
-fn later(full: bool, readings: Vec<Reading>) -> (Pass, PassRead) {
+fn later(readings: Vec<Reading>) -> (Pass, PassRead) {
     let read = PassRead {
         readings,
         ..PassRead::default()
     };
-    (Pass::Later { full }, read)
+    (Pass::Later, read)
 }
 
 fn judge(pass: Pass, read: PassRead, picture: &mut Picture, known: &[Reading]) -> PassJudgement {
@@ -180,7 +181,7 @@ fn the_first_pass_is_a_baseline_without_events_that_prunes_the_gone_and_probes_t
 #[test]
 fn a_new_session_with_a_verdict_is_added() {
     let mut picture = Picture::default();
-    let (pass, read) = later(false, vec![live(CARRIED)]);
+    let (pass, read) = later(vec![live(CARRIED)]);
     let judgement = judge(pass, read, &mut picture, &[]);
     assert!(matches!(&judgement.events[..], [EventKind::Added(r)] if same(r, &live(CARRIED))));
     assert!(
@@ -193,7 +194,7 @@ fn a_new_session_with_a_verdict_is_added() {
 #[test]
 fn a_session_found_gone_is_changed_to_gone_and_pruned() {
     let mut picture = picture_with(&[live(CARRIED)]);
-    let (pass, read) = later(false, vec![gone(CARRIED)]);
+    let (pass, read) = later(vec![gone(CARRIED)]);
     let judgement = judge(pass, read, &mut picture, &[live(CARRIED)]);
     let [EventKind::Changed { old, now }] = &judgement.events[..] else {
         panic!("one change: {:?}", judgement.events);
@@ -207,7 +208,7 @@ fn a_session_found_gone_is_changed_to_gone_and_pruned() {
 #[test]
 fn a_new_record_whose_process_is_gone_is_added_as_gone_then_pruned() {
     let mut picture = Picture::default();
-    let (pass, read) = later(false, vec![gone(CARRIED)]);
+    let (pass, read) = later(vec![gone(CARRIED)]);
     let judgement = judge(pass, read, &mut picture, &[]);
     assert!(matches!(&judgement.events[..], [EventKind::Added(r)] if same(r, &gone(CARRIED))));
     assert_eq!(judgement.gone, [CARRIED]);
@@ -217,7 +218,7 @@ fn a_new_record_whose_process_is_gone_is_added_as_gone_then_pruned() {
 fn a_pass_that_finds_everything_as_it_was_changes_nothing_and_keeps_the_snapshot() {
     let mut picture = picture_with(&[live(CARRIED)]);
     let before = picture.snapshot(7);
-    let (pass, read) = later(true, vec![live(CARRIED)]);
+    let (pass, read) = later(vec![live(CARRIED)]);
     let judgement = judge(pass, read, &mut picture, &[live(CARRIED)]);
     assert!(judgement.events.is_empty() && judgement.left.is_empty());
     assert!(
@@ -230,7 +231,7 @@ fn a_pass_that_finds_everything_as_it_was_changes_nothing_and_keeps_the_snapshot
 fn a_reworded_reason_is_stored_silently() {
     let mut picture = picture_with(&[unreachable(CARRIED, "the door timed out")]);
     let known = [unreachable(CARRIED, "the door timed out")];
-    let (pass, read) = later(false, vec![unreachable(CARRIED, "connection refused")]);
+    let (pass, read) = later(vec![unreachable(CARRIED, "connection refused")]);
     let judgement = judge(pass, read, &mut picture, &known);
     assert!(judgement.events.is_empty(), "{:?}", judgement.events);
     assert!(
@@ -247,7 +248,7 @@ fn a_rewritten_record_is_changed_even_with_the_same_state() {
         record: record(CARRIED, "/tmp/murmur-test/elsewhere"),
         ..live(CARRIED)
     };
-    let (pass, read) = later(false, vec![rewritten.clone()]);
+    let (pass, read) = later(vec![rewritten.clone()]);
     let judgement = judge(pass, read, &mut picture, &[live(CARRIED)]);
     assert!(matches!(
         &judgement.events[..],
@@ -265,7 +266,7 @@ fn an_unverified_process_is_unreachable_at_once_not_probed() {
         liveness: None,
         ..live(CARRIED)
     };
-    let (pass, read) = later(true, vec![unverified]);
+    let (pass, read) = later(vec![unverified]);
     let judgement = judge(pass, read, &mut picture, &[]);
     assert!(judgement.to_probe.is_empty());
     let [EventKind::Added(reading)] = &judgement.events[..] else {
@@ -280,31 +281,74 @@ fn an_unverified_process_is_unreachable_at_once_not_probed() {
 }
 
 #[test]
-fn a_door_is_probed_when_new_or_on_a_full_pass_and_never_twice_at_once() {
-    // New: probed on any pass. Known as it is: only on a full pass.
-    for (full, known, expected) in [(false, false, 1), (false, true, 0), (true, true, 1)] {
-        let known: Vec<Reading> = if known { vec![live(CARRIED)] } else { vec![] };
+fn a_door_is_probed_when_new_or_rewritten_or_newly_confirmed_and_never_twice_at_once() {
+    // New: probed. Known as it is: left to the recheck schedule. Rewritten: probed.
+    let rewritten = Reading {
+        record: record(CARRIED, "/tmp/murmur-rewritten"),
+        ..live(CARRIED)
+    };
+    let unverified = Reading {
+        process: ProcessState::Unverified {
+            reason: "cannot read /proc/1/stat".to_owned(),
+        },
+        ..unreachable(CARRIED, "cannot read /proc/1/stat")
+    };
+    for (known, expected) in [
+        (vec![], 1),
+        (vec![live(CARRIED)], 0),
+        (vec![unreachable(CARRIED, "the door timed out")], 0),
+        (vec![rewritten], 1),
+        // Layers 1–2 confirm the writer now: its door is asked at once.
+        (vec![unverified], 1),
+    ] {
         let mut picture = picture_with(&known);
-        let (pass, read) = later(full, vec![undecided(CARRIED)]);
+        let (pass, read) = later(vec![undecided(CARRIED)]);
         let judgement = judge(pass, read, &mut picture, &known);
+        assert_eq!(judgement.to_probe.len(), expected, "known {known:?}");
         assert_eq!(
-            judgement.to_probe.len(),
-            expected,
-            "full {full}, known {known:?}"
+            judgement.doors,
+            HashSet::from([CARRIED.to_owned()]),
+            "a door of a live process, probed or not"
         );
-        assert!(judgement.events.is_empty(), "no verdict, no change");
     }
     let mut picture = Picture::default();
-    let (pass, read) = later(true, vec![undecided(CARRIED)]);
+    let (pass, read) = later(vec![undecided(CARRIED)]);
     let probing = on_disk_of(&[undecided(CARRIED)]);
     let judgement = judge_pass(pass, read, &mut picture, &HashMap::new(), &probing);
     assert!(judgement.to_probe.is_empty(), "its probe is in flight");
 }
 
 #[test]
+fn only_doors_of_processes_that_passed_layers_1_2_are_rechecked() {
+    let doorless = Reading {
+        record: RunningRecord {
+            url: None,
+            ..record(OTHER, "/tmp/murmur-test")
+        },
+        ..live(OTHER)
+    };
+    let unverified = Reading {
+        process: ProcessState::Unverified {
+            reason: "cannot read /proc/1/stat".to_owned(),
+        },
+        liveness: None,
+        ..live(ABSENT)
+    };
+    let first = PassRead {
+        readings: vec![live(CARRIED), doorless.clone(), unverified.clone()],
+        ..PassRead::default()
+    };
+    let judgement = judge(Pass::First, first, &mut Picture::default(), &[]);
+    assert_eq!(judgement.doors, HashSet::from([CARRIED.to_owned()]));
+    let (pass, read) = later(vec![gone(CARRIED), doorless, unverified]);
+    let judgement = judge(pass, read, &mut picture_with(&[live(CARRIED)]), &[]);
+    assert!(judgement.doors.is_empty(), "{:?}", judgement.doors);
+}
+
+#[test]
 fn a_session_whose_record_disappeared_left_as_record_removed() {
     let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
-    let (pass, read) = later(false, vec![live(OTHER)]);
+    let (pass, read) = later(vec![live(OTHER)]);
     let judgement = judge(pass, read, &mut picture, &[live(CARRIED), live(OTHER)]);
     let departure = Departure {
         session_id: CARRIED.to_owned(),
@@ -330,12 +374,7 @@ fn a_session_whose_file_proves_it_is_no_record_left_as_unreadable_and_is_counted
         unreadable: vec![entry(CARRIED, Unreadable::TooLarge)],
         ..PassRead::default()
     };
-    let judgement = judge(
-        Pass::Later { full: true },
-        read,
-        &mut picture,
-        &[live(CARRIED)],
-    );
+    let judgement = judge(Pass::Later, read, &mut picture, &[live(CARRIED)]);
     assert_eq!(picture.snapshot(0).unreadable, 1);
     let [departure] = <[Departure; 1]>::try_from(judgement.left).expect("one departure");
     assert!(departure.file_unreadable);
@@ -399,14 +438,10 @@ fn a_carried_session_keeps_its_reading_and_record_and_is_not_counted() {
         carried: vec![undecided(CARRIED)],
         ..PassRead::default()
     };
-    let judgement = judge(
-        Pass::Later { full: true },
-        read,
-        &mut picture,
-        &[live(CARRIED)],
-    );
+    let judgement = judge(Pass::Later, read, &mut picture, &[live(CARRIED)]);
     assert!(judgement.events.is_empty() && judgement.left.is_empty());
     assert!(judgement.to_probe.is_empty() && judgement.gone.is_empty());
+    assert_eq!(judgement.carried, HashSet::from([CARRIED.to_owned()]));
     assert!(
         picture
             .get(CARRIED)
@@ -425,12 +460,7 @@ fn a_carried_session_found_gone_is_changed_to_gone_but_not_pruned() {
         carried: vec![gone(CARRIED)],
         ..PassRead::default()
     };
-    let judgement = judge(
-        Pass::Later { full: false },
-        read,
-        &mut picture,
-        &[live(CARRIED)],
-    );
+    let judgement = judge(Pass::Later, read, &mut picture, &[live(CARRIED)]);
     assert!(matches!(
         &judgement.events[..],
         [EventKind::Changed { old: Liveness::Live, now }] if same(now, &gone(CARRIED))
@@ -457,12 +487,7 @@ fn a_carried_session_whose_process_turns_unverified_is_changed_to_unreachable() 
         carried: vec![unverified],
         ..PassRead::default()
     };
-    let judgement = judge(
-        Pass::Later { full: true },
-        read,
-        &mut picture,
-        &[live(CARRIED)],
-    );
+    let judgement = judge(Pass::Later, read, &mut picture, &[live(CARRIED)]);
     assert!(matches!(
         &judgement.events[..],
         [EventKind::Changed { old: Liveness::Live, now }]
@@ -479,12 +504,7 @@ fn a_reading_of_a_session_not_carried_is_ignored() {
         carried: vec![gone(CARRIED)],
         ..PassRead::default()
     };
-    let judgement = judge(
-        Pass::Later { full: true },
-        read,
-        &mut picture,
-        &[live(CARRIED)],
-    );
+    let judgement = judge(Pass::Later, read, &mut picture, &[live(CARRIED)]);
     assert!(judgement.events.is_empty() && judgement.gone.is_empty());
 }
 
@@ -495,8 +515,12 @@ fn a_probe_answer_is_applied_when_its_record_is_still_on_disk() {
         probed: live(CARRIED).record,
         reading: unreachable(CARRIED, "the door timed out"),
     };
-    let (events, gone_ids) =
-        judge_answers(vec![answer], &mut picture, &on_disk_of(&[live(CARRIED)]));
+    let (events, gone_ids) = judge_answers(
+        vec![answer],
+        &mut picture,
+        &on_disk_of(&[live(CARRIED)]),
+        &HashSet::new(),
+    );
     assert!(matches!(&events[..], [EventKind::Added(_)]));
     assert!(gone_ids.is_empty());
 }
@@ -517,7 +541,8 @@ fn a_stale_or_verdictless_probe_answer_is_dropped() {
             probed: live(CARRIED).record,
             reading,
         };
-        let (events, gone_ids) = judge_answers(vec![answer], &mut picture, &on_disk);
+        let (events, gone_ids) =
+            judge_answers(vec![answer], &mut picture, &on_disk, &HashSet::new());
         assert!(events.is_empty() && gone_ids.is_empty(), "{events:?}");
         assert!(!picture.contains(CARRIED));
     }
@@ -530,8 +555,12 @@ fn a_probe_answer_does_not_revive_a_session_found_gone_meanwhile() {
         probed: live(CARRIED).record,
         reading: live(CARRIED),
     };
-    let (events, gone_ids) =
-        judge_answers(vec![answer], &mut picture, &on_disk_of(&[live(CARRIED)]));
+    let (events, gone_ids) = judge_answers(
+        vec![answer],
+        &mut picture,
+        &on_disk_of(&[live(CARRIED)]),
+        &HashSet::new(),
+    );
     assert!(events.is_empty() && gone_ids.is_empty());
     assert!(
         picture
@@ -547,10 +576,37 @@ fn a_probe_answer_of_gone_is_changed_and_pruned() {
         probed: live(CARRIED).record,
         reading: gone(CARRIED),
     };
-    let (events, gone_ids) =
-        judge_answers(vec![answer], &mut picture, &on_disk_of(&[live(CARRIED)]));
+    let (events, gone_ids) = judge_answers(
+        vec![answer],
+        &mut picture,
+        &on_disk_of(&[live(CARRIED)]),
+        &HashSet::new(),
+    );
     assert!(matches!(&events[..], [EventKind::Changed { .. }]));
     assert_eq!(gone_ids, [CARRIED]);
+}
+
+#[test]
+fn an_answer_of_gone_for_a_carried_session_is_changed_but_not_pruned() {
+    // Its process exited while its file could not be read: a file nobody can read is never
+    // pruned; it is once it reads again.
+    let mut picture = picture_with(&[live(CARRIED)]);
+    let answer = ProbeAnswer {
+        probed: live(CARRIED).record,
+        reading: gone(CARRIED),
+    };
+    let carried = HashSet::from([CARRIED.to_owned()]);
+    let (events, gone_ids) = judge_answers(
+        vec![answer],
+        &mut picture,
+        &on_disk_of(&[live(CARRIED)]),
+        &carried,
+    );
+    assert!(matches!(
+        &events[..],
+        [EventKind::Changed { old: Liveness::Live, now }] if same(now, &gone(CARRIED))
+    ));
+    assert!(gone_ids.is_empty(), "{gone_ids:?}");
 }
 
 #[test]
@@ -558,7 +614,7 @@ fn a_move_of_either_layer_alone_is_a_change() {
     // The door stops answering; layers 1–2 still say alive.
     let mut picture = picture_with(&[live(CARRIED)]);
     let silent = unreachable(CARRIED, "the door timed out");
-    let (pass, read) = later(true, vec![silent.clone()]);
+    let (pass, read) = later(vec![silent.clone()]);
     let judgement = judge(pass, read, &mut picture, &[live(CARRIED)]);
     assert!(matches!(
         &judgement.events[..],
@@ -575,7 +631,7 @@ fn a_move_of_either_layer_alone_is_a_change() {
         liveness: None,
         ..live(CARRIED)
     };
-    let (pass, read) = later(true, vec![unverified]);
+    let (pass, read) = later(vec![unverified]);
     let judgement = judge(pass, read, &mut picture, &known);
     assert!(matches!(
         &judgement.events[..],
@@ -593,7 +649,7 @@ fn another_unreadable_file_does_not_name_a_departure_unreadable() {
         unreadable: vec![entry(ABSENT, Unreadable::TooLarge)],
         ..PassRead::default()
     };
-    let judgement = judge(Pass::Later { full: true }, read, &mut picture, &known);
+    let judgement = judge(Pass::Later, read, &mut picture, &known);
     let departure = Departure {
         session_id: CARRIED.to_owned(),
         file_unreadable: false,

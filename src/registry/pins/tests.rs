@@ -128,9 +128,15 @@ async fn an_exit_is_reported_through_the_reactor() {
     assert_eq!(exited[0].pid(), record.pid);
     let mut restarted = record.clone();
     restarted.process_start = format!("{}1", record.process_start);
-    assert!(!exited[0].names(&restarted), "another start time is another process");
+    assert!(
+        !exited[0].names(&restarted),
+        "another start time is another process"
+    );
     let mut elsewhere = record.clone();
     elsewhere.pid += 1;
-    assert!(!exited[0].names(&elsewhere), "another pid is another process");
+    assert!(
+        !exited[0].names(&elsewhere),
+        "another pid is another process"
+    );
     child.wait().expect("reap");
 }
