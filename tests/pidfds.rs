@@ -16,8 +16,8 @@
 //!   with `clone3`'s `set_tid`), and that new process's own record is live, with a pidfd of
 //!   its own, as is the dead capsule's record once rewritten for it (needs root);
 //! - a capsule killed while a listener reads `/events` is reported `changed` to gone and
-//!   `removed` (pruned, the file unlinked) with `--events-interval 1h` and no door in its
-//!   record: only the exit can explain the events. Also for another user's capsule, the
+//!   `removed` (pruned, the file unlinked) with `--events-interval 1h`, `--door-recheck 1h`
+//!   and no door in its record: only the exit can explain the events. Also for another user's capsule, the
 //!   registry run as uid 65534 (needs root);
 //! - with an open-files limit too low to pin every live process, some are pinned and the rest
 //!   read through `/proc`, every listing still right (a pinned and an unpinned process killed
@@ -517,7 +517,11 @@ async fn a_killed_capsule_is_reported_gone_and_removed_without_a_pass(user: User
         User::Nobody => Home::for_nobody_with_running_dir(),
         _ => Home::new(),
     };
-    let server = Server::start(&home, user, &["--events-interval", "1h"]);
+    let server = Server::start(
+        &home,
+        user,
+        &["--events-interval", "1h", "--door-recheck", "1h"],
+    );
     let mut capsule = TestProcess::sleeping();
     let record = capsule.record().no_door();
     let id = record.session_id();
