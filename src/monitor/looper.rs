@@ -28,12 +28,11 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::exit_watch::ExitWatch;
 use super::hub::{Hub, closed};
 use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
 use super::recheck::RecheckSchedule;
 use super::watch::DirectoryWatch;
-use crate::registry::{ExitedProcess, PruneOutcome, Registry, RegistryError};
+use crate::registry::{ExitedProcess, ProcessExits, PruneOutcome, Registry, RegistryError};
 use crate::running::{RECORD_SUFFIX, RunningRecord};
 
 /// How many periodic passes in a row (one interval apart) must fail to read the running
@@ -62,8 +61,8 @@ struct Looper {
     probes: JoinSet<ProbeAnswer>,
     /// When each door of a live process is asked again.
     recheck: RecheckSchedule,
-    /// The kernel's word on pinned processes that exited (silent without pidfds).
-    exits: ExitWatch,
+    /// The kernel's word on pinned processes that exited; `None` without pidfds.
+    exits: Option<ProcessExits>,
     watch: Option<DirectoryWatch>,
     changes: mpsc::Receiver<()>,
     changes_sender: mpsc::Sender<()>,
@@ -89,7 +88,7 @@ async fn run(hub: Arc<Hub>, generation: u64) {
         probes: JoinSet::new(),
         recheck: RecheckSchedule::new(door_recheck, phases_start),
         // Taken before the first pass, so no exit of a process it pins goes unwatched.
-        exits: ExitWatch::start(Arc::clone(&hub.registry)),
+        exits: hub.registry.process_exits(),
         watch: None,
         changes,
         changes_sender,
@@ -133,7 +132,7 @@ async fn run(hub: Arc<Hub>, generation: u64) {
                     break;
                 }
             }
-            exited = looper.exits.next() => looper.apply_exits(exited).await,
+            exited = next_exits(&mut looper.exits) => looper.apply_exits(exited).await,
             () = until(looper.recheck.next_due()) => {
                 // Nobody to tell: no door is worth asking.
                 if looper.stop_if_nobody_listens() {
@@ -159,6 +158,15 @@ async fn run(hub: Arc<Hub>, generation: u64) {
 async fn until(due: Option<Instant>) {
     match due {
         Some(due) => tokio::time::sleep_until(due.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next exits the kernel reports, or never when there is no exit watch (no pidfds: the
+/// periodic pass finds exits). Cancel-safe.
+async fn next_exits(exits: &mut Option<ProcessExits>) -> Vec<ExitedProcess> {
+    match exits {
+        Some(exits) => exits.next().await,
         None => std::future::pending().await,
     }
 }

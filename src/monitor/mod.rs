@@ -35,7 +35,6 @@
 //!   never holds a whole picture.
 
 mod event;
-mod exit_watch;
 mod feed;
 mod hub;
 mod judge;

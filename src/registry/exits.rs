@@ -52,7 +52,6 @@ pub struct ProcessExits {
     /// watch ending while the next begins never registers one descriptor twice).
     epoll: AsyncFd<OwnedFd>,
     pins: Arc<Pins>,
-    events: Vec<epoll::Event>,
 }
 
 impl std::fmt::Debug for ProcessExits {
@@ -75,54 +74,57 @@ impl ProcessExits {
                 tracing::warn!(%error, "cannot watch pidfd exits: exits are seen at the next pass");
             })
             .ok()?;
-        Some(Self {
-            epoll,
-            pins,
-            events: Vec::with_capacity(EXITS_PER_READ),
-        })
+        Some(Self { epoll, pins })
     }
 
     /// The processes that exited since the last call, at least one; waits until there is one.
     ///
     /// Cancel-safe: exits are taken from the kernel only after the wait, in one step.
     pub async fn next(&mut self) -> Vec<ExitedProcess> {
-        let no_wait = Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
         loop {
             let Ok(mut ready) = self.epoll.readable().await else {
                 // The reactor is gone (the runtime is shutting down): no exit will come.
                 return std::future::pending().await;
             };
-            self.events.clear();
-            match epoll::wait(
-                ready.get_inner(),
-                spare_capacity(&mut self.events),
-                Some(&no_wait),
-            ) {
-                Ok(_) => {}
+            let ids = match take_ready(ready.get_inner()) {
+                Ok(ids) => ids,
                 Err(Errno::INTR) => continue,
                 Err(errno) => {
                     tracing::warn!(%errno, "cannot read pidfd exits: exits are seen at the next pass");
                     return std::future::pending().await;
                 }
-            }
-            // A full buffer may have left exits behind: stay ready for them.
-            if self.events.len() < EXITS_PER_READ {
+            };
+            // A full read may have left exits behind: stay ready for them.
+            if ids.len() < EXITS_PER_READ {
                 ready.clear_ready();
             }
-            let ids = self.events.iter().map(|event| {
-                // Copied out: the event is a packed struct.
-                let data = event.data;
-                data.u64()
-            });
-            let exited = self.pins.exited(ids);
+            let exited = self.pins.exited(ids.into_iter());
             if !exited.is_empty() {
                 return exited;
             }
         }
     }
+}
+
+/// The ids of the pidfds the epoll set reports readable now, at most [`EXITS_PER_READ`];
+/// never waits.
+fn take_ready(epoll: &OwnedFd) -> Result<Vec<u64>, Errno> {
+    let no_wait = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Made for each read and turned into plain ids: an epoll event holds a pointer-sized union,
+    // which would keep the watch from moving between threads.
+    let mut events = Vec::with_capacity(EXITS_PER_READ);
+    epoll::wait(epoll, spare_capacity(&mut events), Some(&no_wait))?;
+    Ok(events
+        .iter()
+        .map(|event| {
+            // Copied out: the event is a packed struct.
+            let data = event.data;
+            data.u64()
+        })
+        .collect())
 }
 
 impl Registry {

@@ -77,7 +77,7 @@ pub(super) fn unlink_gone(
 ) -> Result<Pruned, RunningError> {
     // Noted before the unlink: the live view, woken by the unlink itself, must find the note
     // when it sees the file gone. Taken back if this call did not remove the file.
-    notes.note(&record.session_id, cause, reason);
+    let note = notes.note(&record.session_id, cause, reason);
     let pruned = running::prune(
         record,
         &Liveness::Gone {
@@ -85,7 +85,7 @@ pub(super) fn unlink_gone(
         },
     );
     if !matches!(pruned, Ok(Pruned::Removed)) {
-        notes.take(&record.session_id);
+        notes.take_back(&record.session_id, note);
     }
     pruned
 }
