@@ -45,6 +45,7 @@ use common::{
     CapsuleProcess, DEADLINE, ExitedChild, RecordJson, ServedBinary, TestProcess, Zombie,
     replace_by_rename, wait_until, wrong_start_token,
 };
+use murmur_registry::running::reason_exited;
 use rustix::process::Signal;
 use serde_json::Value;
 
@@ -491,7 +492,7 @@ async fn a_pid_reused_after_its_capsule_died_never_inherits_the_old_pidfds_verdi
 fn assert_reason_of_a_reused_pid(listing: &Listing, died: &RecordJson, pid: u32) {
     let reason = listing.reason(&died.session_id());
     assert!(
-        reason == format!("no process holds pid {pid}")
+        reason == reason_exited(pid)
             || reason == format!("pid {pid} is held by a process that started at another time"),
         "{reason}"
     );
@@ -545,7 +546,7 @@ async fn a_killed_capsule_is_reported_gone_and_removed_without_a_pass(user: User
     assert_eq!(changed.data["new_state"], "gone", "{changed:?}");
     assert_eq!(
         changed.data["reason"],
-        format!("no process holds pid {}", capsule.pid()),
+        reason_exited(capsule.pid()),
         "{changed:?}"
     );
     let removed = events.next_about(&id).await;

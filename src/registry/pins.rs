@@ -268,9 +268,8 @@ impl Pins {
     fn out_of_descriptors(&self, why: &str) {
         if !self.out_of_descriptors.swap(true, Ordering::Relaxed) {
             tracing::warn!(
-                "cannot pin every live process ({why}; the open-files limit leaves {} for pins beside {} door probes and the connections): the rest are read through /proc on every pass; raise the limit (ulimit -n, LimitNOFILE=) to pin them all",
-                self.budget,
-                MAX_CONCURRENT_PROBES
+                "cannot pin every live process ({why}; pins may hold {} descriptors, the rest of the open-files limit is kept for door probes and connections): the others are read through /proc on every pass; raise the limit (ulimit -n, LimitNOFILE=) to pin them all",
+                self.budget
             );
         }
     }
@@ -283,11 +282,11 @@ impl Pins {
     }
 }
 
-/// The evidence of a pinned process's exit, in the words layer 1 uses for a pid no process holds
-/// (a zombie counts as none).
+/// The evidence of a pinned process's exit. Not "no process holds the pid": by the time it is
+/// read, another process may.
 fn gone(key: ProcessKey) -> ProcessState {
     ProcessState::Gone {
-        reason: running::reason_no_process(key.pid),
+        reason: running::reason_exited(key.pid),
     }
 }
 
@@ -312,13 +311,14 @@ fn has_exited(pidfd: &OwnedFd) -> Option<bool> {
     }
 }
 
-/// How many pidfds may be held: the open-files limit less what probes and connections need,
-/// but never less than half of it, so a low limit (a test harness's 1,024) still pins.
+/// How many pidfds may be held: the open-files limit less what probes, connections and files
+/// need. Under a low limit a quarter of it still pins (a test harness's 1,024 pins 256), and the
+/// rest keeps the probes' sockets.
 fn pin_budget() -> usize {
     let soft = rustix::process::getrlimit(Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);
-    let reserved = RESERVED_DESCRIPTORS.min(soft / 2);
+    let reserved = RESERVED_DESCRIPTORS.min(soft - soft / 4);
     usize::try_from(soft - reserved).unwrap_or(usize::MAX)
 }
 

@@ -33,8 +33,8 @@ pub(crate) use door::{
     settled_without_door,
 };
 pub use process::{
-    ProcessState, has_controlling_terminal, process_start_token, process_state, reason_no_process,
-    reason_pid_reused,
+    ProcessState, has_controlling_terminal, process_start_token, process_state, reason_exited,
+    reason_no_process, reason_pid_reused,
 };
 pub(crate) use process::{checked_pid, start_ticks, state_of};
 pub use record::{

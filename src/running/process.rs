@@ -47,6 +47,12 @@ pub fn reason_no_process(pid: u32) -> String {
     format!("no process holds pid {pid}")
 }
 
+/// The reason given when the process a held pidfd names has exited (a zombie counts): the pid
+/// itself may be held by another process by now.
+pub fn reason_exited(pid: u32) -> String {
+    format!("the process that held pid {pid} has exited")
+}
+
 /// The reason given when `pid` now belongs to a process that started at another time.
 pub fn reason_pid_reused(pid: u32) -> String {
     format!("pid {pid} is held by a process that started at another time")
