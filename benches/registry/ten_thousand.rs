@@ -16,6 +16,9 @@ const DECADE: usize = 10_000;
 const TARGET_FULL_P50: Duration = Duration::from_millis(1_500);
 const TARGET_LEAN_P50: Duration = Duration::from_millis(40);
 const TARGET_RSS_KIB: u64 = 60 * 1024;
+/// How long after the last listing memory is read: past the server's heap trim, which looks
+/// once a second (`src/heap.rs`); the peak (`VmHWM`) is printed beside it.
+const SETTLE: Duration = Duration::from_secs(2);
 
 /// What one binary did with the decade.
 struct Decade {
@@ -95,7 +98,7 @@ pub async fn ten_thousand_records(rows: &mut Vec<Row>, binaries: &Binaries) {
 }
 
 /// `binary` over `dir`: 5 full listings after one to warm up, 20 `probe=false` after 3, then
-/// its memory once they are answered.
+/// its memory [`SETTLE`] after the last answer.
 async fn listings_and_memory(binary: Binary<'_>, dir: &Path) -> Decade {
     let server = Server::start_binary(binary.path, dir);
     let mut client = server.client().await;
@@ -117,7 +120,7 @@ async fn listings_and_memory(binary: Binary<'_>, dir: &Path) -> Decade {
         lean.push(took);
     }
     drop(client);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(SETTLE).await;
     full.sort();
     lean.sort();
     let decade = Decade {
