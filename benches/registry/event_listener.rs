@@ -49,10 +49,10 @@ impl EventListener {
                 pending.push_str(&String::from_utf8_lossy(&data));
                 while let Some(end) = pending.find("\n\n") {
                     let block: String = pending.drain(..end + 2).collect();
-                    if let Some(event) = parse_block(&block, at) {
-                        if send.send(event).is_err() {
-                            return;
-                        }
+                    if let Some(event) = parse_block(&block, at)
+                        && send.send(event).is_err()
+                    {
+                        return;
                     }
                 }
             }
