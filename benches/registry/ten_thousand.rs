@@ -16,9 +16,9 @@ const DECADE: usize = 10_000;
 const TARGET_FULL_P50: Duration = Duration::from_millis(1_500);
 const TARGET_LEAN_P50: Duration = Duration::from_millis(40);
 const TARGET_RSS_KIB: u64 = 60 * 1024;
-/// How long after the last listing memory is read: past the server's heap trim, which looks
-/// once a second (`src/heap.rs`); the peak (`VmHWM`) is printed beside it.
-const SETTLE: Duration = Duration::from_secs(2);
+/// How long after the last listing memory is read: past the server's next heap trim, at most
+/// 8 s apart while listings keep coming (`src/heap.rs`); the peak (`VmHWM`) is printed beside.
+const SETTLE: Duration = Duration::from_secs(10);
 
 /// What one binary did with the decade.
 struct Decade {
