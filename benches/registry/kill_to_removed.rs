@@ -14,7 +14,7 @@ use crate::server::Server;
 
 /// Processes killed, each named by one record.
 const KILLED: usize = 50;
-/// Kills are this far apart, plus up to [`KILL_JITTER`], so they land at every phase of the
+/// Kills are this far apart, plus up to [`KILL_JITTER_MS`], so they land at every phase of the
 /// registry's interval rather than in step with it.
 const KILL_SPACING: Duration = Duration::from_millis(200);
 const KILL_JITTER_MS: u64 = 100;

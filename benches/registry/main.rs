@@ -56,6 +56,14 @@ mod steps;
 
 use binaries::Binaries;
 use figures::{Row, load_average, print_header};
+use idle_listener::idle_with_one_listener;
+use kill_to_removed::sigkill_to_removed;
+use lean::lean_path_throughput_and_memory;
+use many::many_live_records;
+use pollers::pollers_at_once;
+use slow::slow_doors;
+use ten_thousand::ten_thousand_records;
+use threaded_process::probe_false_over_threaded_process;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -138,12 +146,3 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
         row.print();
     }
 }
-
-use idle_listener::idle_with_one_listener;
-use kill_to_removed::sigkill_to_removed;
-use lean::lean_path_throughput_and_memory;
-use many::many_live_records;
-use pollers::pollers_at_once;
-use slow::slow_doors;
-use ten_thousand::ten_thousand_records;
-use threaded_process::probe_false_over_threaded_process;
