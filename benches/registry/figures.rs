@@ -70,6 +70,12 @@ pub fn latency_row(
     }
 }
 
+/// The median of `samples`; `None` when there are none.
+pub fn median(mut samples: Vec<Duration>) -> Option<Duration> {
+    samples.sort();
+    samples.get(samples.len() / 2).copied()
+}
+
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
