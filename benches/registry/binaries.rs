@@ -61,8 +61,9 @@ impl Binaries {
 
     /// This build, the baseline, the baseline again, this build again (or this build alone):
     /// a machine that grows busier or quieter during a scenario then weighs on both alike.
-    /// The first of several registries run against the same doors was also seen to cost more
-    /// CPU (12.3 % against 6.8 % for the same binary, idle), so neither side may always be it.
+    /// The first registry run against freshly started processes and doors costs more than any
+    /// later one (12.3 % against 6.8 % of a core idle, the same binary twice), so scenarios
+    /// also run an uncounted warm-up first.
     pub fn balanced(&self) -> Vec<Binary<'_>> {
         let each = self.each();
         match each.as_slice() {

@@ -88,6 +88,18 @@ impl Server {
     }
 }
 
+/// Start `binary` on `running_dir`, ask each of `paths` once and stop it: an uncounted first run.
+/// The first registry run against freshly started processes and doors costs more than every
+/// later one, whichever binary it is (see `Binaries::balanced`); this takes that on.
+pub async fn warm_up(binary: &Path, running_dir: &Path, paths: &[&str]) {
+    eprintln!("  warm-up, not counted:");
+    let server = Server::start_binary(binary, running_dir);
+    let mut client = server.client().await;
+    for path in paths {
+        client.get(path).await.expect("warm-up GET");
+    }
+}
+
 /// One keep-alive HTTP/1.1 connection to the registry.
 pub struct Client {
     sender: SendRequest<Empty<Bytes>>,

@@ -8,7 +8,7 @@ use crate::binaries::{Binaries, Binary, Sides};
 use crate::door_host::Doors;
 use crate::figures::{Row, add, baseline_cell, median, mib, ms, speed_up};
 use crate::pid_holders::PidHolders;
-use crate::server::{Server, count_live, states_of};
+use crate::server::{Server, count_live, states_of, warm_up};
 
 /// Live records, each of its own process.
 const DECADE: usize = 10_000;
@@ -73,6 +73,8 @@ pub async fn ten_thousand_records(rows: &mut Vec<Row>, binaries: &Binaries) {
         "  {DECADE} processes, doors and records set up in {:.1} s",
         began.elapsed().as_secs_f64()
     );
+    let warm_up_paths = ["/sessions", "/sessions?probe=false"];
+    warm_up(binaries.each()[0].path, dir.path(), &warm_up_paths).await;
     let mut sides = Sides::new();
     for binary in binaries.balanced() {
         let run = step!(listings_and_memory(binary, dir.path()));
