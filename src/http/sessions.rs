@@ -118,19 +118,11 @@ pub async fn list_sessions(
 
 /// The list body of `listing`, keeping only the sessions whose state is in `keep`, if given.
 fn encode_list(listing: &Listing, keep: Option<&[SessionState]>) -> Result<Bytes, ApiError> {
-    let list = SessionList {
-        sessions: listing
-            .readings
-            .iter()
-            .map(SessionView::of)
-            .filter(|view| match keep {
-                None => true,
-                Some(keep) => view.liveness.state.is_some_and(|s| keep.contains(&s)),
-            })
-            .collect(),
-        unreadable: listing.unreadable.len(),
+    let kept = |view: &SessionView| match keep {
+        None => true,
+        Some(keep) => view.liveness.state.is_some_and(|s| keep.contains(&s)),
     };
-    serde_json::to_vec(&list)
+    SessionList::encode(&listing.readings, kept, listing.unreadable.len())
         .map(Bytes::from)
         .map_err(|e| RegistryError::Task(format!("encoding the session list: {e}")).into())
 }

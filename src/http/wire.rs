@@ -175,6 +175,47 @@ pub struct SessionList {
     pub unreadable: usize,
 }
 
+impl SessionList {
+    /// The JSON a [`SessionList`] of `readings` (those whose view `keep` admits) encodes to,
+    /// written one session at a time: each view is built, written and dropped in turn, so a
+    /// listing of 10,000 never holds 10,000 copies of its records beside its body.
+    pub fn encode(
+        readings: &[Reading],
+        keep: impl Fn(&SessionView) -> bool,
+        unreadable: usize,
+    ) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(&SessionListOf {
+            sessions: ViewsOf { readings, keep },
+            unreadable,
+        })
+    }
+}
+
+/// [`SessionList`] with its sessions made as they are written; its fields are the same, in the
+/// same order (a test holds the bytes equal).
+#[derive(Serialize)]
+struct SessionListOf<Sessions> {
+    sessions: Sessions,
+    unreadable: usize,
+}
+
+/// The views of `readings` that `keep` admits, made one at a time while they are written.
+struct ViewsOf<'a, F> {
+    readings: &'a [Reading],
+    keep: F,
+}
+
+impl<F: Fn(&SessionView) -> bool> Serialize for ViewsOf<'_, F> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(
+            self.readings
+                .iter()
+                .map(SessionView::of)
+                .filter(|view| (self.keep)(view)),
+        )
+    }
+}
+
 /// The session named in a path.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -437,4 +478,55 @@ pub struct CardProblem {
     problem: Problem,
     #[serde(flatten)]
     members: CardRefusalMembers,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::running::RunningRecord;
+
+    fn reading(n: u32, liveness: Option<Liveness>) -> Reading {
+        let record: RunningRecord = serde_json::from_value(serde_json::json!({
+            "session_id": format!("ses_{n:032x}"), "url": "127.0.0.1:1", "pid": n,
+            "process_start": "7", "capsule_name": "c", "capsule_version": "1",
+            "workdir": "/w", "outlives_launcher": false, "started_at": "2026-11-30T00:00:00Z",
+            "formation_id": "frm_1", "records_dir": "/r"
+        }))
+        .expect("a record");
+        Reading {
+            record,
+            process: ProcessState::Alive,
+            liveness,
+        }
+    }
+
+    #[test]
+    fn encoding_one_view_at_a_time_gives_the_bytes_of_the_list() {
+        let readings = vec![
+            reading(1, Some(Liveness::Live)),
+            reading(2, None),
+            reading(3, Some(Liveness::Live)),
+        ];
+        let live = |view: &SessionView| view.liveness.state == Some(SessionState::Live);
+        for keep in [
+            &(|_: &SessionView| true) as &dyn Fn(&SessionView) -> bool,
+            &live,
+        ] {
+            let whole = SessionList {
+                sessions: readings
+                    .iter()
+                    .map(SessionView::of)
+                    .filter(|v| keep(v))
+                    .collect(),
+                unreadable: 4,
+            };
+            let streamed = SessionList::encode(&readings, keep, 4).expect("encodes");
+            assert_eq!(
+                String::from_utf8(streamed).expect("utf-8"),
+                serde_json::to_string(&whole).expect("encodes")
+            );
+        }
+        let none = SessionList::encode(&[], |_| true, 0).expect("encodes");
+        assert_eq!(none, br#"{"sessions":[],"unreadable":0}"#);
+    }
 }

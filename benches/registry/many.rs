@@ -1,0 +1,108 @@
+//! Scenarios 1 and 2: a thousand live records, fully verified and with layers 1–2 only, against
+//! upstream's one-at-a-time verification; then the server's memory once idle.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use murmur_registry::running::Liveness;
+
+use crate::door_host::Doors;
+use crate::figures::{Row, add, latency_row};
+use crate::sequential::{sequential_layers_1_2, sequential_verify};
+use crate::server::{Client, Server, count_live, states_of};
+
+/// Live records with fast doors, for the full-verification and `probe=false` latencies.
+const MANY: usize = 1_000;
+
+pub async fn many_live_records(rows: &mut Vec<Row>) {
+    let mut doors = Doors::start(MANY, Duration::ZERO, "0001");
+    let dir = doors.running_dir(MANY);
+    let server = Server::start(dir.path());
+    let mut client = server.client().await;
+    step!(full_verification(rows, &mut client, &mut doors, dir.path()));
+    step!(layers_1_2_only(rows, &mut client, dir.path()));
+    drop(client);
+    step!(idle_memory(rows, &server));
+}
+
+/// `GET /sessions` over [`MANY`] live records, against upstream's one-at-a-time verification.
+async fn full_verification(
+    rows: &mut Vec<Row>,
+    client: &mut Client,
+    doors: &mut Doors,
+    dir: &Path,
+) {
+    for _ in 0..3 {
+        let (_, body) = client.timed_get("/sessions").await;
+        assert_eq!(count_live(&body), MANY, "every record is live");
+    }
+    let mut full = Vec::new();
+    for _ in 0..15 {
+        let (took, body) = client.timed_get("/sessions").await;
+        assert_eq!(count_live(&body), MANY, "every record is live");
+        full.push(took);
+    }
+    let (most_open, _) = doors.stats();
+    assert!(most_open <= 1, "one probe per door at a time");
+    let mut baseline = Vec::new();
+    for _ in 0..3 {
+        let began = Instant::now();
+        let verdicts = sequential_verify(dir, None).await;
+        baseline.push(began.elapsed());
+        assert!(verdicts.iter().all(|(_, l)| *l == Liveness::Live));
+    }
+    add(
+        rows,
+        latency_row(
+            &format!("GET /sessions, {MANY} live, full verification, p50"),
+            &full,
+            Duration::from_millis(200),
+            &baseline,
+        ),
+    );
+}
+
+/// `GET /sessions?probe=false` over [`MANY`] live records, against upstream's layers 1-2.
+async fn layers_1_2_only(rows: &mut Vec<Row>, client: &mut Client, dir: &Path) {
+    let mut lean = Vec::new();
+    for _ in 0..3 {
+        client.timed_get("/sessions?probe=false").await;
+    }
+    for _ in 0..30 {
+        let (took, body) = client.timed_get("/sessions?probe=false").await;
+        assert_eq!(states_of(&body).len(), MANY);
+        lean.push(took);
+    }
+    let mut baseline = Vec::new();
+    for _ in 0..5 {
+        let began = Instant::now();
+        assert_eq!(sequential_layers_1_2(dir), MANY);
+        baseline.push(began.elapsed());
+    }
+    add(
+        rows,
+        latency_row(
+            &format!("GET /sessions?probe=false, {MANY} live, p50"),
+            &lean,
+            Duration::from_millis(20),
+            &baseline,
+        ),
+    );
+}
+
+/// The server's resident memory once its client has gone.
+async fn idle_memory(rows: &mut Vec<Row>, server: &Server) {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = server.rss_kib();
+    add(
+        rows,
+        Row {
+            scenario: format!("RSS idle after serving {MANY} records"),
+            measured: format!("{:.1} MiB", idle as f64 / 1024.0),
+            target: "<= 30 MiB".to_owned(),
+            baseline: "-".to_owned(),
+            ratio: "-".to_owned(),
+            met: idle <= 30 * 1024,
+        },
+    );
+}
