@@ -159,3 +159,38 @@ fn following_a_pass_keeps_phases_restarts_the_asked_and_drops_the_rest() {
     assert!(!schedule.by_session.contains_key("gone"));
     assert_eq!(schedule.due.len(), 3);
 }
+
+/// A loop that wakes when told wakes about [`WAKES_PER_PERIOD`] times a period, takes every
+/// door within it (and one spacing), and none later than a spacing after it is due.
+#[test]
+fn wakes_are_shared_by_the_doors_due_together() {
+    let start = Instant::now();
+    let mut schedule = RecheckSchedule::new(PERIOD, STARTS[2]);
+    for n in 0..1_000 {
+        schedule.enter(&id(n), start);
+    }
+    let spacing = PERIOD / WAKES_PER_PERIOD;
+    let (mut wakes, mut taken) = (0, HashSet::new());
+    let mut now = start;
+    while let Some(wake) = schedule.next_due() {
+        // The last doors of the period are taken up to a spacing after it.
+        if wake >= start + PERIOD + spacing {
+            break;
+        }
+        assert!(wake >= now, "never backwards");
+        let earliest = schedule.due.first().map(|(due, _)| *due).unwrap();
+        assert!(
+            wake <= earliest + spacing,
+            "a door waits at most one spacing"
+        );
+        now = wake;
+        wakes += 1;
+        taken.extend(schedule.take_due(now));
+    }
+    assert!(wakes <= WAKES_PER_PERIOD as usize + 2, "{wakes} wakes");
+    assert_eq!(
+        taken.len(),
+        1_000,
+        "every door within the period and a spacing"
+    );
+}
