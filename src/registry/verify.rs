@@ -71,7 +71,7 @@ impl Registry {
     /// Layers 1–2 are read afresh; door probes are shared with every other caller verifying
     /// an identical record at the same moment.
     pub async fn verify_records(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
-        let states = self.process_states(records.clone()).await;
+        let states = self.process_states(&records).await;
         self.read_all(records, states, probe).await
     }
 
@@ -88,9 +88,9 @@ impl Registry {
 
     /// Layers 1–2 for many records, through the pins, in one trip to the blocking pool; each
     /// unverified if that trip fails.
-    async fn process_states(&self, records: Vec<RunningRecord>) -> Vec<ProcessState> {
-        // Pinned processes are known without blocking: the pool (a thread hop) only when one
-        // must be read from `/proc`.
+    async fn process_states(&self, records: &[RunningRecord]) -> Vec<ProcessState> {
+        // Pinned processes are known without blocking: the pool (a thread hop, and a copy of
+        // the records) only when one must be read from `/proc`.
         let pins = Arc::clone(&self.reader.pins);
         let pinned: Option<Vec<ProcessState>> = records
             .iter()
@@ -99,7 +99,7 @@ impl Registry {
         if let Some(states) = pinned {
             return states;
         }
-        let count = records.len();
+        let (records, count) = (records.to_vec(), records.len());
         blocking(move || records.iter().map(|record| pins.state(record)).collect())
             .await
             .unwrap_or_else(|_| vec![running::process_check_failed(); count])
