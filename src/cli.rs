@@ -471,6 +471,13 @@ pub fn raise_open_files_limit() {
             tracing::warn!(%error, "could not raise the open-files limit");
         }
     }
+    if let Some(open_files) = getrlimit(Resource::Nofile).current {
+        // Pins take what probes and connections leave; running short is logged when it happens.
+        tracing::info!(
+            open_files,
+            "open-files limit: a pidfd per live process, a socket per door probe and connection"
+        );
+    }
 }
 
 fn init_tracing() {
