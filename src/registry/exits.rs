@@ -21,7 +21,7 @@ use super::pins::{Pins, ProcessKey};
 use crate::running::RunningRecord;
 
 /// How many exits one wake-up takes from the kernel at most; the rest come on the next.
-const EXITS_PER_READ: usize = 256;
+pub(super) const EXITS_PER_READ: usize = 256;
 
 /// A pinned process that exited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

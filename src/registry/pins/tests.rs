@@ -140,3 +140,49 @@ async fn an_exit_is_reported_through_the_reactor() {
     );
     child.wait().expect("reap");
 }
+
+/// More exits at once than one read takes: every one is reported (the watch stays ready until
+/// the kernel has no more), and a process that did not exit is never named.
+#[tokio::test]
+async fn a_crowd_of_exits_is_reported_whole_and_only_the_exits() {
+    const CROWD: usize = super::super::exits::EXITS_PER_READ + 44;
+    let mut survivor = sleeper();
+    let survivor_record = record_of(survivor.id());
+    let pins = Arc::new(Pins::new());
+    assert_eq!(pins.state(&survivor_record), ProcessState::Alive);
+    let mut crowd: Vec<Child> = (0..CROWD).map(|_| sleeper()).collect();
+    let records: Vec<RunningRecord> = crowd.iter().map(|child| record_of(child.id())).collect();
+    for record in &records {
+        assert_eq!(pins.state(record), ProcessState::Alive);
+    }
+    let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
+    let mut exits =
+        crate::registry::exits::ProcessExits::over(epoll, Arc::clone(&pins)).expect("watch");
+    for child in &mut crowd {
+        child.kill().expect("kill");
+    }
+    // Every exit is in the kernel's ready list before the first read.
+    for child in &crowd {
+        wait_for_zombie(child.id());
+    }
+    let mut reported = std::collections::HashSet::new();
+    let deadline = std::time::Duration::from_secs(30);
+    while reported.len() < CROWD {
+        let exited = tokio::time::timeout(deadline, exits.next())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of {CROWD} exits reported", reported.len()));
+        for process in exited {
+            assert!(
+                !process.names(&survivor_record),
+                "a live process reported exited"
+            );
+            reported.insert(process.pid());
+        }
+    }
+    for child in &mut crowd {
+        child.wait().expect("reap");
+    }
+    assert_eq!(pins.state(&survivor_record), ProcessState::Alive);
+    survivor.kill().expect("kill");
+    survivor.wait().expect("reap");
+}
