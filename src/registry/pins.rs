@@ -318,6 +318,11 @@ fn pin_budget() -> usize {
     let soft = rustix::process::getrlimit(Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);
+    budget_under(soft)
+}
+
+/// [`pin_budget`] under a soft open-files limit of `soft`.
+fn budget_under(soft: u64) -> usize {
     let reserved = RESERVED_DESCRIPTORS.min(soft - soft / 4);
     usize::try_from(soft - reserved).unwrap_or(usize::MAX)
 }

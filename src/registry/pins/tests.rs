@@ -186,3 +186,18 @@ async fn a_crowd_of_exits_is_reported_whole_and_only_the_exits() {
     survivor.kill().expect("kill");
     survivor.wait().expect("reap");
 }
+
+#[test]
+fn pins_leave_probes_and_connections_their_descriptors() {
+    // A usual limit: everything but the reserve.
+    assert_eq!(budget_under(1 << 20), (1 << 20) - 1_344);
+    // Low limits: a quarter pins, the rest stays for sockets.
+    assert_eq!(budget_under(1_024), 256);
+    assert_eq!(budget_under(128), 32);
+    assert_eq!(budget_under(0), 0);
+    // No limit at all.
+    assert_eq!(
+        budget_under(u64::MAX),
+        usize::try_from(u64::MAX - 1_344).unwrap_or(usize::MAX)
+    );
+}
