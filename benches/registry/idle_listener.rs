@@ -18,9 +18,13 @@ const IDLE: usize = 1_000;
 /// The measured window, in one-second buckets: two rounds of a 10 s door recheck. Each binary
 /// is measured twice (see [`Binaries::balanced`]).
 const WINDOW_SECONDS: usize = 20;
-/// The targets: % of one core, and probes a second in every second.
+/// The targets: % of one core, and probes a second.
 const TARGET_CPU_PERCENT: f64 = 1.0;
 const TARGET_PROBES_PER_SECOND: usize = 100;
+/// "Steady": the busiest one-second bucket within a quarter of the target. The loop asks doors
+/// in batches 40 times a recheck period (25 at a time at the defaults), so a batch landing on
+/// either side of a bucket's edge moves a second's count by a batch; a burst is ten times that.
+const STEADY_BUSIEST_SECOND: usize = TARGET_PROBES_PER_SECOND * 5 / 4;
 
 /// What one binary cost over the window.
 struct IdleCost {
@@ -97,10 +101,13 @@ pub async fn idle_with_one_listener(rows: &mut Vec<Row>, binaries: &Binaries) {
         Row {
             scenario: format!("idle, {IDLE} live: door probes per second"),
             measured: new.probes(),
-            target: format!("<= {TARGET_PROBES_PER_SECOND}/s steady"),
+            target: format!(
+                "<= {TARGET_PROBES_PER_SECOND}/s, busiest second <= {STEADY_BUSIEST_SECOND}"
+            ),
             baseline: baseline_cell(baseline.as_ref().map(IdleCost::probes)),
             ratio: "-".to_owned(),
-            met: new.busiest_second <= TARGET_PROBES_PER_SECOND,
+            met: new.probes_per_second <= TARGET_PROBES_PER_SECOND as f64 + 0.5
+                && new.busiest_second <= STEADY_BUSIEST_SECOND,
         },
     );
 }
