@@ -60,6 +60,12 @@ impl std::fmt::Debug for ProcessExits {
     }
 }
 
+impl Drop for ProcessExits {
+    fn drop(&mut self) {
+        self.pins.watching(false);
+    }
+}
+
 impl ProcessExits {
     /// A watch of `epoll` (a duplicate of the pins' set), registered with the reactor.
     pub(super) fn over(epoll: OwnedFd, pins: Arc<Pins>) -> Option<Self> {
@@ -74,6 +80,7 @@ impl ProcessExits {
                 tracing::warn!(%error, "cannot watch pidfd exits: exits are seen at the next pass");
             })
             .ok()?;
+        pins.watching(true);
         Some(Self { epoll, pins })
     }
 
@@ -82,7 +89,17 @@ impl ProcessExits {
     /// Cancel-safe: exits are taken from the kernel only after the wait, in one step.
     pub async fn next(&mut self) -> Vec<ExitedProcess> {
         loop {
-            let Ok(mut ready) = self.epoll.readable().await else {
+            // Exits a reading saw first: it closed their pidfds, and the kernel's reports with
+            // them.
+            let closed = self.pins.take_closed_exits();
+            if !closed.is_empty() {
+                return closed;
+            }
+            let ready = tokio::select! {
+                ready = self.epoll.readable() => ready,
+                () = self.pins.exit_closed() => continue,
+            };
+            let Ok(mut ready) = ready else {
                 // The reactor is gone (the runtime is shutting down): no exit will come.
                 return std::future::pending().await;
             };

@@ -16,12 +16,13 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use rustix::event::{PollFd, PollFlags, Timespec, epoll};
 use rustix::io::Errno;
 use rustix::process::{PidfdFlags, Resource};
+use tokio::sync::Notify;
 
 use super::exits::ExitedProcess;
 use crate::running::{self, MAX_CONCURRENT_PROBES, ProcessState, RunningRecord};
@@ -72,6 +73,9 @@ struct Table {
     next_id: u64,
     /// Whole-directory passes begun so far.
     generation: u64,
+    /// Exits a reading found (and closed the pidfd of) while an exit watch runs: closing it
+    /// took the kernel's report out of the epoll set, so the watch takes them from here.
+    closed_exits: Vec<ProcessKey>,
 }
 
 /// The table of pinned processes, shared by every reading the registry makes.
@@ -87,6 +91,11 @@ pub(super) struct Pins {
     budget: usize,
     /// Whether running out of descriptors for pins was logged already.
     out_of_descriptors: AtomicBool,
+    /// Exit watches running ([`super::ProcessExits`]); exits closed by readings are kept for
+    /// them only while there is one.
+    watches: AtomicUsize,
+    /// Woken when a reading keeps a closed exit for the watch.
+    exit_closed: Notify,
 }
 
 impl Pins {
@@ -105,6 +114,8 @@ impl Pins {
             unavailable: OnceLock::new(),
             budget: pin_budget(),
             out_of_descriptors: AtomicBool::new(false),
+            watches: AtomicUsize::new(0),
+            exit_closed: Notify::new(),
         }
     }
 
@@ -197,10 +208,47 @@ impl Pins {
             return Some(ProcessState::Alive);
         }
         ids.remove(id);
-        // Closing the pidfd takes it out of the epoll set: it is never duplicated, so this is
-        // the last descriptor of its open file.
+        // Closing the pidfd takes it out of the epoll set (it is never duplicated, so this is
+        // the last descriptor of its open file), and with it any report the watch has not
+        // read yet: the watch is told here instead.
         entry.pin = Pin::Exited;
+        let watched = self.watches.load(Ordering::Acquire) > 0;
+        if watched {
+            table.closed_exits.push(key);
+        }
+        drop(table);
+        if watched {
+            self.exit_closed.notify_one();
+        }
         Some(gone(key))
+    }
+
+    /// Count an exit watch in (`true`) or out, so readings keep the exits they close for it.
+    pub(super) fn watching(&self, started: bool) {
+        if started {
+            self.watches.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.watches.fetch_sub(1, Ordering::AcqRel);
+            if self.watches.load(Ordering::Acquire) == 0 {
+                self.lock().closed_exits.clear();
+            }
+        }
+    }
+
+    /// The exits readings closed since the last call, taken.
+    pub(super) fn take_closed_exits(&self) -> Vec<ExitedProcess> {
+        let mut table = self.lock();
+        table
+            .closed_exits
+            .drain(..)
+            .map(ExitedProcess::new)
+            .collect()
+    }
+
+    /// Resolves once a reading has kept a closed exit for the watch (at once if one did since
+    /// the last wait). Cancel-safe.
+    pub(super) async fn exit_closed(&self) {
+        self.exit_closed.notified().await;
     }
 
     /// A pidfd for `pid`, or `None` (reading `/proc` will decide), noting why once in the log.

@@ -146,6 +146,8 @@ async fn an_exit_is_reported_through_the_reactor() {
 #[tokio::test]
 async fn a_crowd_of_exits_is_reported_whole_and_only_the_exits() {
     const CROWD: usize = super::super::exits::EXITS_PER_READ + 44;
+    // The budget follows the limit: under a harness's 1,024 it would pin only 256.
+    crate::cli::raise_open_files_limit();
     let mut survivor = sleeper();
     let survivor_record = record_of(survivor.id());
     let pins = Arc::new(Pins::new());
@@ -155,6 +157,7 @@ async fn a_crowd_of_exits_is_reported_whole_and_only_the_exits() {
     for record in &records {
         assert_eq!(pins.state(record), ProcessState::Alive);
     }
+    assert_eq!(pins.held(), CROWD + 1, "the premise: every process pinned");
     let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
     let mut exits =
         crate::registry::exits::ProcessExits::over(epoll, Arc::clone(&pins)).expect("watch");
@@ -200,4 +203,28 @@ fn pins_leave_probes_and_connections_their_descriptors() {
         budget_under(u64::MAX),
         usize::try_from(u64::MAX - 1_344).unwrap_or(usize::MAX)
     );
+}
+
+/// An exit a reading finds first (closing the pidfd, and the kernel's report with it) still
+/// reaches the watch.
+#[tokio::test]
+async fn an_exit_a_reading_saw_first_still_reaches_the_watch() {
+    let mut child = sleeper();
+    let record = record_of(child.id());
+    let pins = Arc::new(Pins::new());
+    assert_eq!(pins.state(&record), ProcessState::Alive);
+    let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
+    let mut exits =
+        crate::registry::exits::ProcessExits::over(epoll, Arc::clone(&pins)).expect("watch");
+    child.kill().expect("kill");
+    wait_for_zombie(child.id());
+    assert!(matches!(pins.state(&record), ProcessState::Gone { .. }));
+    let exited = tokio::time::timeout(std::time::Duration::from_secs(30), exits.next())
+        .await
+        .expect("the exit reaches the watch");
+    assert!(
+        exited.iter().any(|process| process.names(&record)),
+        "{exited:?}"
+    );
+    child.wait().expect("reap");
 }
