@@ -157,17 +157,33 @@ impl Pins {
     /// whole-directory pass begins. Two generations, not one: two such passes (a listing's and
     /// the live view's) may begin back to back.
     pub(super) fn sweep(&self) {
+        let watched = self.watches.load(Ordering::Acquire) > 0;
         let mut table = self.lock();
         let generation = table.generation;
-        let Table { entries, ids, .. } = &mut *table;
-        entries.retain(|_, entry| {
+        let Table {
+            entries,
+            ids,
+            closed_exits,
+            ..
+        } = &mut *table;
+        entries.retain(|key, entry| {
             let keep = entry.named_in + 1 >= generation;
-            if let (false, Pin::Held { id, .. }) = (keep, &entry.pin) {
+            if let (false, Pin::Held { pidfd, id }) = (keep, &entry.pin) {
                 ids.remove(id);
+                // Passes begun back to back can drop a pin still named: an exit it holds
+                // unread must not go with its descriptor.
+                if watched && has_exited(pidfd) == Some(true) {
+                    closed_exits.push(*key);
+                }
             }
             keep
         });
         table.generation += 1;
+        let closed = !table.closed_exits.is_empty();
+        drop(table);
+        if closed {
+            self.exit_closed.notify_one();
+        }
     }
 
     /// The epoll set of held pidfds, unless pidfds or the set are unavailable.

@@ -228,3 +228,29 @@ async fn an_exit_a_reading_saw_first_still_reaches_the_watch() {
     );
     child.wait().expect("reap");
 }
+
+/// A pin swept while its process's exit is unread hands the exit to the watch.
+#[tokio::test]
+async fn an_exit_swept_with_its_pin_still_reaches_the_watch() {
+    let mut child = sleeper();
+    let record = record_of(child.id());
+    let pins = Arc::new(Pins::new());
+    assert_eq!(pins.state(&record), ProcessState::Alive);
+    let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
+    let mut exits =
+        crate::registry::exits::ProcessExits::over(epoll, Arc::clone(&pins)).expect("watch");
+    child.kill().expect("kill");
+    wait_for_zombie(child.id());
+    for _ in 0..3 {
+        pins.sweep();
+    }
+    assert_eq!(pins.held(), 0, "the premise: swept");
+    let exited = tokio::time::timeout(std::time::Duration::from_secs(30), exits.next())
+        .await
+        .expect("the exit reaches the watch");
+    assert!(
+        exited.iter().any(|process| process.names(&record)),
+        "{exited:?}"
+    );
+    child.wait().expect("reap");
+}
