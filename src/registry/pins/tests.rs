@@ -21,6 +21,12 @@ fn record_of(pid: u32) -> RunningRecord {
     serde_json::from_str(&json).expect("record")
 }
 
+/// An exit watch over `pins`, as `Registry::process_exits` makes one.
+fn watch(pins: &Arc<Pins>) -> crate::registry::exits::ProcessExits {
+    let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
+    crate::registry::exits::ProcessExits::over(epoll, Arc::clone(pins)).expect("watch")
+}
+
 /// Wait until `pid` is a zombie (it was killed and is not reaped yet).
 fn wait_for_zombie(pid: u32) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -118,9 +124,7 @@ async fn an_exit_is_reported_through_the_reactor() {
     let record = record_of(child.id());
     let pins = Arc::new(Pins::new());
     assert_eq!(pins.state(&record), ProcessState::Alive);
-    let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
-    let mut exits =
-        crate::registry::exits::ProcessExits::over(epoll, Arc::clone(&pins)).expect("watch");
+    let mut exits = watch(&pins);
     child.kill().expect("kill");
     let exited = exits.next().await;
     assert_eq!(exited.len(), 1);
@@ -158,9 +162,7 @@ async fn a_crowd_of_exits_is_reported_whole_and_only_the_exits() {
         assert_eq!(pins.state(record), ProcessState::Alive);
     }
     assert_eq!(pins.held(), CROWD + 1, "the premise: every process pinned");
-    let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
-    let mut exits =
-        crate::registry::exits::ProcessExits::over(epoll, Arc::clone(&pins)).expect("watch");
+    let mut exits = watch(&pins);
     for child in &mut crowd {
         child.kill().expect("kill");
     }
@@ -213,9 +215,7 @@ async fn an_exit_a_reading_saw_first_still_reaches_the_watch() {
     let record = record_of(child.id());
     let pins = Arc::new(Pins::new());
     assert_eq!(pins.state(&record), ProcessState::Alive);
-    let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
-    let mut exits =
-        crate::registry::exits::ProcessExits::over(epoll, Arc::clone(&pins)).expect("watch");
+    let mut exits = watch(&pins);
     child.kill().expect("kill");
     wait_for_zombie(child.id());
     assert!(matches!(pins.state(&record), ProcessState::Gone { .. }));
@@ -236,9 +236,7 @@ async fn an_exit_swept_with_its_pin_still_reaches_the_watch() {
     let record = record_of(child.id());
     let pins = Arc::new(Pins::new());
     assert_eq!(pins.state(&record), ProcessState::Alive);
-    let epoll = pins.epoll().expect("epoll").try_clone().expect("dup");
-    let mut exits =
-        crate::registry::exits::ProcessExits::over(epoll, Arc::clone(&pins)).expect("watch");
+    let mut exits = watch(&pins);
     child.kill().expect("kill");
     wait_for_zombie(child.id());
     for _ in 0..3 {
