@@ -183,6 +183,12 @@ impl Listing {
         self.liveness(id)["process"].as_str().unwrap_or_default()
     }
 
+    /// Assert that session `id`'s process reads `expected`, showing the listing if not.
+    #[track_caller]
+    fn assert_process(&self, id: &str, expected: &str) {
+        assert_eq!(self.process(id), expected, "{id} in {}", self.0);
+    }
+
     /// The reason given for session `id` (empty when none).
     fn reason(&self, id: &str) -> &str {
         self.liveness(id)["reason"].as_str().unwrap_or_default()
@@ -325,15 +331,10 @@ async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record
 
     let listing = server.list("").await;
     for live in [&shared_first, &shared_second, &owned, &threaded] {
-        assert_eq!(
-            listing.process(&live.session_id()),
-            "alive",
-            "{}",
-            listing.0
-        );
+        listing.assert_process(&live.session_id(), "alive");
     }
     for gone in [&mistaken, &dead, &unreaped] {
-        assert_eq!(listing.process(&gone.session_id()), "gone", "{}", listing.0);
+        listing.assert_process(&gone.session_id(), "gone");
     }
     assert_eq!(
         server.pidfds(),
@@ -358,12 +359,7 @@ async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record
         rewritten.to_bytes(),
     );
     let listing = server.list("").await;
-    assert_eq!(
-        listing.process(&owned.session_id()),
-        "alive",
-        "{}",
-        listing.0
-    );
+    listing.assert_process(&owned.session_id(), "alive");
     assert!(
         server.pidfds().contains(&i64::from(successor.pid())),
         "the rewritten record's new process gets a pidfd: {:?}",
@@ -415,12 +411,7 @@ async fn a_pid_reused_after_its_capsule_died_never_inherits_the_old_pidfds_verdi
     let died = first.record().no_door();
     home.write(&died);
     let listing = server.list("").await;
-    assert_eq!(
-        listing.process(&died.session_id()),
-        "alive",
-        "{}",
-        listing.0
-    );
+    listing.assert_process(&died.session_id(), "alive");
     assert_eq!(server.pidfds(), pidfd_pids(&[pid]), "the capsule is pinned");
 
     // It dies and is reaped; with no reading in between, a new process takes its number. A
@@ -445,7 +436,7 @@ async fn a_pid_reused_after_its_capsule_died_never_inherits_the_old_pidfds_verdi
     let reused = reused.expect("set when the wait ends");
 
     let listing = server.list("").await;
-    assert_eq!(listing.process(&died.session_id()), "gone", "{}", listing.0);
+    listing.assert_process(&died.session_id(), "gone");
     assert_reason_of_a_reused_pid(&listing, &died, pid);
     assert_eq!(
         server.pidfds(),
@@ -457,8 +448,8 @@ async fn a_pid_reused_after_its_capsule_died_never_inherits_the_old_pidfds_verdi
     home.write(&new);
     for query in ["", "?probe=false", ""] {
         let listing = server.list(query).await;
-        assert_eq!(listing.process(&new.session_id()), "alive", "{}", listing.0);
-        assert_eq!(listing.process(&died.session_id()), "gone", "{}", listing.0);
+        listing.assert_process(&new.session_id(), "alive");
+        listing.assert_process(&died.session_id(), "gone");
         assert_reason_of_a_reused_pid(&listing, &died, pid);
         assert_eq!(
             server.pidfds(),
@@ -473,13 +464,8 @@ async fn a_pid_reused_after_its_capsule_died_never_inherits_the_old_pidfds_verdi
         .no_door();
     replace_by_rename(&home.running_dir(), &died.file_name(), rewritten.to_bytes());
     let listing = server.list("").await;
-    assert_eq!(
-        listing.process(&died.session_id()),
-        "alive",
-        "{}",
-        listing.0
-    );
-    assert_eq!(listing.process(&new.session_id()), "alive", "{}", listing.0);
+    listing.assert_process(&died.session_id(), "alive");
+    listing.assert_process(&new.session_id(), "alive");
     assert_eq!(
         server.pidfds(),
         pidfd_pids(&[pid]),
@@ -631,29 +617,14 @@ async fn without_pidfd_open_the_registry_says_so_once_and_still_tells_live_from_
 
     for query in ["", "?probe=false", "", "?probe=false"] {
         let listing = server.list(query).await;
-        assert_eq!(
-            listing.process(&live.session_id()),
-            "alive",
-            "{}",
-            listing.0
-        );
-        assert_eq!(
-            listing.process(&door.session_id()),
-            "alive",
-            "{}",
-            listing.0
-        );
-        assert_eq!(listing.process(&dead.session_id()), "gone", "{}", listing.0);
+        listing.assert_process(&live.session_id(), "alive");
+        listing.assert_process(&door.session_id(), "alive");
+        listing.assert_process(&dead.session_id(), "gone");
         assert_eq!(
             listing.reason(&dead.session_id()),
             format!("no process holds pid {}", exited.pid)
         );
-        assert_eq!(
-            listing.process(&mistaken.session_id()),
-            "gone",
-            "{}",
-            listing.0
-        );
+        listing.assert_process(&mistaken.session_id(), "gone");
         assert_eq!(
             listing.reason(&mistaken.session_id()),
             format!(
@@ -721,12 +692,7 @@ async fn with_too_few_descriptors_the_rest_are_read_through_proc_and_it_is_said_
     for query in ["", "?probe=false"] {
         let listing = server.list(query).await;
         for record in &records {
-            assert_eq!(
-                listing.process(&record.session_id()),
-                "alive",
-                "{}",
-                listing.0
-            );
+            listing.assert_process(&record.session_id(), "alive");
         }
     }
     let pinned = server.pidfds();
@@ -756,12 +722,7 @@ async fn with_too_few_descriptors_the_rest_are_read_through_proc_and_it_is_said_
             } else {
                 "alive"
             };
-            assert_eq!(
-                listing.process(&record.session_id()),
-                expected,
-                "{}",
-                listing.0
-            );
+            listing.assert_process(&record.session_id(), expected);
         }
     }
 

@@ -70,6 +70,13 @@ fn same(a: &Reading, b: &Reading) -> bool {
     a.record == b.record && a.process == b.process && a.liveness == b.liveness
 }
 
+/// Whether `picture` holds `reading` for its session, exactly.
+fn holds(picture: &Picture, reading: &Reading) -> bool {
+    picture
+        .get(&reading.record.session_id)
+        .is_some_and(|held| same(held, reading))
+}
+
 fn picture_with(readings: &[Reading]) -> Picture {
     let mut picture = Picture::default();
     for reading in readings {
@@ -184,11 +191,7 @@ fn a_new_session_with_a_verdict_is_added() {
     let (pass, read) = later(vec![live(CARRIED)]);
     let judgement = judge(pass, read, &mut picture, &[]);
     assert!(matches!(&judgement.events[..], [EventKind::Added(r)] if same(r, &live(CARRIED))));
-    assert!(
-        picture
-            .get(CARRIED)
-            .is_some_and(|r| same(r, &live(CARRIED)))
-    );
+    assert!(holds(&picture, &live(CARRIED)));
 }
 
 #[test]
@@ -234,11 +237,7 @@ fn a_reworded_reason_is_stored_silently() {
     let (pass, read) = later(vec![unreachable(CARRIED, "connection refused")]);
     let judgement = judge(pass, read, &mut picture, &known);
     assert!(judgement.events.is_empty(), "{:?}", judgement.events);
-    assert!(
-        picture
-            .get(CARRIED)
-            .is_some_and(|r| same(r, &unreachable(CARRIED, "connection refused")))
-    );
+    assert!(holds(&picture, &unreachable(CARRIED, "connection refused")));
 }
 
 #[test]
@@ -442,12 +441,7 @@ fn a_carried_session_keeps_its_reading_and_record_and_is_not_counted() {
     assert!(judgement.events.is_empty() && judgement.left.is_empty());
     assert!(judgement.to_probe.is_empty() && judgement.gone.is_empty());
     assert_eq!(judgement.carried, HashSet::from([CARRIED.to_owned()]));
-    assert!(
-        picture
-            .get(CARRIED)
-            .is_some_and(|r| same(r, &live(CARRIED))),
-        "the last verdict stands"
-    );
+    assert!(holds(&picture, &live(CARRIED)), "the last verdict stands");
     assert_eq!(judgement.on_disk.get(CARRIED), Some(&live(CARRIED).record));
     assert_eq!(picture.snapshot(0).unreadable, 0);
 }
@@ -562,11 +556,7 @@ fn a_probe_answer_does_not_revive_a_session_found_gone_meanwhile() {
         &HashSet::new(),
     );
     assert!(events.is_empty() && gone_ids.is_empty());
-    assert!(
-        picture
-            .get(CARRIED)
-            .is_some_and(|r| same(r, &gone(CARRIED)))
-    );
+    assert!(holds(&picture, &gone(CARRIED)));
 }
 
 #[test]
