@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -52,6 +52,8 @@ pub(super) fn spawn(hub: Arc<Hub>, generation: u64) {
 /// The loop's own bookkeeping, beside the hub.
 struct Looper {
     hub: Arc<Hub>,
+    /// How often a periodic pass reads the whole directory.
+    interval: Duration,
     /// The record on disk for every session seen by the last scan (probed or not).
     on_disk: HashMap<String, RunningRecord>,
     /// Sessions whose file the last pass failed to read, carried over on the record last read.
@@ -73,27 +75,7 @@ struct Looper {
 /// The loop of `generation`: a first picture, then passes until the last listener leaves, the
 /// directory stays unreadable, or the registry shuts down.
 async fn run(hub: Arc<Hub>, generation: u64) {
-    let (changes_sender, changes) = mpsc::channel(1);
-    let (interval, door_recheck) = {
-        let state = hub.lock();
-        (state.interval, state.door_recheck)
-    };
-    // Phases start at a random point, so registries started together do not probe in step.
-    let phases_start = std::hash::RandomState::new().hash_one(generation);
-    let mut looper = Looper {
-        hub: Arc::clone(&hub),
-        on_disk: HashMap::new(),
-        carried: HashSet::new(),
-        probing: HashMap::new(),
-        probes: JoinSet::new(),
-        recheck: RecheckSchedule::new(door_recheck, phases_start),
-        // Taken before the first pass, so no exit of a process it pins goes unwatched.
-        exits: hub.registry.process_exits(),
-        watch: None,
-        changes,
-        changes_sender,
-        failed_passes: 0,
-    };
+    let mut looper = Looper::new(Arc::clone(&hub), generation);
     let mut closing = hub.closing.subscribe();
     looper.rewatch();
     let first = tokio::select! {
@@ -114,44 +96,7 @@ async fn run(hub: Arc<Hub>, generation: u64) {
         }
     }
     hub.bump_progress();
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = closed(&mut closing) => {
-                hub.stop(&mut hub.lock());
-                break;
-            }
-            _ = ticks.tick() => {
-                if looper.stop_if_nobody_listens() || looper.later_pass(true).await.is_break() {
-                    break;
-                }
-            }
-            Some(()) = looper.changes.recv() => {
-                if looper.later_pass(false).await.is_break() {
-                    break;
-                }
-            }
-            exited = next_exits(&mut looper.exits) => looper.apply_exits(exited).await,
-            () = until(looper.recheck.next_due()) => {
-                // Nobody to tell: no door is worth asking.
-                if looper.stop_if_nobody_listens() {
-                    break;
-                }
-                looper.recheck_due();
-            }
-            Some(joined) = looper.probes.join_next(), if !looper.probes.is_empty() => {
-                // Every answer already in is one step, so doors that time out together make one
-                // batch of events (or one snapshot), not one each.
-                let mut answers: Vec<ProbeAnswer> = joined.into_iter().collect();
-                while let Some(joined) = looper.probes.try_join_next() {
-                    answers.extend(joined);
-                }
-                looper.apply_answers(answers).await;
-            }
-        }
-    }
-    looper.probes.abort_all();
+    looper.follow(&mut closing).await;
 }
 
 /// Resolves at `due`, or never when nothing is due.
@@ -172,6 +117,77 @@ async fn next_exits(exits: &mut Option<ProcessExits>) -> Vec<ExitedProcess> {
 }
 
 impl Looper {
+    /// The loop of `generation`, with the paces the hub holds now and nothing read yet.
+    fn new(hub: Arc<Hub>, generation: u64) -> Self {
+        let (changes_sender, changes) = mpsc::channel(1);
+        let (interval, door_recheck) = {
+            let state = hub.lock();
+            (state.interval, state.door_recheck)
+        };
+        // Phases start at a random point, so registries started together do not probe in step.
+        let phases_start = std::hash::RandomState::new().hash_one(generation);
+        Self {
+            // Taken before the first pass, so no exit of a process it pins goes unwatched.
+            exits: hub.registry.process_exits(),
+            hub,
+            interval,
+            on_disk: HashMap::new(),
+            carried: HashSet::new(),
+            probing: HashMap::new(),
+            probes: JoinSet::new(),
+            recheck: RecheckSchedule::new(door_recheck, phases_start),
+            watch: None,
+            changes,
+            changes_sender,
+            failed_passes: 0,
+        }
+    }
+
+    /// After the first picture: a step for each tick, nudge, exit, recheck due and batch of
+    /// probe answers, until the registry closes, the last listener leaves or the directory
+    /// stays unreadable.
+    async fn follow(mut self, closing: &mut tokio::sync::watch::Receiver<bool>) {
+        let interval = self.interval;
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = closed(closing) => {
+                    self.hub.stop(&mut self.hub.lock());
+                    break;
+                }
+                _ = ticks.tick() => {
+                    if self.stop_if_nobody_listens() || self.later_pass(true).await.is_break() {
+                        break;
+                    }
+                }
+                Some(()) = self.changes.recv() => {
+                    if self.later_pass(false).await.is_break() {
+                        break;
+                    }
+                }
+                exited = next_exits(&mut self.exits) => self.apply_exits(exited).await,
+                () = until(self.recheck.next_due()) => {
+                    // Nobody to tell: no door is worth asking.
+                    if self.stop_if_nobody_listens() {
+                        break;
+                    }
+                    self.recheck_due();
+                }
+                Some(joined) = self.probes.join_next(), if !self.probes.is_empty() => {
+                    // Every answer already in is one step, so doors that time out together
+                    // make one batch of events (or one snapshot), not one each.
+                    let mut answers: Vec<ProbeAnswer> = joined.into_iter().collect();
+                    while let Some(joined) = self.probes.try_join_next() {
+                        answers.extend(joined);
+                    }
+                    self.apply_answers(answers).await;
+                }
+            }
+        }
+        self.probes.abort_all();
+    }
+
     fn registry(&self) -> &Registry {
         &self.hub.registry
     }

@@ -124,11 +124,7 @@ impl Pins {
     ///
     /// Never blocks (one `poll` with no wait), so async workers may call it.
     pub(super) fn pinned_state(&self, record: &RunningRecord) -> Option<ProcessState> {
-        let key = ProcessKey::of(record)?;
-        if self.unavailable.get().is_some() {
-            return None;
-        }
-        self.known(key)
+        self.known(self.pinnable(record)?)
     }
 
     /// Layers 1–2 for `record`: from its process's pin when there is one, else read from `/proc`
@@ -136,14 +132,11 @@ impl Pins {
     ///
     /// Blocking (syscalls and perhaps a `/proc` read); call it off async workers.
     pub(super) fn state(&self, record: &RunningRecord) -> ProcessState {
-        if let Some(known) = self.pinned_state(record) {
-            return known;
-        }
-        let Some(key) = ProcessKey::of(record) else {
+        let Some(key) = self.pinnable(record) else {
             return running::process_state(record);
         };
-        if self.unavailable.get().is_some() {
-            return running::process_state(record);
+        if let Some(known) = self.known(key) {
+            return known;
         }
         let pidfd = self.open(record.pid);
         let state = running::process_state(record);
@@ -151,6 +144,15 @@ impl Pins {
             self.hold(key, pidfd);
         }
         state
+    }
+
+    /// The key `record`'s process would be pinned under; `None` when it cannot be pinned (pidfds
+    /// unavailable, or a record no process could match).
+    fn pinnable(&self, record: &RunningRecord) -> Option<ProcessKey> {
+        if self.unavailable.get().is_some() {
+            return None;
+        }
+        ProcessKey::of(record)
     }
 
     /// Drop the pins no reading named since the sweep before the last one; to be called as a
