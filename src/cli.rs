@@ -307,6 +307,8 @@ fn registry_for(args: &DirArgs) -> anyhow::Result<Registry> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // First, while this is the only thread (see `heap`).
+    crate::heap::return_freed_memory();
     init_tracing();
     if !args.bind.ip().is_loopback() && !args.allow_remote {
         bail!(

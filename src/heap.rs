@@ -1,11 +1,12 @@
-//! The binary's heap policy: memory freed after a burst of work goes back to the kernel.
+//! The server's heap policy: memory freed after a burst of work goes back to the kernel.
 //!
 //! A listing of 10,000 records allocates tens of MiB for a second and frees it all, but glibc
 //! keeps freed memory inside its arenas (one per thread that allocated, up to eight a core)
 //! unless it sits at an arena's very top, so the registry used to stay at its peak (139 MiB at
 //! 10,000 records while its heap held about 21). Invariant kept here: once work stops, within
 //! about [`MAX_SPACING`] the resident set is what the heap holds plus what glibc cannot give back
-//! (partly used pages), not every arena's past peak. Nothing here on other C libraries.
+//! (partly used pages), not every arena's past peak. Nothing here on other C libraries. Set by
+//! `serve` alone: a command that exits at once has no past peak to give back.
 
 use std::time::{Duration, Instant};
 
@@ -89,8 +90,8 @@ mod glibc {
     const ARENA_MAX: c_int = 2;
 
     pub fn return_freed_memory() {
-        // SAFETY: mallopt only sets an allocator parameter; called first thing in main, before
-        // any other thread exists, so no allocation races with the change.
+        // SAFETY: mallopt only sets an allocator parameter; `serve` calls this before it starts
+        // any thread, so no allocation races with the change.
         unsafe {
             mallopt(M_ARENA_MAX, ARENA_MAX);
         }
@@ -131,8 +132,9 @@ mod glibc {
     }
 }
 
-/// Set the allocator up to give freed memory back, and start the thread that trims it.
-pub fn return_freed_memory() {
+/// Set the allocator up to give freed memory back, and start the thread that trims it. Call it
+/// before any other thread exists.
+pub(crate) fn return_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     glibc::return_freed_memory();
 }

@@ -15,9 +15,11 @@
 //! - [`monitor`]: the live view behind `/events`: one verification loop publishing every change
 //!   to any number of listeners.
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.
-//! - [`cli`]: the command line; the only place that reads `HOME` or binds a port.
+//! - [`cli`]: the command line; the only place that reads `HOME` or binds a port, and that sets
+//!   process-wide policy (the open-files limit, the heap's, in `heap`) for `serve`.
 
 pub mod cli;
+mod heap;
 pub mod http;
 pub mod monitor;
 pub mod private_fs;
