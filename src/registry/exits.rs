@@ -38,11 +38,6 @@ impl ExitedProcess {
     pub fn names(&self, record: &RunningRecord) -> bool {
         ProcessKey::of(record) == Some(self.key)
     }
-
-    /// The pid the process held.
-    pub fn pid(&self) -> u32 {
-        self.key.pid
-    }
 }
 
 /// The exit watch of one listener (the live view): [`ProcessExits::next`] waits for the next
