@@ -14,11 +14,14 @@
 //! - [`token`]: the bearer token file, created private and checked in constant time.
 //! - [`monitor`]: the live view behind `/events`: one verification loop publishing every change
 //!   to any number of listeners.
+//! - [`fleet`]: every host's verified sessions on etcd: the key layout and values (always),
+//!   publishing under a lease and the watch-fed cache (feature `fleet`).
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.
 //! - [`cli`]: the command line; the only place that reads `HOME` or binds a port, and that sets
 //!   process-wide policy (the open-files limit, the heap's, in `heap`) for `serve`.
 
 pub mod cli;
+pub mod fleet;
 mod heap;
 pub mod http;
 pub mod monitor;

@@ -25,6 +25,9 @@ pub(super) struct Hub {
     /// waiting for a first picture wake up.
     progress: watch::Sender<u64>,
     pub(super) closing: watch::Sender<bool>,
+    /// Counts the periodic passes that completed (read the directory and judged it), for those
+    /// that must prove the loop makes progress (the fleet's lease).
+    pub(super) steps: watch::Sender<u64>,
 }
 
 /// Everything under the hub's lock.
@@ -64,6 +67,7 @@ impl Hub {
             }),
             progress: watch::Sender::new(0),
             closing: watch::Sender::new(false),
+            steps: watch::Sender::new(0),
         }
     }
 

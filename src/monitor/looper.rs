@@ -218,6 +218,9 @@ impl Looper {
         }
         let Err(error) = self.pass(Pass::Later).await else {
             self.failed_passes = 0;
+            if periodic {
+                self.hub.steps.send_modify(|n| *n += 1);
+            }
             return ControlFlow::Continue(());
         };
         // Not evidence that any session ended: the picture is kept either way.

@@ -158,6 +158,13 @@ impl Monitor {
         self.hub.lock().listeners
     }
 
+    /// The count of periodic passes completed by any loop of this monitor, bumped as each one
+    /// completes. A loop that hangs (or cannot read the directory) stops bumping it: the fleet
+    /// renews its lease on this, so the lease proves progress, not just a live process.
+    pub fn steps(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.hub.steps.subscribe()
+    }
+
     /// Whether the verification loop is running.
     pub fn is_running(&self) -> bool {
         self.hub.lock().running

@@ -19,6 +19,7 @@ mod door;
 mod process;
 mod record;
 mod signal;
+mod skills;
 
 pub use dir::{
     MAX_RECORD_BYTES, Pruned, RecordCache, Scan, Unreadable, UnreadableEntry, list, prune,
@@ -42,6 +43,7 @@ pub use record::{
     is_murmur_session_id, is_valid_session_id,
 };
 pub use signal::{SignalOutcome, signal_kill, signal_term};
+pub use skills::{MAX_SKILL_TEXT, MAX_SKILLS, MAX_TAGS, Skill, skills_of};
 
 use std::path::PathBuf;
 

@@ -1,0 +1,32 @@
+//! The fleet: every host's verified sessions in one place, on etcd.
+//!
+//! Each host's registry stays the only reader of its running directory and `/proc`; with
+//! `--fleet-etcd` it also publishes its verified picture to etcd under a lease its verification
+//! loop keeps alive, and serves every host's picture from a cache fed by one prefix watch.
+//!
+//! This module is the vocabulary and the pure parts (host ids, the key layout, the values),
+//! compiled in every build so the HTTP contract is the same with the `fleet` feature on or off;
+//! only what talks to etcd needs the feature.
+//!
+//! Invariants:
+//! - Nothing secret is published: a value is built from the public session view only (no
+//!   `door_token`, no credential, no registry token) and a card's skill ids and tags, never
+//!   the card itself.
+//! - Keys are built and parsed in one place ([`keys`]), so a reader never trusts a key it
+//!   could not have written.
+
+#[cfg(feature = "fleet")]
+pub mod etcd;
+mod host_id;
+pub mod keys;
+pub mod model;
+
+pub use host_id::{HostId, InvalidHostId};
+pub use model::{DoorScope, HostEntry, SessionEntry};
+
+use std::time::Duration;
+
+/// Where fleet keys live in etcd unless `--fleet-prefix` says otherwise.
+pub const DEFAULT_PREFIX: &str = "/murmur/registry/v1";
+/// How long a host's keys outlive its last renewal unless `--fleet-ttl` says otherwise.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
