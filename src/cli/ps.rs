@@ -1,0 +1,147 @@
+//! `ps`: the running sessions as a table or JSON, after pruning what is gone.
+//!
+//! Invariant: every record it removes is named on stderr with its evidence.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Context;
+use clap::Args;
+
+use super::{DirArgs, registry_for};
+use crate::http::wire::{SessionState, SessionView};
+use crate::registry::{Reading, Registry};
+use crate::running::RunningRecord;
+
+#[derive(Debug, Args)]
+pub(super) struct PsArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Print the sessions as a JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The sessions `ps` shows, after pruning what is gone (each removal named on stderr).
+pub(super) async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<Reading>> {
+    let pass = registry.sessions_pruned().await.with_context(|| {
+        format!(
+            "cannot read the running directory {}",
+            registry.dir().display()
+        )
+    })?;
+    for (session_id, reason) in &pass.report.pruned {
+        eprintln!("pruned: {session_id} — {reason}");
+    }
+    for entry in &pass.report.removed_unreadable {
+        eprintln!("removed: {} — {}", entry.file_name, entry.why);
+    }
+    Ok(pass.readings)
+}
+
+pub(super) async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
+    let registry = registry_for(&args.dir)?;
+    let sessions = running_sessions(&registry).await?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let views: Vec<SessionView> = sessions.iter().map(SessionView::of).collect();
+        serde_json::to_writer_pretty(&mut out, &views)?;
+        writeln!(out)?;
+    } else if sessions.is_empty() {
+        writeln!(out, "no running capsules")?;
+    } else {
+        write!(out, "{}", ps_table(&sessions, SystemTime::now()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `ps` table: left-aligned columns, the full session id, a header line.
+fn ps_table(sessions: &[Reading], now: SystemTime) -> String {
+    let header = ["SESSION", "CAPSULE", "STATUS", "DETACHED", "UPTIME", "URL"];
+    let rows: Vec<[String; 6]> = sessions
+        .iter()
+        .map(|reading| {
+            let r = &reading.record;
+            let status = match reading.liveness.as_ref().map(SessionState::from) {
+                Some(SessionState::Live) => "running",
+                _ => "unreachable",
+            };
+            [
+                r.session_id.clone(),
+                format!("{}@{}", r.capsule_name, r.capsule_version),
+                status.to_owned(),
+                if r.outlives_launcher { "yes" } else { "no" }.to_owned(),
+                uptime(r, now),
+                r.url.clone().unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut table = String::new();
+    let mut push_row = |cells: &[&str]| {
+        let line: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        table.push_str(line.join("  ").trim_end());
+        table.push('\n');
+    };
+    push_row(&header);
+    for row in &rows {
+        push_row(&row.each_ref().map(String::as_str));
+    }
+    table
+}
+
+/// `HH:MM:SS` since `started_at`, with `Nd ` in front past a day; `-` when unknown.
+fn uptime(record: &RunningRecord, now: SystemTime) -> String {
+    let started = record.started_at.trim();
+    let normalised = started
+        .strip_suffix("+00:00")
+        .map(|s| format!("{s}Z"))
+        .unwrap_or_else(|| started.to_owned());
+    let Ok(start) = humantime::parse_rfc3339_weak(&normalised) else {
+        return "-".to_owned();
+    };
+    let secs = now
+        .duration_since(start)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    format_uptime(secs)
+}
+
+fn format_uptime(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let clock = format!(
+        "{:02}:{:02}:{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    );
+    if days > 0 {
+        format!("{days}d {clock}")
+    } else {
+        clock
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uptime_is_clock_then_days() {
+        assert_eq!(format_uptime(0), "00:00:00");
+        assert_eq!(format_uptime(3_661), "01:01:01");
+        assert_eq!(format_uptime(86_399), "23:59:59");
+        assert_eq!(format_uptime(86_400 + 5), "1d 00:00:05");
+        assert_eq!(format_uptime(3 * 86_400 + 7_200), "3d 02:00:00");
+    }
+}

@@ -1,0 +1,100 @@
+//! `stop`: SIGTERM, a wait, then SIGKILL, for one session named by id or by `@N`.
+//!
+//! Invariant: a process is signalled only through the registry's stop, which confirms it first.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use super::ps::running_sessions;
+use super::{DirArgs, registry_for};
+use crate::registry::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome};
+use crate::running;
+
+#[derive(Debug, Args)]
+pub(super) struct StopArgs {
+    /// A full session id, or `@N` for the N-th newest running session (`@1` first).
+    session: String,
+    /// Seconds to wait after SIGTERM before SIGKILL; 0 sends SIGKILL at once.
+    #[arg(long, default_value_t = DEFAULT_STOP_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=MAX_STOP_TIMEOUT.as_secs()))]
+    timeout: u64,
+    #[command(flatten)]
+    dir: DirArgs,
+}
+
+pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
+    let registry = registry_for(&args.dir)?;
+    let session_id = match args.session.strip_prefix('@') {
+        Some(n) => {
+            let index: usize = n.parse().ok().filter(|n| *n >= 1).with_context(|| {
+                format!(
+                    "{:?} is not an address: use @1, @2, … or a full session id",
+                    args.session
+                )
+            })?;
+            let sessions = running_sessions(&registry).await?;
+            match sessions.get(index - 1) {
+                Some(reading) => reading.record.session_id.clone(),
+                None => {
+                    eprintln!(
+                        "error: @{index} names no running session ({} running); see `murmur-registry ps`",
+                        sessions.len()
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        }
+        None => args.session.clone(),
+    };
+    if !running::is_valid_session_id(&session_id) {
+        bail!("{session_id:?} is not a session id: use a full id from `murmur-registry ps`, or @N");
+    }
+    let report = match registry
+        .stop(&session_id, Duration::from_secs(args.timeout))
+        .await
+    {
+        Ok(report) => report,
+        Err(crate::registry::RegistryError::NotFound(_)) => {
+            eprintln!("error: no running session {session_id}; see `murmur-registry ps`");
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let record = &report.record;
+    match report.outcome {
+        StopOutcome::Stopped { signal_sent } => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "stopped: {}", record.session_id)?;
+            writeln!(
+                out,
+                "capsule: {}@{}",
+                record.capsule_name, record.capsule_version
+            )?;
+            writeln!(out, "signal: {}", signal_sent.name())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        StopOutcome::AlreadyGone => {
+            let pruned = report
+                .pruned
+                .as_ref()
+                .map_or_else(String::new, |fate| format!("; {}", fate.sentence()));
+            eprintln!(
+                "error: session {} was not running (pid {} is gone){pruned}",
+                record.session_id, record.pid
+            );
+            Ok(ExitCode::FAILURE)
+        }
+        StopOutcome::Refused { reason, sent, .. } => {
+            let sent = sent.map_or(String::new(), |s| format!(" ({} was sent)", s.name()));
+            eprintln!(
+                "error: could not stop {}{sent}: {reason}",
+                record.session_id
+            );
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
