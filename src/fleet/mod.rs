@@ -20,6 +20,7 @@ pub mod etcd;
 mod host_id;
 pub mod keys;
 pub mod model;
+pub mod plan;
 
 pub use host_id::{HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};
