@@ -21,11 +21,17 @@ pub struct EtcdSettings {
 /// Every request and the HTTP/2 keepalive answer within `ttl / 3`, so a silent server is
 /// noticed, and a lease can still be renewed in time, well within one TTL.
 pub async fn connect(settings: &EtcdSettings, ttl: Duration) -> Result<Client, etcd_client::Error> {
-    let deadline = (ttl / 3).max(Duration::from_millis(200));
+    let deadline = request_deadline(ttl);
     let options = ConnectOptions::new()
         .with_connect_timeout(deadline)
         .with_timeout(deadline)
         .with_keep_alive(deadline / 2, deadline)
         .with_keep_alive_while_idle(true);
     Client::connect(settings.endpoints.clone(), Some(options)).await
+}
+
+/// How long any one call to etcd may take under a lease of `ttl`: a third of it (at least
+/// 200 ms), so a call that times out still leaves time to renew before the lease lapses.
+pub(crate) fn request_deadline(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(200))
 }

@@ -21,6 +21,8 @@ mod host_id;
 pub mod keys;
 pub mod model;
 pub mod plan;
+#[cfg(feature = "fleet")]
+pub mod publisher;
 
 pub use host_id::{HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};

@@ -1,0 +1,299 @@
+//! Publishing to the fleet, against a real etcd (`/usr/bin/etcd`, started per test on free
+//! loopback ports), at library level.
+//!
+//! What a fleet relies on from one registry's publisher:
+//! - the host id is one registry's: a second claim waits one TTL for the holder's lease, then
+//!   is refused naming the id; a holder that stopped renewing (as after `kill -9`) lapses and
+//!   the claim succeeds;
+//! - writes happen only on change: a quiet pass moves etcd's revision not at all and renews
+//!   the lease once; 1,000 new sessions take ceil(1000 / 128) transactions;
+//! - a lease lost behind the publisher's back (revoked, or lapsed) is replaced at the next
+//!   step and everything is put again; leaving revokes it and every key goes in one revision;
+//! - the driver over a real running directory (capsule processes, a Monitor over a Registry)
+//!   publishes sessions as they come and go, with nobody listening to `/events`, and nothing
+//!   secret (a record's `door_token`, the registry's token) is in any key etcd holds.
+//!
+//! Every test needs etcd, so each is ignored by plain `cargo test`; waiting is by polling etcd
+//! under a deadline, never by sleeping.
+
+#![cfg(feature = "fleet")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::etcd::Etcd;
+use etcd_client::{Client, GetOptions};
+use murmur_registry::fleet::publisher::{PublishError, PublishOptions, Publisher, StepReport};
+use murmur_registry::fleet::{HostId, SessionEntry, keys::FleetKeys};
+use serde_json::{Value, json};
+
+/// A short lease, as the fleet tests use: etcd's own floor is about 2 s.
+const TTL: Duration = Duration::from_secs(2);
+/// Enough for any state these tests wait on, on a loaded machine.
+const WAIT: Duration = Duration::from_secs(20);
+const PREFIX: &str = "/test/fleet";
+
+fn options(host: &str, ttl: Duration) -> PublishOptions {
+    PublishOptions {
+        keys: FleetKeys::new(PREFIX),
+        host_id: host.parse::<HostId>().expect("a valid host id"),
+        ttl,
+        version: "0.1.0".to_owned(),
+        advertise_url: None,
+    }
+}
+
+async fn claim(etcd: &Etcd, host: &str, ttl: Duration) -> Result<Publisher, PublishError> {
+    Publisher::claim(etcd.client().await, &options(host, ttl)).await
+}
+
+/// `n` sessions as a step hands them over, keyed by session id.
+fn sessions(host: &str, n: usize) -> BTreeMap<String, SessionEntry> {
+    (0..n)
+        .map(|i| {
+            let session_id = format!("ses_{i:032x}");
+            let Value::Object(session) = json!({"session_id": session_id, "pid": i}) else {
+                unreachable!("an object literal")
+            };
+            let entry = SessionEntry {
+                host_id: host.to_owned(),
+                changed_at: "2026-12-01T00:00:00Z".to_owned(),
+                door_scope: None,
+                skills: Vec::new(),
+                session,
+            };
+            (session_id, entry)
+        })
+        .collect()
+}
+
+/// Every key under the test prefix, with its lease.
+async fn keys_in(client: &mut Client) -> BTreeMap<String, i64> {
+    let answer = client
+        .get(PREFIX, Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("read the prefix");
+    answer
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key_str().expect("UTF-8 key").to_owned(), kv.lease()))
+        .collect()
+}
+
+/// etcd's store revision now.
+async fn revision(client: &mut Client) -> i64 {
+    let answer = client.get("/", None).await.expect("read the revision");
+    answer.header().expect("a header").revision()
+}
+
+/// Poll etcd until `done` holds of the keys under the prefix.
+async fn until_keys(
+    client: &mut Client,
+    what: &str,
+    done: impl Fn(&BTreeMap<String, i64>) -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        if done(&keys_in(client).await) {
+            return;
+        }
+        assert!(start.elapsed() < WAIT, "gave up waiting until {what}");
+        // Paces the polling only.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_host_id_held_by_a_live_lease_is_refused_after_waiting_one_ttl() {
+    let etcd = Etcd::start().await;
+    // The holder's lease outlives the whole wait without renewing.
+    let _holder = claim(&etcd, "a", Duration::from_secs(60))
+        .await
+        .expect("the first claim");
+    let start = Instant::now();
+    let refused = claim(&etcd, "a", TTL)
+        .await
+        .err()
+        .expect("a second claim fails");
+    assert!(
+        start.elapsed() >= TTL,
+        "refused after {:?}, before one TTL",
+        start.elapsed()
+    );
+    assert!(
+        matches!(refused, PublishError::HostIdTaken { .. }),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains("host id a is taken"),
+        "the error names the host id: {refused}"
+    );
+    // Another id is free all along.
+    claim(&etcd, "b", TTL).await.expect("another host id");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_claim_succeeds_once_a_holder_that_stopped_renewing_lapses() {
+    let etcd = Etcd::start().await;
+    let holder = claim(&etcd, "a", TTL).await.expect("the first claim");
+    let old_lease = holder.lease_id().expect("a lease");
+    // Dropped without leaving: no keepalive and no revoke, as after `kill -9`.
+    drop(holder);
+    let start = Instant::now();
+    let successor = claim(&etcd, "a", TTL)
+        .await
+        .expect("the claim after the lapse");
+    assert!(
+        start.elapsed() < TTL + Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    let mut client = etcd.client().await;
+    let keys = keys_in(&mut client).await;
+    let lease = successor.lease_id().expect("a lease");
+    assert_ne!(lease, old_lease);
+    assert_eq!(keys.get(&format!("{PREFIX}/hosts/a")), Some(&lease));
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_pass_with_nothing_changed_writes_nothing_and_renews_once() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let three = sessions("a", 3);
+    let first = publisher.step(&three).await.expect("first step");
+    assert_eq!((first.txns, first.puts, first.keepalives), (1, 3, 1));
+    let before = revision(&mut client).await;
+    let quiet = publisher.step(&three).await.expect("quiet step");
+    assert_eq!(
+        quiet,
+        StepReport {
+            keepalives: 1,
+            ..StepReport::default()
+        }
+    );
+    assert_eq!(
+        revision(&mut client).await,
+        before,
+        "a quiet pass wrote nothing"
+    );
+    // One session changes, one goes: one transaction of two writes.
+    let mut changed = three.clone();
+    let first_id = changed.keys().next().cloned().expect("a session");
+    changed.remove(&first_id);
+    if let Some(entry) = changed.values_mut().next() {
+        entry.changed_at = "2026-12-01T00:00:01Z".to_owned();
+    }
+    let report = publisher.step(&changed).await.expect("changed step");
+    assert_eq!((report.txns, report.puts, report.deletes), (1, 1, 1));
+    assert_eq!(revision(&mut client).await, before + 1);
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_thousand_new_sessions_take_as_few_transactions_as_etcd_allows() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let before = revision(&mut client).await;
+    let report = publisher.step(&sessions("a", 1000)).await.expect("step");
+    let txns = 1000_usize.div_ceil(128);
+    assert_eq!((report.txns, report.puts), (txns, 1000));
+    // Each transaction is one revision, whatever it holds.
+    assert_eq!(revision(&mut client).await, before + txns as i64);
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 1000);
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_lease_revoked_behind_its_back_is_replaced_and_everything_put_again() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let five = sessions("a", 5);
+    publisher.step(&five).await.expect("first step");
+    let old = publisher.lease_id().expect("a lease");
+    client
+        .lease_revoke(old)
+        .await
+        .expect("revoke behind its back");
+    assert!(keys_in(&mut client).await.is_empty());
+    let report = publisher.step(&five).await.expect("the step after");
+    assert!(report.lease_replaced, "{report:?}");
+    assert_eq!(report.puts, 5);
+    let new = publisher.lease_id().expect("a lease");
+    assert_ne!(new, old);
+    let keys = keys_in(&mut client).await;
+    assert_eq!(keys.len(), 1 + 5);
+    assert!(keys.values().all(|lease| *lease == new), "{keys:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_lease_that_lapsed_is_replaced_and_everything_put_again() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let two = sessions("a", 2);
+    publisher.step(&two).await.expect("first step");
+    // No step for longer than the TTL: etcd lets the lease go with its keys.
+    until_keys(
+        &mut client,
+        "the lapsed lease's keys are gone",
+        BTreeMap::is_empty,
+    )
+    .await;
+    let report = publisher.step(&two).await.expect("the step after");
+    assert!(report.lease_replaced, "{report:?}");
+    assert_eq!(report.puts, 2);
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn leaving_removes_every_key_in_one_revision() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    publisher.step(&sessions("a", 300)).await.expect("step");
+    assert_eq!(keys_in(&mut client).await.len(), 301);
+    let before = revision(&mut client).await;
+    publisher.leave().await.expect("leave");
+    assert!(keys_in(&mut client).await.is_empty());
+    assert_eq!(revision(&mut client).await, before + 1, "all at once");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_step_while_etcd_is_down_fails_and_the_next_one_after_it_is_back_catches_up() {
+    let mut etcd = Etcd::start().await;
+    let mut publisher = claim(&etcd, "a", Duration::from_secs(6))
+        .await
+        .expect("claim");
+    publisher.step(&sessions("a", 1)).await.expect("first step");
+    etcd.kill();
+    let failed = publisher.step(&sessions("a", 2)).await;
+    assert!(failed.is_err(), "{failed:?}");
+    etcd.restart().await;
+    let mut client = etcd.client().await;
+    let start = Instant::now();
+    // The client reconnects on its own; a step may still meet the old connection's end.
+    loop {
+        if publisher.step(&sessions("a", 2)).await.is_ok() {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "no step succeeded after etcd came back"
+        );
+        // Paces the retries only.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
+}
