@@ -23,6 +23,8 @@ pub mod model;
 pub mod plan;
 #[cfg(feature = "fleet")]
 pub mod publisher;
+#[cfg(feature = "fleet")]
+pub mod publishing;
 
 pub use host_id::{HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};

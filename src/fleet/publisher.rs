@@ -68,6 +68,9 @@ pub enum PublishError {
     /// What etcd or the connection to it said.
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
+    /// The publishing task ended abnormally (it panicked or was cancelled).
+    #[error("the fleet publishing task failed: {0}")]
+    Task(String),
     /// A value could not be encoded.
     #[error("encoding a fleet value: {0}")]
     Encode(#[from] serde_json::Error),
