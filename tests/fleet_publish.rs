@@ -21,13 +21,23 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
+use common::{
+    CapsuleProcess, DEADLINE, DoorMode, DoorServer, RecordJson, Rejection, session_id, temp_dir,
+    wait_until, write_raw,
+};
 use etcd_client::{Client, GetOptions};
+use murmur_registry::fleet::etcd::EtcdSettings;
 use murmur_registry::fleet::publisher::{PublishError, PublishOptions, Publisher, StepReport};
-use murmur_registry::fleet::{HostId, SessionEntry, keys::FleetKeys};
-use serde_json::{Value, json};
+use murmur_registry::fleet::{HostId, SessionEntry, keys::FleetKeys, publishing};
+use murmur_registry::http::wire::SessionView;
+use murmur_registry::monitor::Monitor;
+use murmur_registry::registry::{Reading, Registry};
+use murmur_registry::running::{DoorProbe, Skill};
+use serde_json::{Map, Value, json};
 
 /// A short lease, as the fleet tests use: etcd's own floor is about 2 s.
 const TTL: Duration = Duration::from_secs(2);
@@ -296,4 +306,173 @@ async fn a_step_while_etcd_is_down_fails_and_the_next_one_after_it_is_back_catch
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The driver over a real running directory
+// ---------------------------------------------------------------------------------------------
+
+/// How often the monitor under test passes over the directory and asks each door again.
+const INTERVAL: Duration = Duration::from_millis(200);
+/// A door token no key in etcd may ever hold.
+const DOOR_SECRET: &str = "door-secret-0f9e8d7c6b5a";
+
+/// What `serve` publishes for a reading: the session object `GET /sessions` serves.
+fn render(reading: &Reading) -> (Map<String, Value>, Vec<Skill>) {
+    match serde_json::to_value(SessionView::of(reading)) {
+        Ok(Value::Object(session)) => (session, Vec::new()),
+        other => panic!("a session view is a JSON object: {other:?}"),
+    }
+}
+
+/// Every value etcd holds under the prefix, by key, as text.
+async fn values_in(client: &mut Client) -> BTreeMap<String, String> {
+    let answer = client
+        .get(PREFIX, Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("read the prefix");
+    answer
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let key = kv.key_str().expect("UTF-8 key").to_owned();
+            (key, kv.value_str().expect("UTF-8 value").to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn the_driver_publishes_a_running_directory_as_it_changes_with_nobody_listening() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let dir = temp_dir();
+    let probe = DoorProbe::with_deadlines(Duration::from_millis(300), Duration::from_millis(700));
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), probe)));
+    monitor.set_interval(INTERVAL);
+    monitor.set_door_recheck(INTERVAL);
+    let mut capsule = CapsuleProcess::single();
+    let record = capsule.record();
+    write_raw(dir.path(), &record.file_name(), record.to_bytes());
+    // A door that wants a token, and gets it from its record.
+    let guarded_id = session_id();
+    let guarded = DoorServer::start(DoorMode::Authenticated {
+        session_id: guarded_id.clone(),
+        token: DOOR_SECRET.to_owned(),
+        rejection: Rejection::Http401,
+    });
+    RecordJson::new(&guarded_id)
+        .url(guarded.url())
+        .door_token(DOOR_SECRET)
+        .write_in(dir.path());
+    let doorless = RecordJson::fresh().no_door();
+    write_raw(dir.path(), &doorless.file_name(), doorless.to_bytes());
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..EtcdSettings::default()
+    };
+    let publishing = publishing::start(&settings, options("h1", TTL), monitor.clone(), render)
+        .await
+        .expect("start publishing");
+    let capsule_key = format!("{PREFIX}/sessions/h1/{}", capsule.session_id());
+    let doorless_key = format!("{PREFIX}/sessions/h1/{}", doorless.session_id());
+    // Published when start returns: the first picture is not a pass late.
+    let values = values_in(&mut client).await;
+    assert_eq!(values.len(), 4, "{values:?}");
+    let entry: Value = serde_json::from_str(&values[&capsule_key]).expect("JSON");
+    assert_eq!(entry["host_id"], "h1");
+    assert_eq!(entry["door_scope"], "host");
+    assert_eq!(entry["session_id"], capsule.session_id());
+    assert_eq!(entry["liveness"]["state"], "live");
+    assert!(
+        entry["changed_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    let guarded_key = format!("{PREFIX}/sessions/h1/{guarded_id}");
+    let entry: Value = serde_json::from_str(&values[&guarded_key]).expect("JSON");
+    assert_eq!(entry["liveness"]["state"], "live", "the door got its token");
+    let entry: Value = serde_json::from_str(&values[&doorless_key]).expect("JSON");
+    assert_eq!(entry["door_scope"], Value::Null);
+    let host: Value = serde_json::from_str(&values[&format!("{PREFIX}/hosts/h1")]).expect("JSON");
+    assert_eq!(host["host_id"], "h1");
+    assert_eq!(host["registry_url"], Value::Null);
+    // The driver is the only listener, and the loop runs for it.
+    assert_eq!(monitor.listeners(), 1);
+
+    // The lease is renewed by the passes: it outlives many TTLs' worth of passes.
+    let lease = keys_in(&mut client).await[&capsule_key];
+    let mut steps = monitor.steps();
+    let from = *steps.borrow_and_update();
+    let passes = (3 * TTL.as_millis() / INTERVAL.as_millis()) as u64;
+    let start = Instant::now();
+    while *steps.borrow_and_update() < from + passes {
+        assert!(start.elapsed() < WAIT, "the loop stopped passing");
+        tokio::time::timeout(WAIT, steps.changed())
+            .await
+            .expect("a pass within the deadline")
+            .expect("the monitor is alive");
+    }
+    assert_eq!(keys_in(&mut client).await.get(&capsule_key), Some(&lease));
+
+    // A new capsule appears; a killed one is pruned from disk and from etcd, with nobody
+    // listening to `/events`.
+    let second = CapsuleProcess::single();
+    write_raw(
+        dir.path(),
+        &second.record().file_name(),
+        second.record().to_bytes(),
+    );
+    let second_key = format!("{PREFIX}/sessions/h1/{}", second.session_id());
+    until_keys(&mut client, "the new capsule is published", |keys| {
+        keys.contains_key(&second_key)
+    })
+    .await;
+    capsule.send_signal(9);
+    capsule.wait_exit(DEADLINE);
+    until_keys(&mut client, "the killed capsule is unpublished", |keys| {
+        !keys.contains_key(&capsule_key)
+    })
+    .await;
+    let record_path = dir.path().join(record.file_name());
+    wait_until("the killed capsule's record is pruned", DEADLINE, || {
+        !record_path.exists()
+    });
+
+    // Nothing secret in any key etcd holds.
+    for (key, value) in values_in(&mut client).await {
+        for secret in [DOOR_SECRET, "door_token", "token", "password", "credential"] {
+            assert!(!value.contains(secret), "{key} holds {secret:?}: {value}");
+        }
+    }
+
+    // Leaving revokes: every key at once.
+    let before = revision(&mut client).await;
+    publishing.leave().await.expect("leave");
+    assert!(keys_in(&mut client).await.is_empty());
+    assert_eq!(revision(&mut client).await, before + 1);
+    assert_eq!(monitor.listeners(), 0, "the subscription went with it");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn the_driver_refuses_to_start_on_a_host_id_taken_naming_it() {
+    let etcd = Etcd::start().await;
+    let _holder = claim(&etcd, "dup", Duration::from_secs(60))
+        .await
+        .expect("the first claim");
+    let dir = temp_dir();
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), DoorProbe::new())));
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..EtcdSettings::default()
+    };
+    let refused = publishing::start(&settings, options("dup", TTL), monitor.clone(), render)
+        .await
+        .expect_err("refused");
+    assert!(refused.to_string().contains("host id dup"), "{refused}");
+    assert!(
+        !monitor.is_running(),
+        "nothing subscribed for a refused start"
+    );
 }
