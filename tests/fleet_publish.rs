@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::etcd::Etcd;
+use common::etcd::{Etcd, EtcdCluster};
 use common::{
     CapsuleProcess, DEADLINE, DoorMode, DoorServer, RecordJson, Rejection, session_id, temp_dir,
     wait_until, write_raw,
@@ -475,4 +475,114 @@ async fn the_driver_refuses_to_start_on_a_host_id_taken_naming_it() {
         !monitor.is_running(),
         "nothing subscribed for a refused start"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd frozen, etcd with authentication, a cluster losing its leader
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_step_against_a_frozen_etcd_fails_within_the_ttl_and_resumes_after_it_thaws() {
+    let etcd = Etcd::start().await;
+    let ttl = Duration::from_secs(3);
+    let mut publisher = claim(&etcd, "a", ttl).await.expect("claim");
+    publisher.step(&sessions("a", 1)).await.expect("first step");
+    etcd.freeze();
+    let start = Instant::now();
+    let failed = publisher.step(&sessions("a", 2)).await;
+    let took = start.elapsed();
+    etcd.thaw();
+    assert!(failed.is_err(), "{failed:?}");
+    assert!(took < ttl, "a silent etcd held the step for {took:?}");
+    let mut client = etcd.client().await;
+    let start = Instant::now();
+    while publisher.step(&sessions("a", 2)).await.is_err() {
+        assert!(
+            start.elapsed() < WAIT,
+            "no step succeeded after etcd thawed"
+        );
+        // Paces the retries only.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn with_etcd_authentication_the_credentials_file_is_used_and_a_wrong_password_refused() {
+    let etcd = Etcd::start().await;
+    let mut admin = etcd.client().await;
+    admin
+        .user_add("root", "root-pw", None)
+        .await
+        .expect("add root");
+    admin
+        .user_grant_role("root", "root")
+        .await
+        .expect("grant root");
+    admin.auth_enable().await.expect("enable auth");
+    let home = temp_dir();
+    let with_password = |name: &str, line: &str| {
+        let path = write_raw(home.path(), name, line);
+        EtcdSettings {
+            endpoints: vec![etcd.endpoint()],
+            credentials_file: Some(path),
+            ..EtcdSettings::default()
+        }
+    };
+    let dir = temp_dir();
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), DoorProbe::new())));
+    let wrong = with_password("wrong", "root:not-the-password\n");
+    publishing::start(&wrong, options("h1", TTL), monitor.clone(), render)
+        .await
+        .expect_err("a wrong password is refused");
+    let right = with_password("right", "root:root-pw\n");
+    let publishing = publishing::start(&right, options("h1", TTL), monitor, render)
+        .await
+        .expect("start with the right password");
+    let mut reader = common::etcd::connect(&[etcd.endpoint()])
+        .await
+        .expect("connect");
+    let answer = reader
+        .get(PREFIX, Some(GetOptions::new().with_prefix()))
+        .await;
+    assert!(answer.is_err(), "etcd refuses a reader without credentials");
+    publishing.leave().await.expect("leave");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn publishing_goes_on_when_a_three_member_clusters_leader_is_killed() {
+    let mut cluster = EtcdCluster::start(3).await;
+    let client = common::etcd::connect(&cluster.endpoints())
+        .await
+        .expect("connect");
+    let mut publisher = Publisher::claim(client, &options("a", Duration::from_secs(3)))
+        .await
+        .expect("claim");
+    publisher.step(&sessions("a", 5)).await.expect("first step");
+    let leader = cluster.leader().await;
+    cluster.members[leader].kill();
+    let start = Instant::now();
+    // The client moves to a live member; a step may meet the dead one first.
+    while publisher.step(&sessions("a", 7)).await.is_err() {
+        assert!(
+            start.elapsed() < WAIT,
+            "no step succeeded after the leader died"
+        );
+        // Paces the retries only.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let survivor = (0..3).find(|i| *i != leader).expect("a survivor");
+    let mut reader = cluster.members[survivor].client().await;
+    until_keys(&mut reader, "all seven sessions are published", |keys| {
+        keys.len() == 1 + 7
+    })
+    .await;
+    let quiet = publisher
+        .step(&sessions("a", 7))
+        .await
+        .expect("a quiet step");
+    assert_eq!((quiet.puts, quiet.keepalives), (0, 1), "{quiet:?}");
 }
