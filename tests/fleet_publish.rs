@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::etcd::{Etcd, EtcdCluster};
+use common::etcd::{Etcd, EtcdCluster, TestCerts};
 use common::{
     CapsuleProcess, DEADLINE, DoorMode, DoorServer, RecordJson, Rejection, session_id, temp_dir,
     wait_until, write_raw,
@@ -585,4 +585,38 @@ async fn publishing_goes_on_when_a_three_member_clusters_leader_is_killed() {
         .await
         .expect("a quiet step");
     assert_eq!((quiet.puts, quiet.keepalives), (0, 1), "{quiet:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server) and openssl, run with --features fleet"]
+async fn over_tls_a_client_certificate_is_presented_and_without_one_start_is_refused() {
+    let certs = TestCerts::generate();
+    let etcd = Etcd::start_tls(certs.clone()).await;
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ca_file: Some(certs.ca.clone()),
+        client_cert_file: Some(certs.client_cert.clone()),
+        client_key_file: Some(certs.client_key.clone()),
+        credentials_file: None,
+    };
+    let dir = temp_dir();
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), DoorProbe::new())));
+    let publishing = publishing::start(&settings, options("h1", TTL), monitor.clone(), render)
+        .await
+        .expect("start over TLS");
+    let mut client = etcd.client().await;
+    assert!(
+        keys_in(&mut client)
+            .await
+            .contains_key(&format!("{PREFIX}/hosts/h1"))
+    );
+    publishing.leave().await.expect("leave");
+    let without_certificate = EtcdSettings {
+        client_cert_file: None,
+        client_key_file: None,
+        ..settings
+    };
+    publishing::start(&without_certificate, options("h1", TTL), monitor, render)
+        .await
+        .expect_err("etcd asks for a client certificate");
 }

@@ -50,8 +50,9 @@ pub struct PublishOptions {
 pub enum PublishError {
     /// Another registry's live lease holds the host key: a second registry with this id.
     #[error(
-        "host id {host_id} is taken: another registry's live lease held it for {waited:?}; \
-         is another registry running with --host-id {host_id}?"
+        "host id {host_id} is taken: another registry's live lease holds it (waited {} for it \
+         to lapse); is another registry running with --host-id {host_id}?",
+        humantime::format_duration(*waited)
     )]
     HostIdTaken {
         /// The id claimed.

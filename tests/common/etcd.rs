@@ -1,6 +1,7 @@
 //! Real etcd servers for the fleet tests: `/usr/bin/etcd` (Debian's `etcd-server`) on free
 //! loopback ports with a private data directory, alone ([`Etcd`]) or as a cluster of members
-//! ([`EtcdCluster`]).
+//! ([`EtcdCluster`]), over plain HTTP or over TLS with client certificates ([`TestCerts`], made
+//! by the `openssl` command).
 //!
 //! Invariants: a server is handed out only once it answers a read that needs a quorum (polled
 //! under a deadline, never slept on); every server process is killed and reaped on drop, its
@@ -13,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tempfile::TempDir;
 
 use super::temp_dir;
@@ -33,17 +34,30 @@ pub struct Etcd {
     /// `name=peer-url,…` of every member of its cluster.
     initial_cluster: String,
     dir: TempDir,
+    /// Set for a server that talks TLS only and asks clients for a certificate.
+    tls: Option<TestCerts>,
     child: Option<Child>,
 }
 
 impl Etcd {
     /// A one-member etcd, answering.
     pub async fn start() -> Self {
+        Self::start_solo(None).await
+    }
+
+    /// A one-member etcd that talks TLS only (a certificate from `certs`' CA) and accepts only
+    /// clients with a certificate from that CA.
+    pub async fn start_tls(certs: TestCerts) -> Self {
+        Self::start_solo(Some(certs)).await
+    }
+
+    async fn start_solo(tls: Option<TestCerts>) -> Self {
         for _ in 0..PORT_RETRIES {
             let [client_port, peer_port] = free_ports();
             let name = "solo".to_owned();
             let initial_cluster = format!("{name}=http://127.0.0.1:{peer_port}");
             let mut etcd = Self::configured(name, client_port, peer_port, initial_cluster);
+            etcd.tls = tls.clone();
             etcd.spawn();
             if etcd.wait_ready().await {
                 return etcd;
@@ -59,18 +73,21 @@ impl Etcd {
             peer_port,
             initial_cluster,
             dir: temp_dir(),
+            tls: None,
             child: None,
         }
     }
 
-    /// `http://127.0.0.1:<client port>`.
+    /// `http://127.0.0.1:<client port>` (`https://` for a TLS server).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
-    /// A client of this member alone, with short deadlines.
+    /// A client of this member alone, with short deadlines (and the client certificate, for a
+    /// TLS server).
     pub async fn client(&self) -> Client {
-        connect(&[self.endpoint()])
+        connect_with(&[self.endpoint()], self.tls.as_ref())
             .await
             .unwrap_or_else(|e| panic!("connect to etcd {}: {e}\n{}", self.endpoint(), self.log()))
     }
@@ -136,7 +153,18 @@ impl Etcd {
             .append(true)
             .open(self.log_path())
             .expect("open etcd's log");
-        let child = Command::new(ETCD)
+        let mut command = Command::new(ETCD);
+        if let Some(certs) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&certs.server_cert)
+                .arg("--key-file")
+                .arg(&certs.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&certs.ca)
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
@@ -165,7 +193,7 @@ impl Etcd {
                 self.child = None;
                 return false;
             }
-            if answers(&self.endpoint()).await {
+            if answers(&self.endpoint(), self.tls.as_ref()).await {
                 return true;
             }
             assert!(
@@ -257,15 +285,33 @@ impl EtcdCluster {
 
 /// A client of `endpoints` with deadlines short enough for polling.
 pub async fn connect(endpoints: &[String]) -> Result<Client, etcd_client::Error> {
-    let options = ConnectOptions::new()
+    connect_with(endpoints, None).await
+}
+
+/// [`connect`], over TLS with `certs`' CA and client certificate when given.
+pub async fn connect_with(
+    endpoints: &[String],
+    certs: Option<&TestCerts>,
+) -> Result<Client, etcd_client::Error> {
+    let mut options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(1))
         .with_timeout(Duration::from_secs(2));
+    if let Some(certs) = certs {
+        let read = |path: &PathBuf| std::fs::read(path).expect("read a test certificate");
+        let tls = TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(read(&certs.ca)))
+            .identity(Identity::from_pem(
+                read(&certs.client_cert),
+                read(&certs.client_key),
+            ));
+        options = options.with_tls(tls);
+    }
     Client::connect(endpoints, Some(options)).await
 }
 
 /// Whether the server at `endpoint` answers a read that needs a quorum.
-async fn answers(endpoint: &str) -> bool {
-    match connect(&[endpoint.to_owned()]).await {
+async fn answers(endpoint: &str, certs: Option<&TestCerts>) -> bool {
+    match connect_with(&[endpoint.to_owned()], certs).await {
         Ok(mut client) => client.get("/health-probe", None).await.is_ok(),
         Err(_) => false,
     }
@@ -278,4 +324,114 @@ fn free_ports() -> [u16; 2] {
     let b = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     let port = |l: &TcpListener| l.local_addr().expect("a bound address").port();
     [port(&a), port(&b)]
+}
+
+/// A private CA and, signed by it, a server certificate for `127.0.0.1` and a client
+/// certificate, as PEM files in a directory of their own (made by the `openssl` command).
+#[derive(Clone)]
+pub struct TestCerts {
+    /// Kept alive as long as any copy is: the files live in it.
+    _dir: std::sync::Arc<TempDir>,
+    /// The CA certificate.
+    pub ca: PathBuf,
+    /// The server's certificate and key.
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    /// The client's certificate and key.
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl TestCerts {
+    /// A fresh CA, server and client certificate (P-256 keys, valid for a day).
+    pub fn generate() -> Self {
+        let dir = temp_dir();
+        let path = |name: &str| dir.path().join(name);
+        let openssl = |args: &[&str]| {
+            let output = Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("run openssl");
+            assert!(
+                output.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        let key = |name: &str| {
+            openssl(&[
+                "ecparam",
+                "-genkey",
+                "-name",
+                "prime256v1",
+                "-noout",
+                "-out",
+                name,
+            ]);
+        };
+        key("ca.key");
+        openssl(&[
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            "ca.key",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test etcd CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            "-out",
+            "ca.pem",
+        ]);
+        for (name, extensions) in [
+            (
+                "server",
+                "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+            ),
+            ("client", "extendedKeyUsage=clientAuth\n"),
+        ] {
+            key(&format!("{name}.key"));
+            openssl(&[
+                "req",
+                "-new",
+                "-key",
+                &format!("{name}.key"),
+                "-subj",
+                &format!("/CN={name}"),
+                "-out",
+                &format!("{name}.csr"),
+            ]);
+            std::fs::write(path(&format!("{name}.ext")), extensions).expect("write extensions");
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "1",
+                "-extfile",
+                &format!("{name}.ext"),
+                "-out",
+                &format!("{name}.pem"),
+            ]);
+        }
+        Self {
+            ca: path("ca.pem"),
+            server_cert: path("server.pem"),
+            server_key: path("server.key"),
+            client_cert: path("client.pem"),
+            client_key: path("client.key"),
+            _dir: std::sync::Arc::new(dir),
+        }
+    }
 }
