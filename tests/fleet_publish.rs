@@ -3,18 +3,24 @@
 //!
 //! What a fleet relies on from one registry's publisher:
 //! - the host id is one registry's: a second claim waits one TTL for the holder's lease, then
-//!   is refused naming the id; a holder that stopped renewing (as after `kill -9`) lapses and
-//!   the claim succeeds;
+//!   is refused naming the id (by the publisher and by `publishing::start`); a holder that
+//!   stopped renewing (as after `kill -9`) lapses and the claim succeeds;
 //! - writes happen only on change: a quiet pass moves etcd's revision not at all and renews
 //!   the lease once; 1,000 new sessions take ceil(1000 / 128) transactions;
 //! - a lease lost behind the publisher's back (revoked, or lapsed) is replaced at the next
 //!   step and everything is put again; leaving revokes it and every key goes in one revision;
+//! - etcd killed or frozen: a step fails within the TTL (never hangs) and the next one after
+//!   etcd is back catches up; a 3-member cluster whose leader is killed keeps publishing;
+//! - real clusters: TLS with a client certificate (refused without one), and etcd's
+//!   authentication through the credentials file (a wrong password refused);
 //! - the driver over a real running directory (capsule processes, a Monitor over a Registry)
-//!   publishes sessions as they come and go, with nobody listening to `/events`, and nothing
-//!   secret (a record's `door_token`, the registry's token) is in any key etcd holds.
+//!   publishes at start, renews at every pass, follows sessions as they come and go with nobody
+//!   listening to `/events` (the killed capsule's record is pruned), and no key etcd holds
+//!   carries a secret (a record's `door_token`); a loop that cannot pass (its directory taken
+//!   away) lets the lease lapse, and the host rejoins once it can.
 //!
 //! Every test needs etcd, so each is ignored by plain `cargo test`; waiting is by polling etcd
-//! under a deadline, never by sleeping.
+//! (or the monitor's pass count) under a deadline, never by sleeping.
 
 #![cfg(feature = "fleet")]
 
@@ -619,4 +625,49 @@ async fn over_tls_a_client_certificate_is_presented_and_without_one_start_is_ref
     publishing::start(&without_certificate, options("h1", TTL), monitor, render)
         .await
         .expect_err("etcd asks for a client certificate");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_loop_that_cannot_pass_lets_the_lease_lapse_and_the_host_rejoins_once_it_can() {
+    use std::os::unix::fs::DirBuilderExt;
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let home = temp_dir();
+    let running = home.path().join("running");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&running)
+        .expect("a running directory");
+    let monitor = Monitor::new(Arc::new(Registry::new(&running, DoorProbe::new())));
+    monitor.set_interval(INTERVAL);
+    let doorless = RecordJson::fresh().no_door();
+    doorless.write_in(&running);
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..EtcdSettings::default()
+    };
+    let publishing = publishing::start(&settings, options("h1", TTL), monitor, render)
+        .await
+        .expect("start");
+    let old_lease = keys_in(&mut client).await[&format!("{PREFIX}/hosts/h1")];
+
+    // The directory taken away: no pass completes, nothing renews the lease.
+    let aside = home.path().join("aside");
+    std::fs::rename(&running, &aside).expect("take the directory away");
+    let start = Instant::now();
+    until_keys(&mut client, "the host drops out", BTreeMap::is_empty).await;
+    let took = start.elapsed();
+    // One TTL, etcd's expiry tick, and what a loaded machine adds.
+    assert!(
+        took < TTL + Duration::from_secs(3),
+        "dropped out after {took:?}"
+    );
+
+    std::fs::rename(&aside, &running).expect("put the directory back");
+    until_keys(&mut client, "the host rejoins with its session", |keys| {
+        keys.len() == 2 && keys.values().all(|lease| *lease != old_lease)
+    })
+    .await;
+    publishing.leave().await.expect("leave");
 }
