@@ -1,31 +1,226 @@
 //! How this registry reaches etcd: endpoints, deadlines, and (for real clusters) TLS and a
 //! username/password.
 //!
-//! Invariant: no call to etcd can wait longer than its deadline, and a connection that goes
+//! Invariants: no call to etcd can wait longer than its deadline, and a connection that goes
 //! silent (a frozen or partitioned server) is noticed by HTTP/2 keepalive within a third of
-//! the lease's TTL, so neither publishing nor reading ever rests on a dead connection.
+//! the lease's TTL, so neither publishing nor reading ever rests on a dead connection. The
+//! password is read only from a file only this user can read (checked as the token file is:
+//! no symlink, a regular file of ours, mode 0600 or narrower), never from a flag.
 
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+/// Credentials files larger than this are not credentials files.
+const MAX_CREDENTIALS_FILE_BYTES: u64 = 4096;
 
 /// Where etcd is and how to talk to it (`--fleet-etcd` and the TLS and credential flags).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EtcdSettings {
     /// `http://host:port` or `https://host:port`, one per member.
     pub endpoints: Vec<String>,
+    /// The CA certificate (PEM) the members' certificates are checked against. Setting it (or
+    /// a client certificate) turns TLS on; the endpoints must then be `https://`.
+    pub ca_file: Option<PathBuf>,
+    /// This registry's client certificate (PEM), for members that ask for one; needs
+    /// `client_key_file`.
+    pub client_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM); needs `client_cert_file`.
+    pub client_key_file: Option<PathBuf>,
+    /// A file holding `username:password` for etcd's authentication, mode 0600 or narrower.
+    pub credentials_file: Option<PathBuf>,
 }
 
 /// A client for `settings`, whose deadlines fit a lease of `ttl`.
 ///
 /// Every request and the HTTP/2 keepalive answer within `ttl / 3`, so a silent server is
-/// noticed, and a lease can still be renewed in time, well within one TTL.
+/// noticed, and a lease can still be renewed in time, well within one TTL. A TLS file or
+/// credentials file that cannot be used is refused as `InvalidArgs`, naming the file.
 pub async fn connect(settings: &EtcdSettings, ttl: Duration) -> Result<Client, etcd_client::Error> {
-    let deadline = (ttl / 3).max(Duration::from_millis(200));
-    let options = ConnectOptions::new()
+    let deadline = request_deadline(ttl);
+    let mut options = ConnectOptions::new()
         .with_connect_timeout(deadline)
         .with_timeout(deadline)
         .with_keep_alive(deadline / 2, deadline)
         .with_keep_alive_while_idle(true);
+    if let Some(tls) = tls_options(settings).map_err(etcd_client::Error::InvalidArgs)? {
+        options = options.with_tls(tls);
+    }
+    if let Some(path) = &settings.credentials_file {
+        let (user, password) = read_private_text(path)
+            .and_then(|text| parse_credentials(&text).map_err(|why| in_file(path, why)))
+            .map_err(etcd_client::Error::InvalidArgs)?;
+        options = options.with_user(user, password);
+    }
     Client::connect(settings.endpoints.clone(), Some(options)).await
+}
+
+/// How long any one call to etcd may take under a lease of `ttl`: a third of it (at least
+/// 200 ms), so a call that times out still leaves time to renew before the lease lapses.
+pub(crate) fn request_deadline(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(200))
+}
+
+/// The TLS configuration the settings ask for, if any.
+fn tls_options(settings: &EtcdSettings) -> Result<Option<TlsOptions>, String> {
+    let identity = match (&settings.client_cert_file, &settings.client_key_file) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some(Identity::from_pem(read(cert)?, read(key)?)),
+        _ => {
+            return Err(
+                "a client certificate and its key go together: give both files or neither"
+                    .to_owned(),
+            );
+        }
+    };
+    if settings.ca_file.is_none() && identity.is_none() {
+        return Ok(None);
+    }
+    let mut tls = TlsOptions::new();
+    if let Some(ca) = &settings.ca_file {
+        tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+    }
+    if let Some(identity) = identity {
+        tls = tls.identity(identity);
+    }
+    Ok(Some(tls))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn in_file(path: &Path, problem: &str) -> String {
+    format!("etcd credentials file {}: {problem}", path.display())
+}
+
+/// `username:password` (one line; the password may hold `:`), both non-empty.
+fn parse_credentials(text: &str) -> Result<(String, String), &'static str> {
+    let line = text.strip_suffix('\n').unwrap_or(text);
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    match line.split_once(':') {
+        Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+            Ok((user.to_owned(), password.to_owned()))
+        }
+        _ => Err("expected one line `username:password`, both non-empty"),
+    }
+}
+
+/// The text of a file only this user can read: not a symlink, a regular file of ours, no bit
+/// for group or others, small, UTF-8. Refused otherwise, naming the file and what is wrong.
+fn read_private_text(path: &Path) -> Result<String, String> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+    let fd = match rustix::fs::open(path, flags | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP) => return Err(in_file(path, "it is a symlink; name the file itself")),
+        Err(e) => return Err(in_file(path, &std::io::Error::from(e).to_string())),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| in_file(path, &e.to_string()))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(in_file(path, "it is not a regular file"));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if stat.st_uid != me {
+        let owner = format!(
+            "it is owned by uid {}, not by this user (uid {me})",
+            stat.st_uid
+        );
+        return Err(in_file(path, &owner));
+    }
+    if stat.st_mode & 0o077 != 0 {
+        let mode = format!(
+            "its mode {:04o} lets group or others read it, so the password may be known: \
+             chmod 600 it (and change the password)",
+            stat.st_mode & 0o7777
+        );
+        return Err(in_file(path, &mode));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(MAX_CREDENTIALS_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| in_file(path, &e.to_string()))?;
+    if bytes.len() as u64 > MAX_CREDENTIALS_FILE_BYTES {
+        return Err(in_file(path, "it is too large to be a credentials file"));
+    }
+    String::from_utf8(bytes).map_err(|_| in_file(path, "it is not text"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn credentials_are_one_line_of_user_colon_password() {
+        let pair = |u: &str, p: &str| Ok((u.to_owned(), p.to_owned()));
+        assert_eq!(parse_credentials("root:s3cret\n"), pair("root", "s3cret"));
+        assert_eq!(parse_credentials("root:a:b\r\n"), pair("root", "a:b"));
+        for bad in ["", "\n", "root", ":pw", "root:", "root:\n"] {
+            assert!(parse_credentials(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_credentials_file_others_can_read_or_a_symlink_is_refused_naming_it() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = dir.path().join("etcd-credentials");
+        std::fs::write(&file, "root:pw\n").expect("write");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        assert_eq!(read_private_text(&file), Ok("root:pw\n".to_owned()));
+
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        let refused = read_private_text(&file).expect_err("group-readable");
+        assert!(refused.contains(&file.display().to_string()), "{refused}");
+        assert!(
+            refused.contains("0640") && refused.contains("chmod 600"),
+            "{refused}"
+        );
+
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&file, &link).expect("symlink");
+        assert!(
+            read_private_text(&link)
+                .expect_err("a symlink")
+                .contains("symlink")
+        );
+        assert!(
+            read_private_text(dir.path())
+                .expect_err("a directory")
+                .contains("regular")
+        );
+        let missing = read_private_text(&dir.path().join("missing")).expect_err("missing");
+        assert!(missing.contains("missing"), "{missing}");
+    }
+
+    #[test]
+    fn tls_is_off_unless_asked_and_a_certificate_needs_its_key() {
+        assert_eq!(
+            tls_options(&EtcdSettings::default()).map(|t| t.is_some()),
+            Ok(false)
+        );
+        let half = EtcdSettings {
+            client_cert_file: Some("/nonexistent/cert.pem".into()),
+            ..EtcdSettings::default()
+        };
+        assert!(
+            tls_options(&half)
+                .expect_err("no key")
+                .contains("go together")
+        );
+        let unreadable = EtcdSettings {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..EtcdSettings::default()
+        };
+        assert!(
+            tls_options(&unreadable)
+                .expect_err("no file")
+                .contains("/nonexistent/ca.pem")
+        );
+    }
 }

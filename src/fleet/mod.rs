@@ -20,6 +20,11 @@ pub mod etcd;
 mod host_id;
 pub mod keys;
 pub mod model;
+pub mod plan;
+#[cfg(feature = "fleet")]
+pub mod publisher;
+#[cfg(feature = "fleet")]
+pub mod publishing;
 
 pub use host_id::{HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};

@@ -16,6 +16,7 @@
 //! - [`binary`]: the binary's command line for a test (a private `HOME`, run as which user).
 //! - [`server`]: the real app served in-process ([`server::TestServer`]).
 //! - [`steps`]: named steps for long scenarios, so a failure says which step.
+//! - [`etcd`] (feature `fleet`): real etcd servers and clusters on free loopback ports.
 //!
 //! Invariants: every test builds its own world from these pieces and tears it down on drop;
 //! nothing reads `HOME` or touches `~/.murmur`. Waiting is by evidence, never by sleeping: a
@@ -30,6 +31,8 @@ use std::time::{Duration, Instant};
 
 pub mod binary;
 pub mod doors;
+#[cfg(feature = "fleet")]
+pub mod etcd;
 pub mod files;
 pub mod pidfds;
 pub mod processes;

@@ -1,0 +1,424 @@
+//! This registry's keys in etcd: one lease, the host key and one key per session hanging off
+//! it, kept equal to the picture each step hands over.
+//!
+//! Invariants:
+//! - One lease at a time, and every key written hangs off it: when the lease goes (revoked,
+//!   or lapsed because steps stopped), every key of this registry goes with it, at once.
+//! - The host key is taken only when absent (a transaction compares its create revision with
+//!   0), so two registries never share a host id; a holder's lease is waited on for at most one
+//!   TTL (plus etcd's expiry tick) before the claim is refused naming the host id.
+//! - `published` is what etcd holds under the current lease, batch by acknowledged batch: a
+//!   step writes only its difference with what is wanted (nothing at all when nothing
+//!   changed), and after a lost lease it starts from nothing, so everything is put again.
+//! - Errors are returned, never panicked on; a step that fails leaves `published` true, so
+//!   the next step picks up where it stopped.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use etcd_client::{
+    Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
+};
+
+use super::etcd::request_deadline;
+use super::keys::FleetKeys;
+use super::plan::{self, KeyValues, TxnLimits, Write};
+use super::{HostEntry, HostId, SessionEntry};
+
+/// How late etcd may be in revoking a lapsed lease: it looks for expired leases on a tick
+/// (500 ms in etcd 3.4), so a holder killed just before a claim may outlive its TTL by that.
+const EXPIRY_GRACE: Duration = Duration::from_secs(1);
+
+/// Who publishes, where, and for how long a silence is tolerated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishOptions {
+    /// The key layout (`--fleet-prefix`).
+    pub keys: FleetKeys,
+    /// This host (`--host-id`).
+    pub host_id: HostId,
+    /// The lease's time to live (`--fleet-ttl`): how long keys outlive the last step. etcd
+    /// counts whole seconds; a fraction is rounded up.
+    pub ttl: Duration,
+    /// The registry's version, for the host entry.
+    pub version: String,
+    /// Where this registry serves its API (`--advertise-url`), for the host entry.
+    pub advertise_url: Option<String>,
+}
+
+/// Why publishing failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// Another registry's live lease holds the host key: a second registry with this id.
+    #[error(
+        "host id {host_id} is taken: another registry's live lease holds it (waited {} for it \
+         to lapse); is another registry running with --host-id {host_id}?",
+        humantime::format_duration(*waited)
+    )]
+    HostIdTaken {
+        /// The id claimed.
+        host_id: HostId,
+        /// How long the claim waited for the holder's lease to lapse.
+        waited: Duration,
+    },
+    /// etcd no longer knows the lease (it lapsed or was revoked); the next step replaces it.
+    #[error("the fleet lease {0:x} is gone (lapsed or revoked)")]
+    LeaseLost(i64),
+    /// etcd did not answer a keepalive in time.
+    #[error("etcd did not answer the lease keepalive within {0:?}")]
+    Silent(Duration),
+    /// What etcd or the connection to it said.
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// The publishing task ended abnormally (it panicked or was cancelled).
+    #[error("the fleet publishing task failed: {0}")]
+    Task(String),
+    /// A value could not be encoded.
+    #[error("encoding a fleet value: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+impl PublishError {
+    /// Whether the error says the lease is gone, so the keys under it are too.
+    pub(crate) fn is_lease_lost(&self) -> bool {
+        match self {
+            Self::LeaseLost(_) => true,
+            // A put under a lease etcd no longer knows, or a keepalive stream opened for one.
+            Self::Etcd(etcd_client::Error::GRpcStatus(status)) => {
+                says_lease_not_found(status.message())
+            }
+            Self::Etcd(etcd_client::Error::LeaseKeepAliveError(message)) => {
+                says_lease_not_found(message)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether etcd's message (`etcdserver: requested lease not found`, or the client's `lease not
+/// found` for a keepalive answered with TTL 0) says the lease is unknown.
+fn says_lease_not_found(message: &str) -> bool {
+    message.contains("lease not found")
+}
+
+/// What one step did, for logs and for the figures (a quiet pass: 0 puts, 1 keepalive).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepReport {
+    /// Transactions sent.
+    pub txns: usize,
+    /// Keys put.
+    pub puts: usize,
+    /// Keys deleted.
+    pub deletes: usize,
+    /// Keepalives sent.
+    pub keepalives: usize,
+    /// Whether the lease was found gone and replaced (everything put again).
+    pub lease_replaced: bool,
+}
+
+/// The current lease and its open keepalive stream (reopened after any failure).
+#[derive(Debug)]
+struct Lease {
+    id: i64,
+    keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+}
+
+/// This registry's publisher: claims its host id, then keeps its keys equal to each picture.
+pub struct Publisher {
+    client: Client,
+    keys: FleetKeys,
+    host_id: HostId,
+    ttl: Duration,
+    host_value: Vec<u8>,
+    limits: TxnLimits,
+    /// `None` once the lease is known gone, until a step replaces it.
+    lease: Option<Lease>,
+    published: KeyValues,
+}
+
+impl Publisher {
+    /// Take the host key under a new lease, waiting up to one TTL for another holder's lease
+    /// to lapse (a restart after `kill -9`), then refusing with [`PublishError::HostIdTaken`].
+    pub async fn claim(client: Client, options: &PublishOptions) -> Result<Self, PublishError> {
+        let host = HostEntry {
+            host_id: options.host_id.to_string(),
+            version: options.version.clone(),
+            started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            registry_url: options.advertise_url.clone(),
+        };
+        let mut publisher = Self {
+            client,
+            keys: options.keys.clone(),
+            host_id: options.host_id.clone(),
+            ttl: options.ttl,
+            host_value: serde_json::to_vec(&host)?,
+            limits: TxnLimits::default(),
+            lease: None,
+            published: KeyValues::new(),
+        };
+        let start = Instant::now();
+        let waited = options.ttl + EXPIRY_GRACE;
+        let id = publisher.grant().await?;
+        loop {
+            match publisher.take_host_key(id).await {
+                Ok(true) => return Ok(publisher),
+                Ok(false) if start.elapsed() < waited => {}
+                Ok(false) => {
+                    publisher.revoke_quietly(id).await;
+                    return Err(PublishError::HostIdTaken {
+                        host_id: publisher.host_id,
+                        waited,
+                    });
+                }
+                Err(error) => {
+                    publisher.revoke_quietly(id).await;
+                    return Err(error);
+                }
+            }
+            // Paces the retries; what ends the wait is etcd deleting the holder's key.
+            tokio::time::sleep(claim_retry(options.ttl)).await;
+            // Our own lease must outlive the wait, which is longer than its TTL.
+            if let Err(error) = publisher.renew().await {
+                publisher.revoke_quietly(id).await;
+                return Err(error);
+            }
+        }
+    }
+
+    /// The lease this publisher holds, while it holds one.
+    pub fn lease_id(&self) -> Option<i64> {
+        self.lease.as_ref().map(|lease| lease.id)
+    }
+
+    /// Make etcd hold `sessions` (by session id) and the host key, then renew the lease.
+    ///
+    /// Writes only what changed, in as few transactions as etcd's limits allow; a lost lease
+    /// is replaced (claimed again, without waiting) and everything put again.
+    pub async fn step(
+        &mut self,
+        sessions: &BTreeMap<String, SessionEntry>,
+    ) -> Result<StepReport, PublishError> {
+        let wanted = self.wanted(sessions)?;
+        let mut report = StepReport::default();
+        match self.publish_and_renew(&wanted, &mut report).await {
+            Err(error) if error.is_lease_lost() => {
+                self.lease = None;
+                self.replace_lease(&mut report).await?;
+                // A fresh lease needs no keepalive yet.
+                self.publish(&wanted, &mut report).await?;
+                Ok(report)
+            }
+            outcome => outcome.map(|()| report),
+        }
+    }
+
+    /// Revoke the lease: every key of this registry leaves etcd at once.
+    pub async fn leave(mut self) -> Result<(), PublishError> {
+        let Some(lease) = self.lease.take() else {
+            return Ok(());
+        };
+        match self.client.lease_revoke(lease.id).await {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                let error = PublishError::from(error);
+                if error.is_lease_lost() {
+                    Ok(())
+                } else {
+                    Err(error)
+                }
+            }
+        }
+    }
+
+    /// Every key this registry wants in etcd, with its value.
+    fn wanted(
+        &self,
+        sessions: &BTreeMap<String, SessionEntry>,
+    ) -> Result<KeyValues, serde_json::Error> {
+        let mut wanted = KeyValues::new();
+        wanted.insert(self.keys.host(&self.host_id), self.host_value.clone());
+        for (session_id, entry) in sessions {
+            let key = self.keys.session(&self.host_id, session_id);
+            wanted.insert(key, serde_json::to_vec(entry)?);
+        }
+        Ok(wanted)
+    }
+
+    async fn publish_and_renew(
+        &mut self,
+        wanted: &KeyValues,
+        report: &mut StepReport,
+    ) -> Result<(), PublishError> {
+        if self.lease.is_none() {
+            self.replace_lease(report).await?;
+        }
+        self.publish(wanted, report).await?;
+        report.keepalives += 1;
+        self.renew().await
+    }
+
+    /// Apply the plan from `published` to `wanted`, batch by batch.
+    async fn publish(
+        &mut self,
+        wanted: &KeyValues,
+        report: &mut StepReport,
+    ) -> Result<(), PublishError> {
+        let id = self.lease_id().ok_or(PublishError::LeaseLost(0))?;
+        for batch in plan::plan(&self.published, wanted, self.limits) {
+            let operations: Vec<TxnOp> = batch
+                .iter()
+                .map(|write| match write {
+                    Write::Put { key, value } => TxnOp::put(
+                        key.as_str(),
+                        value.as_slice(),
+                        Some(PutOptions::new().with_lease(id)),
+                    ),
+                    Write::Delete { key } => TxnOp::delete(key.as_str(), None),
+                })
+                .collect();
+            self.client.txn(Txn::new().and_then(operations)).await?;
+            report.txns += 1;
+            for write in &batch {
+                match write {
+                    Write::Put { .. } => report.puts += 1,
+                    Write::Delete { .. } => report.deletes += 1,
+                }
+            }
+            plan::apply(&mut self.published, &batch);
+        }
+        Ok(())
+    }
+
+    /// A new lease holding the host key, and nothing else published yet. Refused, without
+    /// waiting, if another lease holds the host key.
+    async fn replace_lease(&mut self, report: &mut StepReport) -> Result<(), PublishError> {
+        self.published.clear();
+        let id = self.grant().await?;
+        match self.take_host_key(id).await {
+            Ok(true) => {
+                report.lease_replaced = true;
+                Ok(())
+            }
+            Ok(false) => {
+                self.revoke_quietly(id).await;
+                Err(PublishError::HostIdTaken {
+                    host_id: self.host_id.clone(),
+                    waited: Duration::ZERO,
+                })
+            }
+            Err(error) => {
+                self.revoke_quietly(id).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Grant a lease of the TTL and make it the current one.
+    async fn grant(&mut self) -> Result<i64, PublishError> {
+        let seconds = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
+        let seconds = if self.ttl.subsec_nanos() > 0 {
+            seconds.saturating_add(1)
+        } else {
+            seconds
+        };
+        let granted = self.client.lease_grant(seconds.max(1), None).await?;
+        self.lease = Some(Lease {
+            id: granted.id(),
+            keeper: None,
+        });
+        Ok(granted.id())
+    }
+
+    /// Put the host key under lease `id` if no key is there; whether it was put.
+    async fn take_host_key(&mut self, id: i64) -> Result<bool, PublishError> {
+        let key = self.keys.host(&self.host_id);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(
+                key.as_str(),
+                self.host_value.as_slice(),
+                Some(PutOptions::new().with_lease(id)),
+            )]);
+        let taken = self.client.txn(txn).await?.succeeded();
+        if taken {
+            self.published.insert(key, self.host_value.clone());
+        }
+        Ok(taken)
+    }
+
+    /// Renew the lease once, over its keepalive stream (opened again after any failure).
+    async fn renew(&mut self) -> Result<(), PublishError> {
+        let deadline = request_deadline(self.ttl);
+        let lease = self.lease.as_mut().ok_or(PublishError::LeaseLost(0))?;
+        let id = lease.id;
+        let Some((mut keeper, mut responses)) = lease.keeper.take() else {
+            // Opening the stream sends the first keepalive and reads its answer.
+            let opened = tokio::time::timeout(deadline, self.client.lease_keep_alive(id))
+                .await
+                .map_err(|_| PublishError::Silent(deadline))??;
+            lease.keeper = Some(opened);
+            return Ok(());
+        };
+        keeper.keep_alive().await?;
+        match tokio::time::timeout(deadline, responses.message()).await {
+            Err(_) => Err(PublishError::Silent(deadline)),
+            Ok(Err(error)) => Err(error.into()),
+            Ok(Ok(None)) => Err(etcd_client::Error::LeaseKeepAliveError(
+                "the keepalive stream ended".to_owned(),
+            )
+            .into()),
+            Ok(Ok(Some(answer))) if answer.ttl() <= 0 => Err(PublishError::LeaseLost(id)),
+            Ok(Ok(Some(_))) => {
+                lease.keeper = Some((keeper, responses));
+                Ok(())
+            }
+        }
+    }
+
+    /// Revoke lease `id` on a path that is already failing: its own error would hide the
+    /// cause, and an unrevoked lease lapses within one TTL anyway.
+    async fn revoke_quietly(&mut self, id: i64) {
+        if self.lease_id() == Some(id) {
+            self.lease = None;
+        }
+        if let Err(error) = self.client.lease_revoke(id).await {
+            tracing::debug!(lease = id, %error, "revoking an unused fleet lease failed");
+        }
+    }
+}
+
+/// How often a claim asks again while another lease holds the host key.
+fn claim_retry(ttl: Duration) -> Duration {
+    (ttl / 15).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_leases_are_told_apart_from_other_failures() {
+        assert!(says_lease_not_found(
+            "etcdserver: requested lease not found"
+        ));
+        assert!(!says_lease_not_found("etcdserver: request timed out"));
+        let keepalive = etcd_client::Error::LeaseKeepAliveError("lease not found".to_owned());
+        assert!(PublishError::from(keepalive).is_lease_lost());
+        assert!(PublishError::LeaseLost(7).is_lease_lost());
+        let ended = etcd_client::Error::LeaseKeepAliveError("the stream ended".to_owned());
+        assert!(!PublishError::from(ended).is_lease_lost());
+        assert!(!PublishError::Silent(Duration::from_secs(1)).is_lease_lost());
+    }
+
+    #[test]
+    fn claims_are_retried_often_enough_to_notice_a_lapse_and_no_busier() {
+        assert_eq!(
+            claim_retry(Duration::from_secs(3)),
+            Duration::from_millis(200)
+        );
+        assert_eq!(
+            claim_retry(Duration::from_millis(500)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(claim_retry(Duration::from_secs(60)), Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,455 @@
+//! The publishing driver: this registry's verified picture, kept in etcd for as long as its
+//! verification loop makes progress.
+//!
+//! It holds a subscription to the monitor for life, so the loop runs (and prunes gone records)
+//! whether or not anyone listens to `/events`; it keeps one [`SessionEntry`] per session from
+//! the subscription's snapshot and events, and each time the loop completes a periodic pass
+//! ([`Monitor::steps`]) it hands them to the [`Publisher`], which writes what changed and renews
+//! the lease. So the lease proves progress: a loop that hangs stops renewing, and the host
+//! drops out within one TTL.
+//!
+//! Invariants:
+//! - A step reads only what the subscription delivered: it never waits on a door.
+//! - `changed_at` moves only when a session's verdict (live, unreachable, gone, or none yet)
+//!   does; a rewritten record with the same verdict keeps it, across resubscriptions too.
+//! - A subscription that lags or ends is replaced (a new snapshot, a full difference); the
+//!   monitor closing ends publishing with the lease revoked.
+
+use std::collections::BTreeMap;
+use std::mem::Discriminant;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::etcd::{self, EtcdSettings};
+pub use super::publisher::PublishOptions;
+use super::publisher::{PublishError, Publisher};
+use super::{DoorScope, SessionEntry};
+use crate::monitor::{EventKind, Monitor, Next, SubscribeError, Subscription};
+use crate::registry::Reading;
+use crate::running::{Liveness, Skill};
+
+/// How a reading is shown: the session object `GET /sessions` serves, and its card's skills.
+/// Given by the caller, since the fleet cannot know the HTTP layer.
+pub type Render = fn(&Reading) -> (Map<String, Value>, Vec<Skill>);
+
+/// Refuse a lease that a few slow passes could let lapse: `--fleet-ttl` must be at least three
+/// `--events-interval`s, since the lease is renewed once per pass.
+pub fn check_ttl(ttl: Duration, interval: Duration) -> Result<(), String> {
+    match interval.checked_mul(3) {
+        Some(three_passes) if ttl >= three_passes => Ok(()),
+        _ => Err(format!(
+            "--fleet-ttl {} is under three --events-interval passes ({} each): the lease is \
+             renewed once per pass, so raise --fleet-ttl or lower --events-interval",
+            humantime::format_duration(ttl),
+            humantime::format_duration(interval),
+        )),
+    }
+}
+
+/// Why publishing could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// etcd could not be reached, or refused the host id.
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+    /// The running directory could not be read for the first picture.
+    #[error(transparent)]
+    Subscribe(#[from] SubscribeError),
+}
+
+/// Publishing in progress. Dropping it stops publishing without revoking (the lease lapses
+/// within one TTL, as after a crash); [`Publishing::leave`] revokes.
+#[derive(Debug)]
+pub struct Publishing {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), PublishError>>,
+}
+
+impl Publishing {
+    /// Stop publishing and revoke the lease: this host leaves the fleet at once (SIGTERM).
+    pub async fn leave(mut self) -> Result<(), PublishError> {
+        if let Some(stop) = self.stop.take() {
+            // Gone only if the task already ended, and then it has left already.
+            let _ = stop.send(());
+        }
+        match (&mut self.task).await {
+            Ok(left) => left,
+            Err(join) => Err(PublishError::Task(join.to_string())),
+        }
+    }
+}
+
+impl Drop for Publishing {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Claim the host id in etcd, publish the monitor's picture, and keep it published, renewed
+/// at every periodic pass, until [`Publishing::leave`].
+///
+/// Waits up to one TTL if another lease holds the host id, then fails naming it.
+pub async fn start(
+    settings: &EtcdSettings,
+    options: PublishOptions,
+    monitor: Monitor,
+    render: Render,
+) -> Result<Publishing, StartError> {
+    let client = etcd::connect(settings, options.ttl)
+        .await
+        .map_err(PublishError::from)?;
+    let mut publisher = Publisher::claim(client, &options).await?;
+    let subscription = match monitor.subscribe().await {
+        Ok(subscription) => subscription,
+        Err(error) => {
+            if let Err(leaving) = publisher.leave().await {
+                tracing::debug!(error = %leaving, "revoking the fleet lease after a failed start");
+            }
+            return Err(error.into());
+        }
+    };
+    let mut entries = Entries::new(options.host_id.to_string(), render);
+    entries.replace(&subscription.snapshot.readings, &now());
+    // The picture is published at once, not a pass later; a failure is retried by the next.
+    step(&mut publisher, &entries).await;
+    let (stop, stopped) = oneshot::channel();
+    let driver = Driver {
+        publisher,
+        entries,
+        monitor,
+        subscription,
+        retry: options.ttl / 3,
+    };
+    Ok(Publishing {
+        stop: Some(stop),
+        task: tokio::spawn(driver.run(stopped)),
+    })
+}
+
+/// The task behind [`Publishing`].
+struct Driver {
+    publisher: Publisher,
+    entries: Entries,
+    monitor: Monitor,
+    subscription: Subscription,
+    /// How long to wait before subscribing again after the directory could not be read.
+    retry: Duration,
+}
+
+impl Driver {
+    async fn run(mut self, mut stopped: oneshot::Receiver<()>) -> Result<(), PublishError> {
+        let mut steps = self.monitor.steps();
+        steps.borrow_and_update();
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                next = self.subscription.recv() => match next {
+                    Ok(Next::Event(event)) => self.entries.apply(&event.kind, &now()),
+                    Ok(Next::Snapshot(snapshot)) => {
+                        self.entries.replace(&snapshot.readings, &now());
+                    }
+                    // Lagged, or the loop ended: a new subscription, a new snapshot.
+                    Err(_) => {
+                        if !self.resubscribe(&mut stopped).await {
+                            break;
+                        }
+                    }
+                },
+                passed = steps.changed() => {
+                    if passed.is_err() {
+                        break;
+                    }
+                    step(&mut self.publisher, &self.entries).await;
+                }
+            }
+        }
+        self.publisher.leave().await
+    }
+
+    /// Subscribe again, retrying while the directory cannot be read; `false` when the monitor
+    /// is closing or publishing was stopped meanwhile.
+    async fn resubscribe(&mut self, stopped: &mut oneshot::Receiver<()>) -> bool {
+        loop {
+            let subscribed = tokio::select! {
+                _ = &mut *stopped => return false,
+                subscribed = self.monitor.subscribe() => subscribed,
+            };
+            match subscribed {
+                Ok(subscription) => {
+                    self.entries
+                        .replace(&subscription.snapshot.readings, &now());
+                    self.subscription = subscription;
+                    return true;
+                }
+                Err(SubscribeError::Closing) => return false,
+                Err(error) => {
+                    tracing::warn!(%error, "fleet: no picture to publish; the lease lapses");
+                    tokio::select! {
+                        _ = &mut *stopped => return false,
+                        // Paces the retries: nothing renews the lease meanwhile, on purpose.
+                        () = tokio::time::sleep(self.retry) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One publishing step, its failure logged: the next pass tries again.
+async fn step(publisher: &mut Publisher, entries: &Entries) {
+    match publisher.step(&entries.sessions).await {
+        Ok(report) => tracing::debug!(?report, "fleet: published"),
+        Err(error) => tracing::warn!(%error, "fleet: publishing failed; retrying at the next pass"),
+    }
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// A session's verdict, as far as `changed_at` is concerned: its kind, not its reason.
+type Verdict = Option<Discriminant<Liveness>>;
+
+fn verdict_of(reading: &Reading) -> Verdict {
+    reading.liveness.as_ref().map(std::mem::discriminant)
+}
+
+/// The entries to publish, by session id, and each one's verdict.
+struct Entries {
+    host_id: String,
+    render: Render,
+    sessions: BTreeMap<String, SessionEntry>,
+    verdicts: BTreeMap<String, Verdict>,
+}
+
+impl Entries {
+    fn new(host_id: String, render: Render) -> Self {
+        Self {
+            host_id,
+            render,
+            sessions: BTreeMap::new(),
+            verdicts: BTreeMap::new(),
+        }
+    }
+
+    /// Replace everything with `readings`, keeping the `changed_at` of unchanged verdicts.
+    fn replace(&mut self, readings: &[Reading], now: &str) {
+        let mut old = std::mem::take(&mut self.sessions);
+        let old_verdicts = std::mem::take(&mut self.verdicts);
+        for reading in readings {
+            let session_id = &reading.record.session_id;
+            let kept = old
+                .remove(session_id)
+                .filter(|_| old_verdicts.get(session_id) == Some(&verdict_of(reading)));
+            let changed_at = kept.map_or_else(|| now.to_owned(), |entry| entry.changed_at);
+            self.put(reading, changed_at);
+        }
+    }
+
+    /// Follow one change of the picture.
+    fn apply(&mut self, change: &EventKind, now: &str) {
+        match change {
+            EventKind::Added(reading) => self.put(reading, now.to_owned()),
+            EventKind::Changed { now: reading, .. } => {
+                let session_id = &reading.record.session_id;
+                let same = self.verdicts.get(session_id) == Some(&verdict_of(reading));
+                let changed_at = match self.sessions.get(session_id) {
+                    Some(entry) if same => entry.changed_at.clone(),
+                    _ => now.to_owned(),
+                };
+                self.put(reading, changed_at);
+            }
+            EventKind::Removed { session_id, .. } => {
+                self.sessions.remove(session_id);
+                self.verdicts.remove(session_id);
+            }
+        }
+    }
+
+    fn put(&mut self, reading: &Reading, changed_at: String) {
+        let (session, skills) = (self.render)(reading);
+        let session_id = reading.record.session_id.clone();
+        let entry = SessionEntry {
+            host_id: self.host_id.clone(),
+            changed_at,
+            door_scope: reading.record.url.as_deref().map(DoorScope::of),
+            skills,
+            session,
+        };
+        self.verdicts
+            .insert(session_id.clone(), verdict_of(reading));
+        self.sessions.insert(session_id, entry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::RemovalCause;
+    use crate::running::{ProcessState, RunningRecord};
+
+    const A: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3a";
+    const B: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3b";
+
+    fn reading(session_id: &str, url: Option<&str>, liveness: Option<Liveness>) -> Reading {
+        let record = RunningRecord::parse(
+            serde_json::json!({
+                "session_id": session_id,
+                "url": url,
+                "pid": 1,
+                "process_start": "1",
+                "capsule_name": "test-capsule",
+                "capsule_version": "0.1.0",
+                "workdir": "/tmp/w",
+                "outlives_launcher": false,
+                "started_at": "2026-11-30T04:52:00Z",
+                "door_token": "secret",
+            })
+            .to_string()
+            .as_bytes(),
+        )
+        .expect("a record parses");
+        Reading {
+            record,
+            process: ProcessState::Alive,
+            liveness,
+        }
+    }
+
+    fn render(reading: &Reading) -> (Map<String, Value>, Vec<Skill>) {
+        let mut session = Map::new();
+        session.insert(
+            "session_id".into(),
+            reading.record.session_id.clone().into(),
+        );
+        session.insert("pid".into(), reading.record.pid.into());
+        let skills = vec![Skill {
+            id: "plan".into(),
+            tags: Vec::new(),
+        }];
+        (session, skills)
+    }
+
+    fn entries() -> Entries {
+        Entries::new("h1".into(), render)
+    }
+
+    fn unreachable() -> Option<Liveness> {
+        Some(Liveness::Unreachable {
+            reason: "door timed out".into(),
+        })
+    }
+
+    #[test]
+    fn an_entry_carries_the_host_the_door_scope_the_rendered_session_and_skills() {
+        let mut entries = entries();
+        entries.replace(
+            &[
+                reading(A, Some("127.0.0.1:9"), Some(Liveness::Live)),
+                reading(B, None, None),
+            ],
+            "t0",
+        );
+        let a = &entries.sessions[A];
+        assert_eq!(a.host_id, "h1");
+        assert_eq!(a.changed_at, "t0");
+        assert_eq!(a.door_scope, Some(DoorScope::Host));
+        assert_eq!(a.session["session_id"], A);
+        assert_eq!(a.skills[0].id, "plan");
+        assert_eq!(entries.sessions[B].door_scope, None);
+    }
+
+    #[test]
+    fn changed_at_moves_with_the_verdict_only() {
+        let mut entries = entries();
+        entries.apply(
+            &EventKind::Added(reading(A, Some("10.0.0.1:9"), Some(Liveness::Live))),
+            "t0",
+        );
+        assert_eq!(entries.sessions[A].door_scope, Some(DoorScope::Network));
+        // Rewritten, still live: the date stays.
+        let rewritten = EventKind::Changed {
+            old: Liveness::Live,
+            now: reading(A, Some("127.0.0.1:9"), Some(Liveness::Live)),
+        };
+        entries.apply(&rewritten, "t1");
+        assert_eq!(entries.sessions[A].changed_at, "t0");
+        assert_eq!(entries.sessions[A].door_scope, Some(DoorScope::Host));
+        // Unreachable: the date moves; another reason for the same verdict does not move it.
+        let frozen = EventKind::Changed {
+            old: Liveness::Live,
+            now: reading(A, Some("127.0.0.1:9"), unreachable()),
+        };
+        entries.apply(&frozen, "t2");
+        assert_eq!(entries.sessions[A].changed_at, "t2");
+        let other_reason = reading(
+            A,
+            Some("127.0.0.1:9"),
+            Some(Liveness::Unreachable {
+                reason: "refused".into(),
+            }),
+        );
+        entries.apply(
+            &EventKind::Changed {
+                old: Liveness::Live,
+                now: other_reason,
+            },
+            "t3",
+        );
+        assert_eq!(entries.sessions[A].changed_at, "t2");
+        entries.apply(
+            &EventKind::Removed {
+                session_id: A.into(),
+                cause: RemovalCause::Pruned,
+                detail: None,
+            },
+            "t4",
+        );
+        assert!(entries.sessions.is_empty() && entries.verdicts.is_empty());
+    }
+
+    #[test]
+    fn a_new_snapshot_keeps_the_dates_of_unchanged_verdicts_and_drops_the_missing() {
+        let mut entries = entries();
+        entries.replace(
+            &[
+                reading(A, Some("127.0.0.1:9"), Some(Liveness::Live)),
+                reading(B, Some("127.0.0.1:8"), Some(Liveness::Live)),
+            ],
+            "t0",
+        );
+        entries.replace(&[reading(A, Some("127.0.0.1:9"), unreachable())], "t1");
+        assert_eq!(entries.sessions.len(), 1);
+        assert_eq!(entries.sessions[A].changed_at, "t1");
+        entries.replace(&[reading(A, Some("127.0.0.1:9"), unreachable())], "t2");
+        assert_eq!(entries.sessions[A].changed_at, "t1");
+    }
+
+    #[test]
+    fn nothing_of_the_record_but_what_render_gives_is_published() {
+        let mut entries = entries();
+        entries.replace(
+            &[reading(A, Some("127.0.0.1:9"), Some(Liveness::Live))],
+            "t0",
+        );
+        let text = serde_json::to_string(&entries.sessions[A]).expect("encodes");
+        assert!(!text.contains("secret"), "{text}");
+    }
+
+    #[test]
+    fn a_ttl_under_three_passes_is_refused_naming_both_flags() {
+        let second = Duration::from_secs(1);
+        assert_eq!(check_ttl(3 * second, second), Ok(()));
+        assert_eq!(check_ttl(15 * second, 2 * second), Ok(()));
+        let refused = check_ttl(Duration::from_millis(2999), second).expect_err("too short");
+        assert!(refused.contains("--fleet-ttl") && refused.contains("--events-interval"));
+        assert!(
+            refused.contains("2s 999ms") && refused.contains("1s"),
+            "{refused}"
+        );
+        assert!(check_ttl(Duration::MAX, Duration::MAX).is_err());
+    }
+}

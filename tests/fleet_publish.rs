@@ -1,0 +1,673 @@
+//! Publishing to the fleet, against a real etcd (`/usr/bin/etcd`, started per test on free
+//! loopback ports), at library level.
+//!
+//! What a fleet relies on from one registry's publisher:
+//! - the host id is one registry's: a second claim waits one TTL for the holder's lease, then
+//!   is refused naming the id (by the publisher and by `publishing::start`); a holder that
+//!   stopped renewing (as after `kill -9`) lapses and the claim succeeds;
+//! - writes happen only on change: a quiet pass moves etcd's revision not at all and renews
+//!   the lease once; 1,000 new sessions take ceil(1000 / 128) transactions;
+//! - a lease lost behind the publisher's back (revoked, or lapsed) is replaced at the next
+//!   step and everything is put again; leaving revokes it and every key goes in one revision;
+//! - etcd killed or frozen: a step fails within the TTL (never hangs) and the next one after
+//!   etcd is back catches up; a 3-member cluster whose leader is killed keeps publishing;
+//! - real clusters: TLS with a client certificate (refused without one), and etcd's
+//!   authentication through the credentials file (a wrong password refused);
+//! - the driver over a real running directory (capsule processes, a Monitor over a Registry)
+//!   publishes at start, renews at every pass, follows sessions as they come and go with nobody
+//!   listening to `/events` (the killed capsule's record is pruned), and no key etcd holds
+//!   carries a secret (a record's `door_token`); a loop that cannot pass (its directory taken
+//!   away) lets the lease lapse, and the host rejoins once it can.
+//!
+//! Every test needs etcd, so each is ignored by plain `cargo test`; waiting is by polling etcd
+//! (or the monitor's pass count) under a deadline, never by sleeping.
+
+#![cfg(feature = "fleet")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::etcd::{Etcd, EtcdCluster, TestCerts};
+use common::{
+    CapsuleProcess, DEADLINE, DoorMode, DoorServer, RecordJson, Rejection, session_id, temp_dir,
+    wait_until, write_raw,
+};
+use etcd_client::{Client, GetOptions};
+use murmur_registry::fleet::etcd::EtcdSettings;
+use murmur_registry::fleet::publisher::{PublishError, PublishOptions, Publisher, StepReport};
+use murmur_registry::fleet::{HostId, SessionEntry, keys::FleetKeys, publishing};
+use murmur_registry::http::wire::SessionView;
+use murmur_registry::monitor::Monitor;
+use murmur_registry::registry::{Reading, Registry};
+use murmur_registry::running::{DoorProbe, Skill};
+use serde_json::{Map, Value, json};
+
+/// A short lease, as the fleet tests use: etcd's own floor is about 2 s.
+const TTL: Duration = Duration::from_secs(2);
+/// Enough for any state these tests wait on, on a loaded machine.
+const WAIT: Duration = Duration::from_secs(20);
+const PREFIX: &str = "/test/fleet";
+
+fn options(host: &str, ttl: Duration) -> PublishOptions {
+    PublishOptions {
+        keys: FleetKeys::new(PREFIX),
+        host_id: host.parse::<HostId>().expect("a valid host id"),
+        ttl,
+        version: "0.1.0".to_owned(),
+        advertise_url: None,
+    }
+}
+
+async fn claim(etcd: &Etcd, host: &str, ttl: Duration) -> Result<Publisher, PublishError> {
+    Publisher::claim(etcd.client().await, &options(host, ttl)).await
+}
+
+/// `n` sessions as a step hands them over, keyed by session id.
+fn sessions(host: &str, n: usize) -> BTreeMap<String, SessionEntry> {
+    (0..n)
+        .map(|i| {
+            let session_id = format!("ses_{i:032x}");
+            let Value::Object(session) = json!({"session_id": session_id, "pid": i}) else {
+                unreachable!("an object literal")
+            };
+            let entry = SessionEntry {
+                host_id: host.to_owned(),
+                changed_at: "2026-12-01T00:00:00Z".to_owned(),
+                door_scope: None,
+                skills: Vec::new(),
+                session,
+            };
+            (session_id, entry)
+        })
+        .collect()
+}
+
+/// Every key under the test prefix, with its lease.
+async fn keys_in(client: &mut Client) -> BTreeMap<String, i64> {
+    let answer = client
+        .get(PREFIX, Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("read the prefix");
+    answer
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key_str().expect("UTF-8 key").to_owned(), kv.lease()))
+        .collect()
+}
+
+/// etcd's store revision now.
+async fn revision(client: &mut Client) -> i64 {
+    let answer = client.get("/", None).await.expect("read the revision");
+    answer.header().expect("a header").revision()
+}
+
+/// Poll etcd until `done` holds of the keys under the prefix.
+async fn until_keys(
+    client: &mut Client,
+    what: &str,
+    done: impl Fn(&BTreeMap<String, i64>) -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        if done(&keys_in(client).await) {
+            return;
+        }
+        assert!(start.elapsed() < WAIT, "gave up waiting until {what}");
+        // Paces the polling only.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_host_id_held_by_a_live_lease_is_refused_after_waiting_one_ttl() {
+    let etcd = Etcd::start().await;
+    // The holder's lease outlives the whole wait without renewing.
+    let _holder = claim(&etcd, "a", Duration::from_secs(60))
+        .await
+        .expect("the first claim");
+    let start = Instant::now();
+    let refused = claim(&etcd, "a", TTL)
+        .await
+        .err()
+        .expect("a second claim fails");
+    assert!(
+        start.elapsed() >= TTL,
+        "refused after {:?}, before one TTL",
+        start.elapsed()
+    );
+    assert!(
+        matches!(refused, PublishError::HostIdTaken { .. }),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains("host id a is taken"),
+        "the error names the host id: {refused}"
+    );
+    // Another id is free all along.
+    claim(&etcd, "b", TTL).await.expect("another host id");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_claim_succeeds_once_a_holder_that_stopped_renewing_lapses() {
+    let etcd = Etcd::start().await;
+    let holder = claim(&etcd, "a", TTL).await.expect("the first claim");
+    let old_lease = holder.lease_id().expect("a lease");
+    // Dropped without leaving: no keepalive and no revoke, as after `kill -9`.
+    drop(holder);
+    let start = Instant::now();
+    let successor = claim(&etcd, "a", TTL)
+        .await
+        .expect("the claim after the lapse");
+    assert!(
+        start.elapsed() < TTL + Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    let mut client = etcd.client().await;
+    let keys = keys_in(&mut client).await;
+    let lease = successor.lease_id().expect("a lease");
+    assert_ne!(lease, old_lease);
+    assert_eq!(keys.get(&format!("{PREFIX}/hosts/a")), Some(&lease));
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_pass_with_nothing_changed_writes_nothing_and_renews_once() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let three = sessions("a", 3);
+    let first = publisher.step(&three).await.expect("first step");
+    assert_eq!((first.txns, first.puts, first.keepalives), (1, 3, 1));
+    let before = revision(&mut client).await;
+    let quiet = publisher.step(&three).await.expect("quiet step");
+    assert_eq!(
+        quiet,
+        StepReport {
+            keepalives: 1,
+            ..StepReport::default()
+        }
+    );
+    assert_eq!(
+        revision(&mut client).await,
+        before,
+        "a quiet pass wrote nothing"
+    );
+    // One session changes, one goes: one transaction of two writes.
+    let mut changed = three.clone();
+    let first_id = changed.keys().next().cloned().expect("a session");
+    changed.remove(&first_id);
+    if let Some(entry) = changed.values_mut().next() {
+        entry.changed_at = "2026-12-01T00:00:01Z".to_owned();
+    }
+    let report = publisher.step(&changed).await.expect("changed step");
+    assert_eq!((report.txns, report.puts, report.deletes), (1, 1, 1));
+    assert_eq!(revision(&mut client).await, before + 1);
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_thousand_new_sessions_take_as_few_transactions_as_etcd_allows() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let before = revision(&mut client).await;
+    let report = publisher.step(&sessions("a", 1000)).await.expect("step");
+    let txns = 1000_usize.div_ceil(128);
+    assert_eq!((report.txns, report.puts), (txns, 1000));
+    // Each transaction is one revision, whatever it holds.
+    assert_eq!(revision(&mut client).await, before + txns as i64);
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 1000);
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_lease_revoked_behind_its_back_is_replaced_and_everything_put_again() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let five = sessions("a", 5);
+    publisher.step(&five).await.expect("first step");
+    let old = publisher.lease_id().expect("a lease");
+    client
+        .lease_revoke(old)
+        .await
+        .expect("revoke behind its back");
+    assert!(keys_in(&mut client).await.is_empty());
+    let report = publisher.step(&five).await.expect("the step after");
+    assert!(report.lease_replaced, "{report:?}");
+    assert_eq!(report.puts, 5);
+    let new = publisher.lease_id().expect("a lease");
+    assert_ne!(new, old);
+    let keys = keys_in(&mut client).await;
+    assert_eq!(keys.len(), 1 + 5);
+    assert!(keys.values().all(|lease| *lease == new), "{keys:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_lease_that_lapsed_is_replaced_and_everything_put_again() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let two = sessions("a", 2);
+    publisher.step(&two).await.expect("first step");
+    // No step for longer than the TTL: etcd lets the lease go with its keys.
+    until_keys(
+        &mut client,
+        "the lapsed lease's keys are gone",
+        BTreeMap::is_empty,
+    )
+    .await;
+    let report = publisher.step(&two).await.expect("the step after");
+    assert!(report.lease_replaced, "{report:?}");
+    assert_eq!(report.puts, 2);
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn leaving_removes_every_key_in_one_revision() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    publisher.step(&sessions("a", 300)).await.expect("step");
+    assert_eq!(keys_in(&mut client).await.len(), 301);
+    let before = revision(&mut client).await;
+    publisher.leave().await.expect("leave");
+    assert!(keys_in(&mut client).await.is_empty());
+    assert_eq!(revision(&mut client).await, before + 1, "all at once");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_step_while_etcd_is_down_fails_and_the_next_one_after_it_is_back_catches_up() {
+    let mut etcd = Etcd::start().await;
+    let mut publisher = claim(&etcd, "a", Duration::from_secs(6))
+        .await
+        .expect("claim");
+    publisher.step(&sessions("a", 1)).await.expect("first step");
+    etcd.kill();
+    let failed = publisher.step(&sessions("a", 2)).await;
+    assert!(failed.is_err(), "{failed:?}");
+    etcd.restart().await;
+    let mut client = etcd.client().await;
+    let start = Instant::now();
+    // The client reconnects on its own; a step may still meet the old connection's end.
+    loop {
+        if publisher.step(&sessions("a", 2)).await.is_ok() {
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "no step succeeded after etcd came back"
+        );
+        // Paces the retries only.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The driver over a real running directory
+// ---------------------------------------------------------------------------------------------
+
+/// How often the monitor under test passes over the directory and asks each door again.
+const INTERVAL: Duration = Duration::from_millis(200);
+/// A door token no key in etcd may ever hold.
+const DOOR_SECRET: &str = "door-secret-0f9e8d7c6b5a";
+
+/// What `serve` publishes for a reading: the session object `GET /sessions` serves.
+fn render(reading: &Reading) -> (Map<String, Value>, Vec<Skill>) {
+    match serde_json::to_value(SessionView::of(reading)) {
+        Ok(Value::Object(session)) => (session, Vec::new()),
+        other => panic!("a session view is a JSON object: {other:?}"),
+    }
+}
+
+/// Every value etcd holds under the prefix, by key, as text.
+async fn values_in(client: &mut Client) -> BTreeMap<String, String> {
+    let answer = client
+        .get(PREFIX, Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("read the prefix");
+    answer
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let key = kv.key_str().expect("UTF-8 key").to_owned();
+            (key, kv.value_str().expect("UTF-8 value").to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn the_driver_publishes_a_running_directory_as_it_changes_with_nobody_listening() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let dir = temp_dir();
+    let probe = DoorProbe::with_deadlines(Duration::from_millis(300), Duration::from_millis(700));
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), probe)));
+    monitor.set_interval(INTERVAL);
+    monitor.set_door_recheck(INTERVAL);
+    let mut capsule = CapsuleProcess::single();
+    let record = capsule.record();
+    write_raw(dir.path(), &record.file_name(), record.to_bytes());
+    // A door that wants a token, and gets it from its record.
+    let guarded_id = session_id();
+    let guarded = DoorServer::start(DoorMode::Authenticated {
+        session_id: guarded_id.clone(),
+        token: DOOR_SECRET.to_owned(),
+        rejection: Rejection::Http401,
+    });
+    RecordJson::new(&guarded_id)
+        .url(guarded.url())
+        .door_token(DOOR_SECRET)
+        .write_in(dir.path());
+    let doorless = RecordJson::fresh().no_door();
+    write_raw(dir.path(), &doorless.file_name(), doorless.to_bytes());
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..EtcdSettings::default()
+    };
+    let publishing = publishing::start(&settings, options("h1", TTL), monitor.clone(), render)
+        .await
+        .expect("start publishing");
+    let capsule_key = format!("{PREFIX}/sessions/h1/{}", capsule.session_id());
+    let doorless_key = format!("{PREFIX}/sessions/h1/{}", doorless.session_id());
+    // Published when start returns: the first picture is not a pass late.
+    let values = values_in(&mut client).await;
+    assert_eq!(values.len(), 4, "{values:?}");
+    let entry: Value = serde_json::from_str(&values[&capsule_key]).expect("JSON");
+    assert_eq!(entry["host_id"], "h1");
+    assert_eq!(entry["door_scope"], "host");
+    assert_eq!(entry["session_id"], capsule.session_id());
+    assert_eq!(entry["liveness"]["state"], "live");
+    assert!(
+        entry["changed_at"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    let guarded_key = format!("{PREFIX}/sessions/h1/{guarded_id}");
+    let entry: Value = serde_json::from_str(&values[&guarded_key]).expect("JSON");
+    assert_eq!(entry["liveness"]["state"], "live", "the door got its token");
+    let entry: Value = serde_json::from_str(&values[&doorless_key]).expect("JSON");
+    assert_eq!(entry["door_scope"], Value::Null);
+    let host: Value = serde_json::from_str(&values[&format!("{PREFIX}/hosts/h1")]).expect("JSON");
+    assert_eq!(host["host_id"], "h1");
+    assert_eq!(host["registry_url"], Value::Null);
+    // The driver is the only listener, and the loop runs for it.
+    assert_eq!(monitor.listeners(), 1);
+
+    // The lease is renewed by the passes: it outlives many TTLs' worth of passes.
+    let lease = keys_in(&mut client).await[&capsule_key];
+    let mut steps = monitor.steps();
+    let from = *steps.borrow_and_update();
+    let passes = (3 * TTL.as_millis() / INTERVAL.as_millis()) as u64;
+    let start = Instant::now();
+    while *steps.borrow_and_update() < from + passes {
+        assert!(start.elapsed() < WAIT, "the loop stopped passing");
+        tokio::time::timeout(WAIT, steps.changed())
+            .await
+            .expect("a pass within the deadline")
+            .expect("the monitor is alive");
+    }
+    assert_eq!(keys_in(&mut client).await.get(&capsule_key), Some(&lease));
+
+    // A new capsule appears; a killed one is pruned from disk and from etcd, with nobody
+    // listening to `/events`.
+    let second = CapsuleProcess::single();
+    write_raw(
+        dir.path(),
+        &second.record().file_name(),
+        second.record().to_bytes(),
+    );
+    let second_key = format!("{PREFIX}/sessions/h1/{}", second.session_id());
+    until_keys(&mut client, "the new capsule is published", |keys| {
+        keys.contains_key(&second_key)
+    })
+    .await;
+    capsule.send_signal(9);
+    capsule.wait_exit(DEADLINE);
+    until_keys(&mut client, "the killed capsule is unpublished", |keys| {
+        !keys.contains_key(&capsule_key)
+    })
+    .await;
+    let record_path = dir.path().join(record.file_name());
+    wait_until("the killed capsule's record is pruned", DEADLINE, || {
+        !record_path.exists()
+    });
+
+    // Nothing secret in any key etcd holds.
+    for (key, value) in values_in(&mut client).await {
+        for secret in [DOOR_SECRET, "door_token", "token", "password", "credential"] {
+            assert!(!value.contains(secret), "{key} holds {secret:?}: {value}");
+        }
+    }
+
+    // Leaving revokes: every key at once.
+    let before = revision(&mut client).await;
+    publishing.leave().await.expect("leave");
+    assert!(keys_in(&mut client).await.is_empty());
+    assert_eq!(revision(&mut client).await, before + 1);
+    assert_eq!(monitor.listeners(), 0, "the subscription went with it");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn the_driver_refuses_to_start_on_a_host_id_taken_naming_it() {
+    let etcd = Etcd::start().await;
+    let _holder = claim(&etcd, "dup", Duration::from_secs(60))
+        .await
+        .expect("the first claim");
+    let dir = temp_dir();
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), DoorProbe::new())));
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..EtcdSettings::default()
+    };
+    let refused = publishing::start(&settings, options("dup", TTL), monitor.clone(), render)
+        .await
+        .expect_err("refused");
+    assert!(refused.to_string().contains("host id dup"), "{refused}");
+    assert!(
+        !monitor.is_running(),
+        "nothing subscribed for a refused start"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd frozen, etcd with authentication, a cluster losing its leader
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_step_against_a_frozen_etcd_fails_within_the_ttl_and_resumes_after_it_thaws() {
+    let etcd = Etcd::start().await;
+    let ttl = Duration::from_secs(3);
+    let mut publisher = claim(&etcd, "a", ttl).await.expect("claim");
+    publisher.step(&sessions("a", 1)).await.expect("first step");
+    etcd.freeze();
+    let start = Instant::now();
+    let failed = publisher.step(&sessions("a", 2)).await;
+    let took = start.elapsed();
+    etcd.thaw();
+    assert!(failed.is_err(), "{failed:?}");
+    assert!(took < ttl, "a silent etcd held the step for {took:?}");
+    let mut client = etcd.client().await;
+    let start = Instant::now();
+    while publisher.step(&sessions("a", 2)).await.is_err() {
+        assert!(
+            start.elapsed() < WAIT,
+            "no step succeeded after etcd thawed"
+        );
+        // Paces the retries only.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn with_etcd_authentication_the_credentials_file_is_used_and_a_wrong_password_refused() {
+    let etcd = Etcd::start().await;
+    let mut admin = etcd.client().await;
+    admin
+        .user_add("root", "root-pw", None)
+        .await
+        .expect("add root");
+    admin
+        .user_grant_role("root", "root")
+        .await
+        .expect("grant root");
+    admin.auth_enable().await.expect("enable auth");
+    let home = temp_dir();
+    let with_password = |name: &str, line: &str| {
+        let path = write_raw(home.path(), name, line);
+        EtcdSettings {
+            endpoints: vec![etcd.endpoint()],
+            credentials_file: Some(path),
+            ..EtcdSettings::default()
+        }
+    };
+    let dir = temp_dir();
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), DoorProbe::new())));
+    let wrong = with_password("wrong", "root:not-the-password\n");
+    publishing::start(&wrong, options("h1", TTL), monitor.clone(), render)
+        .await
+        .expect_err("a wrong password is refused");
+    let right = with_password("right", "root:root-pw\n");
+    let publishing = publishing::start(&right, options("h1", TTL), monitor, render)
+        .await
+        .expect("start with the right password");
+    let mut reader = common::etcd::connect(&[etcd.endpoint()])
+        .await
+        .expect("connect");
+    let answer = reader
+        .get(PREFIX, Some(GetOptions::new().with_prefix()))
+        .await;
+    assert!(answer.is_err(), "etcd refuses a reader without credentials");
+    publishing.leave().await.expect("leave");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn publishing_goes_on_when_a_three_member_clusters_leader_is_killed() {
+    let mut cluster = EtcdCluster::start(3).await;
+    let client = common::etcd::connect(&cluster.endpoints())
+        .await
+        .expect("connect");
+    let mut publisher = Publisher::claim(client, &options("a", Duration::from_secs(3)))
+        .await
+        .expect("claim");
+    publisher.step(&sessions("a", 5)).await.expect("first step");
+    let leader = cluster.leader().await;
+    cluster.members[leader].kill();
+    let start = Instant::now();
+    // The client moves to a live member; a step may meet the dead one first.
+    while publisher.step(&sessions("a", 7)).await.is_err() {
+        assert!(
+            start.elapsed() < WAIT,
+            "no step succeeded after the leader died"
+        );
+        // Paces the retries only.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let survivor = (0..3).find(|i| *i != leader).expect("a survivor");
+    let mut reader = cluster.members[survivor].client().await;
+    until_keys(&mut reader, "all seven sessions are published", |keys| {
+        keys.len() == 1 + 7
+    })
+    .await;
+    let quiet = publisher
+        .step(&sessions("a", 7))
+        .await
+        .expect("a quiet step");
+    assert_eq!((quiet.puts, quiet.keepalives), (0, 1), "{quiet:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server) and openssl, run with --features fleet"]
+async fn over_tls_a_client_certificate_is_presented_and_without_one_start_is_refused() {
+    let certs = TestCerts::generate();
+    let etcd = Etcd::start_tls(certs.clone()).await;
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ca_file: Some(certs.ca.clone()),
+        client_cert_file: Some(certs.client_cert.clone()),
+        client_key_file: Some(certs.client_key.clone()),
+        credentials_file: None,
+    };
+    let dir = temp_dir();
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), DoorProbe::new())));
+    let publishing = publishing::start(&settings, options("h1", TTL), monitor.clone(), render)
+        .await
+        .expect("start over TLS");
+    let mut client = etcd.client().await;
+    assert!(
+        keys_in(&mut client)
+            .await
+            .contains_key(&format!("{PREFIX}/hosts/h1"))
+    );
+    publishing.leave().await.expect("leave");
+    let without_certificate = EtcdSettings {
+        client_cert_file: None,
+        client_key_file: None,
+        ..settings
+    };
+    publishing::start(&without_certificate, options("h1", TTL), monitor, render)
+        .await
+        .expect_err("etcd asks for a client certificate");
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_loop_that_cannot_pass_lets_the_lease_lapse_and_the_host_rejoins_once_it_can() {
+    use std::os::unix::fs::DirBuilderExt;
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let home = temp_dir();
+    let running = home.path().join("running");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&running)
+        .expect("a running directory");
+    let monitor = Monitor::new(Arc::new(Registry::new(&running, DoorProbe::new())));
+    monitor.set_interval(INTERVAL);
+    let doorless = RecordJson::fresh().no_door();
+    doorless.write_in(&running);
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..EtcdSettings::default()
+    };
+    let publishing = publishing::start(&settings, options("h1", TTL), monitor, render)
+        .await
+        .expect("start");
+    let old_lease = keys_in(&mut client).await[&format!("{PREFIX}/hosts/h1")];
+
+    // The directory taken away: no pass completes, nothing renews the lease.
+    let aside = home.path().join("aside");
+    std::fs::rename(&running, &aside).expect("take the directory away");
+    let start = Instant::now();
+    until_keys(&mut client, "the host drops out", BTreeMap::is_empty).await;
+    let took = start.elapsed();
+    // One TTL, etcd's expiry tick, and what a loaded machine adds.
+    assert!(
+        took < TTL + Duration::from_secs(3),
+        "dropped out after {took:?}"
+    );
+
+    std::fs::rename(&aside, &running).expect("put the directory back");
+    until_keys(&mut client, "the host rejoins with its session", |keys| {
+        keys.len() == 2 && keys.values().all(|lease| *lease != old_lease)
+    })
+    .await;
+    publishing.leave().await.expect("leave");
+}
