@@ -15,6 +15,7 @@
 //! - Keys are built and parsed in one place ([`keys`]), so a reader never trusts a key it
 //!   could not have written.
 
+pub mod cache;
 #[cfg(feature = "fleet")]
 pub mod etcd;
 mod host_id;
