@@ -21,9 +21,13 @@ pub mod etcd;
 mod host_id;
 pub mod keys;
 pub mod model;
+#[cfg(test)]
+pub(crate) mod sample;
+pub mod view;
 
 pub use host_id::{HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};
+pub use view::{FleetUnavailable, FleetView};
 
 use std::time::Duration;
 
