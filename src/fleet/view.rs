@@ -164,22 +164,34 @@ impl FleetView {
         state.picture(&shared.own)
     }
 
-    /// Start listening: the fleet now, then every change after it.
-    pub fn subscribe(&self) -> Result<FleetSubscription, FleetUnavailable> {
+    /// Start listening: the fleet now, then every change after it. The snapshot is handed
+    /// apart, so a stream can let go of it once it is sent.
+    pub fn subscribe(&self) -> Result<(Arc<FleetSnapshot>, FleetSubscription), FleetUnavailable> {
         let shared = self.shared()?;
         let mut state = shared.lock();
         let snapshot = state.picture(&shared.own)?;
         let events = match &state.ring {
             Some(ring) => ring.subscribe(),
-            None => return Err(FleetUnavailable::Unavailable("no ring".to_owned())),
+            // A current view always has a ring.
+            None => return Err(FleetUnavailable::Closing),
         };
-        Ok(FleetSubscription {
-            snapshot,
+        let subscription = FleetSubscription {
             events,
             closing: shared.closing.subscribe(),
             ended: Arc::clone(&state.ended),
             skipping: false,
-        })
+        };
+        Ok((snapshot, subscription))
+    }
+
+    /// How many listeners are subscribed.
+    pub fn listeners(&self) -> usize {
+        let Some(shared) = &self.shared else { return 0 };
+        let state = shared.lock();
+        state
+            .ring
+            .as_ref()
+            .map_or(0, broadcast::Sender::receiver_count)
     }
 
     /// End every listener's stream and give out no more (the registry's shutdown).
@@ -349,11 +361,9 @@ fn started_at(entry: &SessionEntry) -> &str {
         .unwrap_or("")
 }
 
-/// A listener: the fleet when it subscribed, then every change after it.
+/// A listener: every change after the snapshot it subscribed with.
 #[derive(Debug)]
 pub struct FleetSubscription {
-    /// The fleet at the moment of subscribing.
-    pub snapshot: Arc<FleetSnapshot>,
     events: broadcast::Receiver<Published>,
     closing: watch::Receiver<bool>,
     ended: StreamEnd,

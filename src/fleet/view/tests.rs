@@ -81,18 +81,17 @@ fn a_read_makes_the_view_current_with_the_revision_and_own_host() {
 #[test]
 fn a_listener_gets_the_snapshot_then_each_change_with_growing_ids() {
     let view = current_view();
-    let mut listener = view.subscribe().expect("current");
-    assert_eq!(listener.snapshot.id, 0);
+    let (snapshot, mut listener) = view.subscribe().expect("current");
+    assert_eq!(snapshot.id, 0);
     let b = sample::host("b");
     let s2 = sample::session("b", "ses_2", 2, "live", "plan");
     view.apply([put(8, &b), put(8, &s2)]);
     assert_eq!(event_id(next_now(&mut listener)), 1);
     assert_eq!(event_id(next_now(&mut listener)), 2);
     // A newcomer's snapshot includes both, and the next change follows it without a gap.
-    let mut late = view.subscribe().expect("current");
-    assert_eq!((late.snapshot.id, late.snapshot.revision), (2, 8));
-    let sessions: Vec<_> = late
-        .snapshot
+    let (snapshot, mut late) = view.subscribe().expect("current");
+    assert_eq!((snapshot.id, snapshot.revision), (2, 8));
+    let sessions: Vec<_> = snapshot
         .sessions
         .iter()
         .map(|s| s.session["session_id"].as_str().unwrap_or(""))
@@ -106,7 +105,7 @@ fn a_listener_gets_the_snapshot_then_each_change_with_growing_ids() {
 #[test]
 fn a_re_read_while_current_sends_the_differences() {
     let view = current_view();
-    let mut listener = view.subscribe().expect("current");
+    let (_, mut listener) = view.subscribe().expect("current");
     view.read(sample::cache(
         20,
         &[
@@ -126,7 +125,7 @@ fn a_re_read_while_current_sends_the_differences() {
 #[test]
 fn many_changes_at_once_go_out_as_one_snapshot() {
     let view = current_view();
-    let mut listener = view.subscribe().expect("current");
+    let (_, mut listener) = view.subscribe().expect("current");
     let entries: Vec<_> = (0..=SNAPSHOT_OVER)
         .map(|n| sample::session("b", &format!("ses_b{n}"), 5, "live", "x"))
         .collect();
@@ -145,7 +144,7 @@ fn many_changes_at_once_go_out_as_one_snapshot() {
 #[test]
 fn a_listener_too_far_behind_is_ended() {
     let view = current_view();
-    let mut listener = view.subscribe().expect("current");
+    let (_, mut listener) = view.subscribe().expect("current");
     // One at a time (each within the snapshot threshold), past the buffer.
     for n in 0..=EVENT_BUFFER {
         let entry = sample::session("b", &format!("ses_b{n}"), 5, "live", "x");
@@ -158,7 +157,7 @@ fn a_listener_too_far_behind_is_ended() {
 #[test]
 fn going_unavailable_ends_streams_with_the_reason_and_serves_nothing_until_read_again() {
     let view = current_view();
-    let mut listener = view.subscribe().expect("current");
+    let (_, mut listener) = view.subscribe().expect("current");
     view.unavailable("etcd refused the connection".to_owned());
     let why = next_now(&mut listener).expect_err("ended");
     assert_eq!(
@@ -173,9 +172,9 @@ fn going_unavailable_ends_streams_with_the_reason_and_serves_nothing_until_read_
     );
     assert!(view.subscribe().is_err());
     view.read(sample::cache(30, &[sample::host("a")]));
-    let mut again = view.subscribe().expect("current again");
-    assert_eq!(again.snapshot.revision, 30);
-    assert!(again.snapshot.sessions.is_empty(), "no ghost of ses_1");
+    let (snapshot, mut again) = view.subscribe().expect("current again");
+    assert_eq!(snapshot.revision, 30);
+    assert!(snapshot.sessions.is_empty(), "no ghost of ses_1");
     view.apply([put(31, &sample::host("c"))]);
     assert!(event_id(next_now(&mut again)) > 0);
 }
@@ -183,7 +182,7 @@ fn going_unavailable_ends_streams_with_the_reason_and_serves_nothing_until_read_
 #[test]
 fn closing_ends_streams_and_refuses_new_ones() {
     let view = current_view();
-    let mut listener = view.subscribe().expect("current");
+    let (_, mut listener) = view.subscribe().expect("current");
     view.close();
     assert_eq!(
         next_now(&mut listener).expect_err("ended"),
