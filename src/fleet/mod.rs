@@ -24,6 +24,11 @@ pub mod model;
 #[cfg(test)]
 pub(crate) mod sample;
 pub mod view;
+// Pure, so built and tested in every build; only the watcher (feature `fleet`) acts on it.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+mod watch_step;
+#[cfg(feature = "fleet")]
+pub mod watcher;
 
 pub use host_id::{HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};
