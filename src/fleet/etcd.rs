@@ -10,7 +10,7 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions};
 
 /// Where etcd is and how to talk to it (`--fleet-etcd` and the TLS and credential flags).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EtcdSettings {
     /// `http://host:port` or `https://host:port`, one per member.
     pub endpoints: Vec<String>,

@@ -230,14 +230,19 @@ impl FleetView {
         let mut changes = Vec::new();
         for (revision, event) in events {
             match cache.apply(revision, event) {
-                Ok(change) => changes.extend(change),
+                Ok(change) => changes.extend(change.map(|change| (revision, change))),
                 Err(skipped) => {
                     tracing::warn!(key = %skipped.key, why = %skipped.why, "fleet entry skipped");
                 }
             }
         }
+        // A lease's keys go in one revision, in key order (`hosts/` before `sessions/`): a
+        // host leaves after its sessions, so no listener holds a session of a host gone.
+        changes.sort_by_key(|(revision, change)| {
+            (*revision, matches!(change, FleetChange::HostLeft { .. }))
+        });
         state.picture = None;
-        state.publish(&shared.own, changes);
+        state.publish(&shared.own, changes.into_iter().map(|(_, c)| c).collect());
     }
 
     /// The watch says the fleet is unchanged up to `revision`.

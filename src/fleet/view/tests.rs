@@ -190,3 +190,31 @@ fn closing_ends_streams_and_refuses_new_ones() {
     );
     assert!(matches!(view.subscribe(), Err(FleetUnavailable::Closing)));
 }
+
+#[test]
+fn a_host_leaves_after_its_sessions_within_one_revision() {
+    let view = current_view();
+    let (_, mut listener) = view.subscribe().expect("current");
+    let host = sample::host("a");
+    let session = sample::session("a", "ses_1", 1, "live", "plan");
+    let back = sample::host("a");
+    // A lease revoked at 8 (etcd sends the host key first), the host back at 9.
+    view.apply([
+        (8, WatchChange::Delete { key: &host.0 }),
+        (8, WatchChange::Delete { key: &session.0 }),
+        put(9, &back),
+    ]);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        match next_now(&mut listener) {
+            Ok(FleetNext::Event(event)) => order.push(match &event.change {
+                FleetChange::SessionRemoved { .. } => "removed",
+                FleetChange::HostLeft { .. } => "left",
+                FleetChange::HostJoined(_) => "joined",
+                other => panic!("{other:?}"),
+            }),
+            other => panic!("an event: {other:?}"),
+        }
+    }
+    assert_eq!(order, ["removed", "left", "joined"]);
+}
