@@ -73,6 +73,7 @@ struct Watcher {
 }
 
 /// Why following the fleet stopped.
+#[derive(Debug, PartialEq, Eq)]
 enum Stop {
     /// Compacted away: read again on the same connection.
     Compacted,
@@ -113,13 +114,17 @@ impl Watcher {
     /// Read the prefix, hand it to the view, then follow the watch until it fails or is
     /// compacted.
     async fn follow(&self, client: &mut Client) -> Stop {
-        let revision = match self.read(client).await {
-            Ok(revision) => revision,
-            Err(why) => return Stop::Failed(why),
-        };
+        match self.read(client).await {
+            Ok(revision) => self.watch_from(client, revision + 1).await,
+            Err(why) => Stop::Failed(why),
+        }
+    }
+
+    /// Follow the watch of the prefix from `start` until it fails or is compacted.
+    async fn watch_from(&self, client: &mut Client, start: i64) -> Stop {
         let options = WatchOptions::new()
             .with_prefix()
-            .with_start_revision(revision + 1)
+            .with_start_revision(start)
             .with_progress_notify();
         let watching = timeout(
             self.deadlines.silent_after,
@@ -218,3 +223,6 @@ impl Watcher {
         )
     }
 }
+
+#[cfg(test)]
+mod tests;
