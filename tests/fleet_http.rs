@@ -17,6 +17,8 @@ mod common;
 use common::server::ServeTask;
 use common::temp_dir;
 use murmur_registry::fleet::FleetView;
+use murmur_registry::fleet::cache::FleetCache;
+use murmur_registry::fleet::keys::FleetKeys;
 use murmur_registry::http::{AppState, ServeLimits, serve_with};
 use murmur_registry::registry::Registry;
 use murmur_registry::running::DoorProbe;
@@ -36,6 +38,10 @@ struct FleetServer {
 
 impl FleetServer {
     async fn start(fleet: FleetView) -> Self {
+        Self::start_with(fleet, ServeLimits::default()).await
+    }
+
+    async fn start_with(fleet: FleetView, limits: ServeLimits) -> Self {
         let home = temp_dir();
         let running = temp_dir();
         let token_path = home.path().join("token");
@@ -56,9 +62,7 @@ impl FleetServer {
             &[],
         )
         .with_fleet(fleet);
-        let serving = ServeTask::spawn(move |signal| {
-            serve_with(listener, state, ServeLimits::default(), signal)
-        });
+        let serving = ServeTask::spawn(move |signal| serve_with(listener, state, limits, signal));
         Self {
             base: format!("http://{addr}"),
             token,
@@ -102,13 +106,50 @@ async fn without_a_fleet_the_fleet_endpoints_are_404_and_the_local_api_answers()
     assert_eq!(server.get("/sessions").await.0, 200);
 }
 
+/// A fleet stream and a local stream share the `--max-event-streams` places.
+#[tokio::test]
+async fn a_fleet_stream_takes_an_event_stream_place() {
+    let view = FleetView::new("a".parse().expect("a host id"));
+    let host =
+        br#"{"host_id":"a","version":"1","started_at":"2026-12-01T00:00:00Z","registry_url":null}"#;
+    let keys = FleetKeys::new("/p");
+    let (cache, skipped) = FleetCache::read(keys, 1, [(&b"/p/hosts/a"[..], &host[..])]);
+    assert_eq!(skipped, []);
+    view.read(cache);
+    let limits = ServeLimits {
+        max_event_streams: 1,
+        ..ServeLimits::default()
+    };
+    let server = FleetServer::start_with(view.clone(), limits).await;
+    let stream = server.request("/fleet/events").await;
+    assert_eq!(stream.status().as_u16(), 200);
+    let (status, problem) = server.get("/events").await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (
+            503,
+            Some("urn:murmur-registry:problem:too-many-event-streams")
+        )
+    );
+    drop(stream);
+    // The place is given back when the fleet stream closes.
+    let start = std::time::Instant::now();
+    while server.request("/fleet/events").await.status().as_u16() != 200 {
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "the place never came back"
+        );
+        // Paces the polling only.
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 #[cfg(feature = "fleet")]
 mod with_etcd {
     use std::time::{Duration, Instant};
 
     use etcd_client::{Client, PutOptions};
     use murmur_registry::fleet::etcd::EtcdSettings;
-    use murmur_registry::fleet::keys::FleetKeys;
     use murmur_registry::fleet::watcher::{self, FleetWatcher};
     use murmur_registry::fleet::{FleetView, HostId};
     use serde_json::json;
