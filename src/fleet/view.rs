@@ -209,6 +209,8 @@ impl FleetView {
         match &mut state.cache {
             Ok(cache) => {
                 let changes = cache.replace(fresh);
+                // The revision moved even if nothing else did.
+                state.picture = None;
                 state.publish(&shared.own, changes);
             }
             Err(_) => {

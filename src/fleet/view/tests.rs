@@ -120,6 +120,15 @@ fn a_re_read_while_current_sends_the_differences() {
         other => panic!("a change: {other:?}"),
     }
     assert_eq!(view.current().expect("current").revision, 20);
+    // A re-read that finds nothing changed still moves the revision served.
+    view.read(sample::cache(
+        25,
+        &[
+            sample::host("a"),
+            sample::session("a", "ses_1", 1, "gone", "plan"),
+        ],
+    ));
+    assert_eq!(view.current().expect("current").revision, 25);
 }
 
 #[test]
