@@ -84,6 +84,11 @@ pub async fn fleet_sessions(
 ) -> Result<Response, ApiError> {
     let keep = Filter::of(&query)?;
     let snapshot = state.fleet().current()?;
+    if keep.is_everything() {
+        // Encoded once per picture, shared with the streams' snapshots.
+        let body = snapshot.encoded(|snapshot| encode(&whole(snapshot)));
+        return Ok(json_body(Bytes::copy_from_slice(body.as_bytes())));
+    }
     let body = FleetSessions {
         hosts: (snapshot.hosts.iter())
             .filter(|h| keep.host(&h.host_id))
@@ -280,6 +285,10 @@ impl Filter {
             hosts,
             skill: query.skill.clone(),
         })
+    }
+
+    fn is_everything(&self) -> bool {
+        self.states.is_none() && self.hosts.is_none() && self.skill.is_none()
     }
 
     fn host(&self, host_id: &str) -> bool {
