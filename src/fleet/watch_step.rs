@@ -6,6 +6,9 @@
 //!   etcd also marks the watch canceled.
 //! - Silence is noticed within half a TTL, and a fresh read is tried again every sixth of one,
 //!   so a fleet is never served stale past one TTL and is back within one TTL of etcd answering.
+//! - A watch that breaks while following (its member went away) is read again at once, at most
+//!   once a TTL, before the fleet is called unavailable: another member may answer, and that
+//!   read's own deadline (half a TTL) still ends any staleness within one TTL.
 
 use std::time::Duration;
 
@@ -55,6 +58,30 @@ pub(crate) fn step_of(facts: ResponseFacts<'_>) -> WatchStep {
         return WatchStep::Started;
     }
     WatchStep::Progress(facts.revision)
+}
+
+/// How following the fleet failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// etcd refused to connect, read or watch.
+    Refused,
+    /// The watch broke (an error, or the stream ended) while following.
+    Broken,
+    /// etcd said nothing within its deadline.
+    Silent,
+    /// etcd canceled the watch.
+    Canceled,
+}
+
+/// Whether to read again at once instead of calling the fleet unavailable: only for a watch
+/// that broke, and only if the last such retry was at least `ttl` ago (`None`: never), so a
+/// watch that keeps breaking cannot spin.
+pub(crate) fn read_again_at_once(
+    failure: Failure,
+    since_last_retry: Option<Duration>,
+    ttl: Duration,
+) -> bool {
+    failure == Failure::Broken && since_last_retry.is_none_or(|since| since >= ttl)
 }
 
 /// How long the watcher waits for what, for a lease of one TTL.
@@ -137,6 +164,21 @@ mod tests {
                 ..facts()
             };
             assert_eq!(step_of(compacted), WatchStep::Compacted);
+        }
+    }
+
+    #[test]
+    fn only_a_broken_watch_is_read_again_at_once_and_at_most_once_a_ttl() {
+        let ttl = Duration::from_secs(3);
+        assert!(read_again_at_once(Failure::Broken, None, ttl));
+        assert!(read_again_at_once(Failure::Broken, Some(ttl), ttl));
+        assert!(!read_again_at_once(
+            Failure::Broken,
+            Some(ttl - Duration::from_millis(1)),
+            ttl
+        ));
+        for failure in [Failure::Refused, Failure::Silent, Failure::Canceled] {
+            assert!(!read_again_at_once(failure, None, ttl), "{failure:?}");
         }
     }
 

@@ -7,7 +7,8 @@
 //!   connection, a failed or ended watch, or etcd silent for [`WatchDeadlines::silent_after`]
 //!   makes it unavailable (saying why) at once, so a stale fleet is never served as current.
 //! - After a failure a fresh read is tried every [`WatchDeadlines::retry_after`], on a new
-//!   connection; a compaction is a fresh read on the same one. A fresh read replaces the whole
+//!   connection; a compaction, and a watch that broke while following (its member went away),
+//!   are a fresh read at once on the same one (see [`read_again_at_once`]). A fresh read replaces the whole
 //!   cache, so nothing that left meanwhile survives it.
 //! - Every wait on etcd has a deadline; the task never panics and ends only when stopped.
 
@@ -21,7 +22,9 @@ use super::cache::{FleetCache, WatchChange};
 use super::etcd::{EtcdSettings, connect};
 use super::keys::FleetKeys;
 use super::view::FleetView;
-use super::watch_step::{ResponseFacts, WatchDeadlines, WatchStep, step_of};
+use super::watch_step::{
+    Failure, ResponseFacts, WatchDeadlines, WatchStep, read_again_at_once, step_of,
+};
 
 /// The running watcher. Dropping it (or [`FleetWatcher::stop`]) stops the watch.
 #[derive(Debug)]
@@ -77,24 +80,42 @@ struct Watcher {
 enum Stop {
     /// Compacted away: read again on the same connection.
     Compacted,
-    /// etcd failed us, for this reason.
-    Failed(String),
+    /// etcd failed us, this way, for this reason.
+    Failed(Failure, String),
 }
 
 impl Watcher {
     async fn run(self) {
+        let mut last_retry = None;
         loop {
             let why = match self.connect().await {
-                Ok(mut client) => loop {
-                    match self.follow(&mut client).await {
-                        Stop::Compacted => tracing::info!("fleet watch compacted: reading again"),
-                        Stop::Failed(why) => break why,
-                    }
-                },
+                Ok(mut client) => self.follow_until_failed(&mut client, &mut last_retry).await,
                 Err(why) => why,
             };
             self.view.unavailable(why);
             tokio::time::sleep(self.deadlines.retry_after).await;
+        }
+    }
+
+    /// Follow the fleet on `client`, reading again after a compaction or a broken watch (see
+    /// [`read_again_at_once`]); why it failed.
+    async fn follow_until_failed(
+        &self,
+        client: &mut Client,
+        last_retry: &mut Option<Instant>,
+    ) -> String {
+        loop {
+            match self.follow(client).await {
+                Stop::Compacted => tracing::info!("fleet watch compacted: reading again"),
+                Stop::Failed(failure, why) => {
+                    let since = last_retry.map(|at: Instant| at.elapsed());
+                    if !read_again_at_once(failure, since, self.ttl) {
+                        return why;
+                    }
+                    tracing::info!(%why, "fleet watch broke: reading again at once");
+                    *last_retry = Some(Instant::now());
+                }
+            }
         }
     }
 
@@ -116,7 +137,7 @@ impl Watcher {
     async fn follow(&self, client: &mut Client) -> Stop {
         match self.read(client).await {
             Ok(revision) => self.watch_from(client, revision + 1).await,
-            Err(why) => Stop::Failed(why),
+            Err((failure, why)) => Stop::Failed(failure, why),
         }
     }
 
@@ -132,18 +153,24 @@ impl Watcher {
         );
         match watching.await {
             Ok(Ok(stream)) => self.watch(stream).await,
-            Ok(Err(error)) => Stop::Failed(format!("etcd refused the fleet watch: {error}")),
-            Err(_) => Stop::Failed(self.silent()),
+            Ok(Err(error)) => Stop::Failed(
+                Failure::Refused,
+                format!("etcd refused the fleet watch: {error}"),
+            ),
+            Err(_) => Stop::Failed(Failure::Silent, self.silent()),
         }
     }
 
     /// Read every fleet key; the revision read at.
-    async fn read(&self, client: &mut Client) -> Result<i64, String> {
+    async fn read(&self, client: &mut Client) -> Result<i64, (Failure, String)> {
         let get = client.get(self.keys.all(), Some(GetOptions::new().with_prefix()));
         let mut response = match timeout(self.deadlines.silent_after, get).await {
             Ok(Ok(response)) => response,
-            Ok(Err(error)) => return Err(format!("cannot read the fleet from etcd: {error}")),
-            Err(_) => return Err(self.silent()),
+            Ok(Err(error)) => {
+                let why = format!("cannot read the fleet from etcd: {error}");
+                return Err((Failure::Refused, why));
+            }
+            Err(_) => return Err((Failure::Silent, self.silent())),
         };
         let revision = response.header().map_or(0, |h| h.revision());
         let kvs = response.take_kvs();
@@ -167,7 +194,7 @@ impl Watcher {
             let response = tokio::select! {
                 _ = ask.tick() => {
                     if let Err(error) = stream.request_progress().await {
-                        return Stop::Failed(format!("the fleet watch failed: {error}"));
+                        return broken(format!("the fleet watch failed: {error}"));
                     }
                     continue;
                 }
@@ -177,9 +204,9 @@ impl Watcher {
             };
             let response = match response {
                 Ok(Ok(Some(response))) => response,
-                Ok(Ok(None)) => return Stop::Failed("etcd ended the fleet watch".to_owned()),
-                Ok(Err(error)) => return Stop::Failed(format!("the fleet watch failed: {error}")),
-                Err(_) => return Stop::Failed(self.silent()),
+                Ok(Ok(None)) => return broken("etcd ended the fleet watch".to_owned()),
+                Ok(Err(error)) => return broken(format!("the fleet watch failed: {error}")),
+                Err(_) => return Stop::Failed(Failure::Silent, self.silent()),
             };
             heard = Instant::now();
             let facts = ResponseFacts {
@@ -209,7 +236,8 @@ impl Watcher {
                 }
                 WatchStep::Compacted => return Stop::Compacted,
                 WatchStep::Canceled(why) => {
-                    return Stop::Failed(format!("etcd canceled the fleet watch: {why}"));
+                    let why = format!("etcd canceled the fleet watch: {why}");
+                    return Stop::Failed(Failure::Canceled, why);
                 }
             }
         }
@@ -222,6 +250,10 @@ impl Watcher {
             self.deadlines.silent_after
         )
     }
+}
+
+fn broken(why: String) -> Stop {
+    Stop::Failed(Failure::Broken, why)
 }
 
 #[cfg(test)]
