@@ -15,6 +15,7 @@
 //! - Keys are built and parsed in one place ([`keys`]), so a reader never trusts a key it
 //!   could not have written.
 
+pub mod cache;
 #[cfg(feature = "fleet")]
 pub mod etcd;
 mod host_id;
@@ -25,9 +26,18 @@ pub mod plan;
 pub mod publisher;
 #[cfg(feature = "fleet")]
 pub mod publishing;
+#[cfg(test)]
+pub(crate) mod sample;
+pub mod view;
+// Pure, so built and tested in every build; only the watcher (feature `fleet`) acts on it.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+mod watch_step;
+#[cfg(feature = "fleet")]
+pub mod watcher;
 
 pub use host_id::{HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};
+pub use view::{FleetUnavailable, FleetView};
 
 use std::time::Duration;
 

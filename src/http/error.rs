@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::fleet::FleetUnavailable;
 use crate::registry::RegistryError;
 use crate::running::RunningError;
 
@@ -42,6 +43,8 @@ pub enum ProblemType {
     NotFound,
     /// 404: the session's file is there but is not a valid record.
     NotARecord,
+    /// 404: this registry is not part of a fleet (started without `--fleet-etcd`).
+    FleetNotConfigured,
     /// 405: the endpoint does not take that method.
     MethodNotAllowed,
     /// 408: no answer within the request timeout.
@@ -74,6 +77,8 @@ pub enum ProblemType {
     RunningDirUnavailable,
     /// 503: the token file cannot be used.
     TokenFileUnusable,
+    /// 503: etcd cannot be reached (or the fleet is not read yet): no fleet is served.
+    FleetUnavailable,
 }
 
 impl ProblemType {
@@ -85,7 +90,7 @@ impl ProblemType {
             }
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::ForbiddenHost | Self::ForbiddenOrigin => StatusCode::FORBIDDEN,
-            Self::NotFound | Self::NotARecord => StatusCode::NOT_FOUND,
+            Self::NotFound | Self::NotARecord | Self::FleetNotConfigured => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::SessionNotGone
@@ -101,7 +106,8 @@ impl ProblemType {
             | Self::TooManyEventStreams
             | Self::EventsUnavailable
             | Self::RunningDirUnavailable
-            | Self::TokenFileUnusable => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::TokenFileUnusable
+            | Self::FleetUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -116,6 +122,7 @@ impl ProblemType {
             Self::ForbiddenOrigin => "forbidden-origin",
             Self::NotFound => "not-found",
             Self::NotARecord => "not-a-record",
+            Self::FleetNotConfigured => "fleet-not-configured",
             Self::MethodNotAllowed => "method-not-allowed",
             Self::RequestTimeout => "request-timeout",
             Self::SessionNotGone => "session-not-gone",
@@ -132,6 +139,7 @@ impl ProblemType {
             Self::EventsUnavailable => "events-unavailable",
             Self::RunningDirUnavailable => "running-dir-unavailable",
             Self::TokenFileUnusable => "token-file-unusable",
+            Self::FleetUnavailable => "fleet-unavailable",
         }
     }
 
@@ -234,6 +242,18 @@ impl From<Problem> for ApiError {
 impl From<RegistryError> for ApiError {
     fn from(error: RegistryError) -> Self {
         Self::Registry(error)
+    }
+}
+
+impl From<FleetUnavailable> for ApiError {
+    fn from(error: FleetUnavailable) -> Self {
+        let kind = match &error {
+            FleetUnavailable::NotConfigured => ProblemType::FleetNotConfigured,
+            FleetUnavailable::Unavailable(_) => ProblemType::FleetUnavailable,
+            // As `/events` answers it: the registry gives out nothing more.
+            FleetUnavailable::Closing => ProblemType::EventsUnavailable,
+        };
+        Problem::new(kind, error.to_string()).into()
     }
 }
 

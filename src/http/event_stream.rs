@@ -1,4 +1,5 @@
-//! The words of the `/events` stream: each event's name, and the OpenAPI schema of one event.
+//! The words of the event streams (`/events`, `/fleet/events`): each event's name, and the
+//! OpenAPI schema of one event.
 //!
 //! Invariant: the names sent and the names documented come from [`EventName`] alone, and each
 //! event's `data` is documented by the schema of the type it is encoded from.
@@ -12,21 +13,25 @@ use utoipa::{PartialSchema, ToSchema};
 use super::events::{SessionAdded, SessionChanged, SessionRemoved};
 use super::wire::SessionList;
 
-/// The `event:` field of an event on the stream.
+/// The `event:` field of an event on a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventName {
-    /// The whole picture (`SessionList`): replace everything.
+    /// The whole picture: replace everything.
     Snapshot,
-    /// A new session (`SessionAdded`).
+    /// A new session.
     SessionAdded,
-    /// A session's state or record changed (`SessionChanged`).
+    /// A session's state or record changed.
     SessionChanged,
-    /// A session left (`SessionRemoved`).
+    /// A session left.
     SessionRemoved,
+    /// A host joined the fleet (`/fleet/events` only).
+    HostJoined,
+    /// A host left the fleet (`/fleet/events` only).
+    HostLeft,
 }
 
 impl EventName {
-    /// Every name, in the order the schema lists them.
+    /// The names `/events` sends, in the order its schema lists them.
     pub const ALL: [Self; 4] = [
         Self::Snapshot,
         Self::SessionAdded,
@@ -41,16 +46,20 @@ impl EventName {
             Self::SessionAdded => "session.added",
             Self::SessionChanged => "session.changed",
             Self::SessionRemoved => "session.removed",
+            Self::HostJoined => "host.joined",
+            Self::HostLeft => "host.left",
         }
     }
 
-    /// The component schema of the JSON in this event's `data`.
+    /// The component schema of the JSON in this event's `data` on `/events`.
     fn data_schema(self) -> Cow<'static, str> {
         match self {
             Self::Snapshot => SessionList::name(),
             Self::SessionAdded => SessionAdded::name(),
             Self::SessionChanged => SessionChanged::name(),
             Self::SessionRemoved => SessionRemoved::name(),
+            // Not sent on `/events`.
+            Self::HostJoined | Self::HostLeft => Cow::Borrowed(""),
         }
     }
 }
@@ -62,48 +71,56 @@ pub struct StreamEvent;
 
 impl PartialSchema for StreamEvent {
     fn schema() -> RefOr<Schema> {
-        let mut one_of = OneOfBuilder::new();
-        for name in EventName::ALL {
-            let mut data = ObjectBuilder::new()
-                .schema_type(SchemaType::Type(Type::String))
-                .content_media_type("application/json")
-                .description(Some(format!("A JSON document: `{}`", name.data_schema())))
-                .build();
-            // utoipa has no `contentSchema` keyword; it goes in beside the others.
-            let reference = Ref::from_schema_name(name.data_schema());
-            if let Ok(reference) = serde_json::to_value(reference) {
-                data.extensions
-                    .get_or_insert_with(Default::default)
-                    .insert("contentSchema".to_owned(), reference);
-            }
-            one_of = one_of.item(
-                ObjectBuilder::new()
-                    .title(Some(name.as_str()))
-                    .property(
-                        "id",
-                        ObjectBuilder::new()
-                            .schema_type(SchemaType::Type(Type::String))
-                            .pattern(Some("^[0-9]+$"))
-                            .description(Some("A decimal that only grows")),
-                    )
-                    .required("id")
-                    .property(
-                        "event",
-                        ObjectBuilder::new()
-                            .schema_type(SchemaType::Type(Type::String))
-                            .enum_values(Some([name.as_str()])),
-                    )
-                    .required("event")
-                    .property("data", data)
-                    .required("data"),
-            );
-        }
-        one_of
-            .description(Some(
-                "One event of the stream: its `id`, its `event` name, and its `data`",
-            ))
-            .into()
+        one_event_schema(EventName::ALL.map(|name| (name, name.data_schema())))
     }
+}
+
+/// The schema of one event of a stream that sends `events`: each name with the component
+/// schema of its `data`.
+pub(super) fn one_event_schema(
+    events: impl IntoIterator<Item = (EventName, Cow<'static, str>)>,
+) -> RefOr<Schema> {
+    let mut one_of = OneOfBuilder::new();
+    for (name, data_schema) in events {
+        let mut data = ObjectBuilder::new()
+            .schema_type(SchemaType::Type(Type::String))
+            .content_media_type("application/json")
+            .description(Some(format!("A JSON document: `{data_schema}`")))
+            .build();
+        // utoipa has no `contentSchema` keyword; it goes in beside the others.
+        let reference = Ref::from_schema_name(data_schema);
+        if let Ok(reference) = serde_json::to_value(reference) {
+            data.extensions
+                .get_or_insert_with(Default::default)
+                .insert("contentSchema".to_owned(), reference);
+        }
+        one_of = one_of.item(
+            ObjectBuilder::new()
+                .title(Some(name.as_str()))
+                .property(
+                    "id",
+                    ObjectBuilder::new()
+                        .schema_type(SchemaType::Type(Type::String))
+                        .pattern(Some("^[0-9]+$"))
+                        .description(Some("A decimal that only grows")),
+                )
+                .required("id")
+                .property(
+                    "event",
+                    ObjectBuilder::new()
+                        .schema_type(SchemaType::Type(Type::String))
+                        .enum_values(Some([name.as_str()])),
+                )
+                .required("event")
+                .property("data", data)
+                .required("data"),
+        );
+    }
+    one_of
+        .description(Some(
+            "One event of the stream: its `id`, its `event` name, and its `data`",
+        ))
+        .into()
 }
 
 impl ToSchema for StreamEvent {

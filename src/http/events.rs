@@ -223,7 +223,7 @@ fn stream(mut subscription: Subscription) -> impl Stream<Item = Result<SseEvent,
 }
 
 /// The comment that ends a stream: why, and what a reconnect gets.
-fn last_words(why: &str) -> SseEvent {
+pub(super) fn last_words(why: &str) -> SseEvent {
     // A comment is one line; the reasons are, but a newline would make axum panic.
     let why = why.replace(['\r', '\n'], " ");
     SseEvent::default().comment(format!(
@@ -285,7 +285,7 @@ fn sse_event(event: &Arc<Event>) -> SseEvent {
 }
 
 /// One line of JSON. Serializing these types cannot fail (string keys, no maps of non-strings).
-fn encode(value: &impl Serialize) -> String {
+pub(super) fn encode(value: &impl Serialize) -> String {
     serde_json::to_string(value).unwrap_or_else(|error| {
         tracing::error!(%error, "cannot encode an event");
         "{}".to_owned()

@@ -17,6 +17,7 @@ pub mod dashboard;
 pub mod error;
 pub mod event_stream;
 pub mod events;
+pub mod fleet;
 pub mod responses;
 mod routes;
 pub mod server;
@@ -41,6 +42,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::fleet::FleetView;
 use crate::monitor::Monitor;
 use crate::registry::Registry;
 use crate::token::TokenStore;
@@ -56,6 +58,8 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 #[derive(Debug, Clone)]
 pub struct AppState {
     inner: Arc<Shared>,
+    /// Apart from `inner` so that [`AppState::with_fleet`] can set it at any time.
+    fleet: FleetView,
 }
 
 #[derive(Debug)]
@@ -88,7 +92,20 @@ impl AppState {
                 hosts: HostPolicy::new(bound, allow_hosts, allow_origins),
                 cors_origins: allow_origins.to_vec(),
             }),
+            fleet: FleetView::not_configured(),
         }
+    }
+
+    /// This state serving `fleet` on `/fleet/*` (without it they answer 404
+    /// `fleet-not-configured`). Give it before serving: clones made earlier keep the old view.
+    pub fn with_fleet(mut self, fleet: FleetView) -> Self {
+        self.fleet = fleet;
+        self
+    }
+
+    /// The fleet view behind `/fleet/*`.
+    pub fn fleet(&self) -> &FleetView {
+        &self.fleet
     }
 
     /// The registry.
@@ -137,6 +154,10 @@ impl AppState {
             name = events::TAG,
             description = "The live view: every change to the verified picture, pushed"
         ),
+        (
+            name = fleet::TAG,
+            description = "Every host's verified sessions, from etcd (`--fleet-etcd`)"
+        ),
         (name = "service", description = "The registry itself"),
         (
             name = dashboard::TAG,
@@ -170,6 +191,9 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::stop_session))
         .routes(routes!(sessions::get_card))
         .routes(routes!(events::events))
+        .routes(routes!(fleet::fleet_sessions))
+        .routes(routes!(fleet::fleet_hosts))
+        .routes(routes!(fleet::fleet_events))
 }
 
 fn public_routes() -> OpenApiRouter<AppState> {
@@ -276,9 +300,11 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let events = state.events().clone();
+    let fleet = state.fleet().clone();
     let shutdown = async move {
         shutdown.await;
         events.close();
+        fleet.close();
     };
     server::serve_router(listener, app(state), limits, shutdown).await
 }

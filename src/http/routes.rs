@@ -6,7 +6,7 @@
 
 use axum::http::Method;
 
-use super::{events, sessions};
+use super::{events, fleet, sessions};
 
 /// How the accept loop treats a request, before routing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,9 +21,11 @@ pub enum RouteClass {
 
 /// The routes that are not ordinary. `HEAD` is there because axum answers it with the `GET`
 /// handler.
-const CLASSED: [(Method, &str, RouteClass); 3] = [
+const CLASSED: [(Method, &str, RouteClass); 5] = [
     (Method::GET, events::PATH, RouteClass::EventStream),
     (Method::HEAD, events::PATH, RouteClass::EventStream),
+    (Method::GET, fleet::EVENTS_PATH, RouteClass::EventStream),
+    (Method::HEAD, fleet::EVENTS_PATH, RouteClass::EventStream),
     (Method::POST, sessions::STOP_PATH, RouteClass::Stop),
 ];
 
@@ -55,6 +57,14 @@ mod tests {
         assert_eq!(class_of(&Method::GET, "/events"), RouteClass::EventStream);
         assert_eq!(class_of(&Method::HEAD, "/events"), RouteClass::EventStream);
         assert_eq!(class_of(&Method::POST, "/events"), RouteClass::Ordinary);
+        assert_eq!(
+            class_of(&Method::GET, "/fleet/events"),
+            RouteClass::EventStream
+        );
+        assert_eq!(
+            class_of(&Method::GET, "/fleet/sessions"),
+            RouteClass::Ordinary
+        );
         assert_eq!(class_of(&Method::GET, "/events/"), RouteClass::Ordinary);
         assert_eq!(
             class_of(&Method::POST, "/sessions/ses_1/stop"),
@@ -102,6 +112,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(streams, 1, "the one event stream is documented");
+        assert_eq!(streams, 2, "both event streams are documented");
     }
 }

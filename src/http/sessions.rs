@@ -51,7 +51,7 @@ fn valid_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
-fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
+pub(super) fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
     status
         .split(',')
         .map(str::trim)
@@ -128,7 +128,7 @@ fn encode_list(listing: &Listing, keep: Option<&[SessionState]>) -> Result<Bytes
 }
 
 /// A 200 with a JSON body already encoded.
-fn json_body(body: Bytes) -> Response {
+pub(super) fn json_body(body: Bytes) -> Response {
     (
         [(
             header::CONTENT_TYPE,

@@ -1,0 +1,264 @@
+//! The fleet as one prefix of etcd describes it: hosts and sessions, fed by a read of the prefix
+//! at a revision and then by the watch from the next revision.
+//!
+//! Invariant: the cache holds exactly the entries under the prefix that parse (a key the layout
+//! could have made, a value of its shape whose `host_id` and `session_id` agree with the key),
+//! as of `revision`; every difference a step makes to it is returned as one [`FleetChange`], in
+//! the order etcd gave them. An entry that does not parse is skipped with a reason, and a key
+//! overwritten with one leaves the cache (its old value is no longer what etcd holds). Pure: no
+//! I/O, no clock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::keys::{FleetKey, FleetKeys};
+use super::{HostEntry, HostId, SessionEntry};
+
+/// One change the watch reports, as etcd gives it.
+#[derive(Debug, Clone, Copy)]
+pub enum WatchChange<'a> {
+    /// `key` now holds `value`.
+    Put {
+        /// The key.
+        key: &'a [u8],
+        /// Its new value.
+        value: &'a [u8],
+    },
+    /// `key` was deleted (by its owner, or with its lease).
+    Delete {
+        /// The key.
+        key: &'a [u8],
+    },
+}
+
+/// What changed in the fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FleetChange {
+    /// A host entered the fleet (or its entry was rewritten).
+    HostJoined(Arc<HostEntry>),
+    /// A host's entry left (its registry left, or its lease lapsed).
+    HostLeft {
+        /// The host.
+        host_id: HostId,
+    },
+    /// A session appeared.
+    SessionAdded(Arc<SessionEntry>),
+    /// A session's entry changed.
+    SessionChanged {
+        /// The entry before.
+        old: Arc<SessionEntry>,
+        /// The entry now.
+        now: Arc<SessionEntry>,
+    },
+    /// A session left.
+    SessionRemoved {
+        /// Its host.
+        host_id: HostId,
+        /// The session.
+        session_id: String,
+    },
+}
+
+/// An entry under the prefix that the cache does not hold, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The key, lossily decoded (for the log).
+    pub key: String,
+    /// Why it was skipped.
+    pub why: String,
+}
+
+/// The hosts and sessions under one prefix, as of one revision.
+#[derive(Debug, Clone)]
+pub struct FleetCache {
+    keys: FleetKeys,
+    revision: i64,
+    hosts: BTreeMap<HostId, Arc<HostEntry>>,
+    sessions: BTreeMap<(HostId, String), Arc<SessionEntry>>,
+}
+
+/// A parsed entry, ready to store.
+enum Parsed {
+    Host(HostId, Arc<HostEntry>),
+    Session(HostId, String, Arc<SessionEntry>),
+}
+
+impl FleetCache {
+    /// The cache of `entries` (key, value), as a range read of `keys.all()` returned them at
+    /// `revision`, and the entries it skipped.
+    pub fn read<'a>(
+        keys: FleetKeys,
+        revision: i64,
+        entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> (Self, Vec<Skipped>) {
+        let mut cache = Self {
+            keys,
+            revision,
+            hosts: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+        };
+        let mut skipped = Vec::new();
+        for (key, value) in entries {
+            match cache.parse(key, value) {
+                Ok(Parsed::Host(id, entry)) => {
+                    cache.hosts.insert(id, entry);
+                }
+                Ok(Parsed::Session(host, id, entry)) => {
+                    cache.sessions.insert((host, id), entry);
+                }
+                Err(skip) => skipped.push(skip),
+            }
+        }
+        (cache, skipped)
+    }
+
+    /// The revision the cache describes.
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    /// Every host, by id.
+    pub fn hosts(&self) -> impl ExactSizeIterator<Item = &Arc<HostEntry>> {
+        self.hosts.values()
+    }
+
+    /// Every session, by host and session id.
+    pub fn sessions(&self) -> impl ExactSizeIterator<Item = &Arc<SessionEntry>> {
+        self.sessions.values()
+    }
+
+    /// The watch says nothing changed up to `revision` (a progress notice): the cache is
+    /// current as of it. A revision older than the cache's is ignored.
+    pub fn advance(&mut self, revision: i64) {
+        self.revision = self.revision.max(revision);
+    }
+
+    /// Apply one watch event that happened at `revision`; what it changed (nothing for a put
+    /// of the value already held, or a delete of a key not held), or why it was skipped.
+    pub fn apply(
+        &mut self,
+        revision: i64,
+        change: WatchChange<'_>,
+    ) -> Result<Option<FleetChange>, Skipped> {
+        self.advance(revision);
+        match change {
+            WatchChange::Put { key, value } => match self.parse(key, value) {
+                Ok(Parsed::Host(id, entry)) => Ok(self.put_host(id, entry)),
+                Ok(Parsed::Session(host, id, entry)) => Ok(self.put_session(host, id, entry)),
+                Err(skip) => {
+                    // What etcd holds under this key is no longer the entry we had: drop it.
+                    self.delete(key);
+                    Err(skip)
+                }
+            },
+            WatchChange::Delete { key } => Ok(self.delete(key)),
+        }
+    }
+
+    /// Become `newer` (a fresh read after a compaction or an outage): the changes that turn
+    /// this cache into it, removals first, so a listener's table never holds a session whose
+    /// host has left.
+    pub fn replace(&mut self, newer: FleetCache) -> Vec<FleetChange> {
+        let mut changes = Vec::new();
+        for ((host, id), _) in self.sessions.iter() {
+            if !newer.sessions.contains_key(&(host.clone(), id.clone())) {
+                changes.push(FleetChange::SessionRemoved {
+                    host_id: host.clone(),
+                    session_id: id.clone(),
+                });
+            }
+        }
+        for host in self.hosts.keys() {
+            if !newer.hosts.contains_key(host) {
+                changes.push(FleetChange::HostLeft {
+                    host_id: host.clone(),
+                });
+            }
+        }
+        for (host, entry) in &newer.hosts {
+            if self.hosts.get(host) != Some(entry) {
+                changes.push(FleetChange::HostJoined(Arc::clone(entry)));
+            }
+        }
+        for (key, entry) in &newer.sessions {
+            match self.sessions.get(key) {
+                None => changes.push(FleetChange::SessionAdded(Arc::clone(entry))),
+                Some(old) if old != entry => changes.push(FleetChange::SessionChanged {
+                    old: Arc::clone(old),
+                    now: Arc::clone(entry),
+                }),
+                Some(_) => {}
+            }
+        }
+        *self = newer;
+        changes
+    }
+
+    fn put_host(&mut self, id: HostId, entry: Arc<HostEntry>) -> Option<FleetChange> {
+        match self.hosts.insert(id, Arc::clone(&entry)) {
+            Some(old) if old == entry => None,
+            _ => Some(FleetChange::HostJoined(entry)),
+        }
+    }
+
+    fn put_session(
+        &mut self,
+        host: HostId,
+        id: String,
+        entry: Arc<SessionEntry>,
+    ) -> Option<FleetChange> {
+        match self.sessions.insert((host, id), Arc::clone(&entry)) {
+            None => Some(FleetChange::SessionAdded(entry)),
+            Some(old) if old == entry => None,
+            Some(old) => Some(FleetChange::SessionChanged { old, now: entry }),
+        }
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Option<FleetChange> {
+        match self.keys.parse(key)? {
+            FleetKey::Host(host_id) => self
+                .hosts
+                .remove(&host_id)
+                .map(|_| FleetChange::HostLeft { host_id }),
+            FleetKey::Session { host, session_id } => self
+                .sessions
+                .remove(&(host.clone(), session_id.clone()))
+                .map(|_| FleetChange::SessionRemoved {
+                    host_id: host,
+                    session_id,
+                }),
+        }
+    }
+
+    fn parse(&self, key: &[u8], value: &[u8]) -> Result<Parsed, Skipped> {
+        let skip = |why: String| Skipped {
+            key: String::from_utf8_lossy(key).into_owned(),
+            why,
+        };
+        match self.keys.parse(key) {
+            None => Err(skip("not a key of the fleet layout".to_owned())),
+            Some(FleetKey::Host(id)) => {
+                let entry: HostEntry = serde_json::from_slice(value)
+                    .map_err(|e| skip(format!("not a host entry: {e}")))?;
+                if entry.host_id != id.as_str() {
+                    return Err(skip(format!("names host {:?}", entry.host_id)));
+                }
+                Ok(Parsed::Host(id, Arc::new(entry)))
+            }
+            Some(FleetKey::Session { host, session_id }) => {
+                let entry: SessionEntry = serde_json::from_slice(value)
+                    .map_err(|e| skip(format!("not a session entry: {e}")))?;
+                if entry.host_id != host.as_str() {
+                    return Err(skip(format!("names host {:?}", entry.host_id)));
+                }
+                if entry.session.get("session_id").and_then(|v| v.as_str()) != Some(&session_id) {
+                    return Err(skip("its session_id is not its key's".to_owned()));
+                }
+                Ok(Parsed::Session(host, session_id, Arc::new(entry)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

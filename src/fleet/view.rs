@@ -1,0 +1,429 @@
+//! The fleet as this registry serves it, and its listeners: not configured, unavailable (and
+//! why), or current (a [`FleetCache`] at a revision). The watcher feeds it ([`FleetView::read`],
+//! [`FleetView::apply`], [`FleetView::advance`], [`FleetView::unavailable`]; public so that a
+//! benchmark can feed it without etcd); the fleet endpoints read it.
+//!
+//! Invariants:
+//! - Only a current view is ever handed out: while etcd cannot be reached there is no picture,
+//!   only the reason, so a stale fleet is never presented as current.
+//! - A listener gets the picture, then every change after it, without gap or repeat (both are
+//!   taken under one lock); ids grow by one per event for the life of the view, and a snapshot
+//!   carries the id of the last change it includes. More than [`SNAPSHOT_OVER`] changes at once
+//!   go out as one snapshot in their place.
+//! - The buffer is bounded ([`EVENT_BUFFER`]): a listener further behind is ended, never
+//!   buffered for. The ring holds a mid-stream snapshot by a weak link only.
+//! - Going unavailable ends every listener's stream with the reason; closing the view (the
+//!   registry's shutdown) ends them too and refuses new ones.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+
+use tokio::sync::{broadcast, watch};
+
+use super::cache::{FleetCache, FleetChange, WatchChange};
+use super::{HostEntry, HostId, SessionEntry};
+use crate::monitor::{EVENT_BUFFER, SNAPSHOT_OVER};
+
+/// Why the fleet cannot be served now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FleetUnavailable {
+    /// This registry was started without `--fleet-etcd`.
+    #[error("this registry is not part of a fleet: start it with --fleet-etcd")]
+    NotConfigured,
+    /// etcd cannot be reached, or the view is not read yet: why.
+    #[error("the fleet is unavailable: {0}")]
+    Unavailable(String),
+    /// The registry is shutting down.
+    #[error("the registry is shutting down")]
+    Closing,
+}
+
+/// The fleet at one moment: what `GET /fleet/sessions` answers and a stream's `snapshot`.
+#[derive(Debug)]
+pub struct FleetSnapshot {
+    /// The id of the last change it includes (0 before any).
+    pub id: u64,
+    /// The etcd revision it describes.
+    pub revision: i64,
+    /// This registry's own host id.
+    pub host_id: HostId,
+    /// Every host, by id.
+    pub hosts: Vec<Arc<HostEntry>>,
+    /// Every session, newest first (then by host and session id).
+    pub sessions: Vec<Arc<SessionEntry>>,
+    encoded: OnceLock<String>,
+}
+
+impl FleetSnapshot {
+    /// Its wire form, made by `encode` once however many listeners send it.
+    pub fn encoded(&self, encode: impl FnOnce(&Self) -> String) -> &str {
+        self.encoded.get_or_init(|| encode(self))
+    }
+}
+
+/// One change, with its id.
+#[derive(Debug)]
+pub struct FleetEvent {
+    /// Grows by one per event, for the life of the view.
+    pub id: u64,
+    /// What changed.
+    pub change: FleetChange,
+    encoded: OnceLock<String>,
+}
+
+impl FleetEvent {
+    /// Its wire form, made by `encode` once however many listeners send it.
+    pub fn encoded(&self, encode: impl FnOnce(&FleetChange) -> String) -> &str {
+        self.encoded.get_or_init(|| encode(&self.change))
+    }
+}
+
+/// What a listener receives next.
+#[derive(Debug)]
+pub enum FleetNext {
+    /// One change.
+    Event(Arc<FleetEvent>),
+    /// Many changes at once: the whole fleet after them; replace everything with it.
+    Snapshot(Arc<FleetSnapshot>),
+}
+
+/// What the ring carries.
+#[derive(Debug, Clone)]
+enum Published {
+    Event(Arc<FleetEvent>),
+    /// Weak: a stalled listener must not pin one picture per snapshot. The view holds the
+    /// latest strongly, so a dead link always has a later snapshot behind it.
+    Snapshot(Weak<FleetSnapshot>),
+}
+
+/// Why a ring's listeners were ended, set before the ring is dropped.
+type StreamEnd = Arc<OnceLock<String>>;
+
+/// The fleet view. Cheap to clone; clones share everything.
+#[derive(Debug, Clone, Default)]
+pub struct FleetView {
+    /// `None`: not configured.
+    shared: Option<Arc<Shared>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    own: HostId,
+    state: Mutex<ViewState>,
+    closing: watch::Sender<bool>,
+}
+
+#[derive(Debug)]
+struct ViewState {
+    /// The fleet, or why there is none to serve.
+    cache: Result<FleetCache, String>,
+    next_id: u64,
+    /// Present while current: dropped (after `ended` is set) when the view goes unavailable.
+    ring: Option<broadcast::Sender<Published>>,
+    ended: StreamEnd,
+    /// The picture at the latest change, built on first read after it.
+    picture: Option<Arc<FleetSnapshot>>,
+    /// The latest mid-stream snapshot: the only strong hold on it (never read: held).
+    _published: Option<Arc<FleetSnapshot>>,
+}
+
+impl FleetView {
+    /// The view of a registry started without `--fleet-etcd`: every read answers
+    /// [`FleetUnavailable::NotConfigured`].
+    pub fn not_configured() -> Self {
+        Self::default()
+    }
+
+    /// The view of the fleet this registry, host `own`, belongs to: unavailable until a watcher
+    /// ([`super::watcher::start`], feature `fleet`) has read it.
+    pub fn new(own: HostId) -> Self {
+        Self {
+            shared: Some(Arc::new(Shared {
+                own,
+                state: Mutex::new(ViewState {
+                    cache: Err("it has not been read from etcd yet".to_owned()),
+                    next_id: 1,
+                    ring: None,
+                    ended: StreamEnd::default(),
+                    picture: None,
+                    _published: None,
+                }),
+                closing: watch::Sender::new(false),
+            })),
+        }
+    }
+
+    /// This registry's own host id, when it is part of a fleet.
+    pub fn own_host(&self) -> Option<&HostId> {
+        self.shared.as_ref().map(|shared| &shared.own)
+    }
+
+    /// The fleet now, or why it cannot be served.
+    pub fn current(&self) -> Result<Arc<FleetSnapshot>, FleetUnavailable> {
+        let shared = self.shared()?;
+        let mut state = shared.lock();
+        state.picture(&shared.own)
+    }
+
+    /// Start listening: the fleet now, then every change after it. The snapshot is handed
+    /// apart, so a stream can let go of it once it is sent.
+    pub fn subscribe(&self) -> Result<(Arc<FleetSnapshot>, FleetSubscription), FleetUnavailable> {
+        let shared = self.shared()?;
+        let mut state = shared.lock();
+        let snapshot = state.picture(&shared.own)?;
+        let events = match &state.ring {
+            Some(ring) => ring.subscribe(),
+            // A current view always has a ring.
+            None => return Err(FleetUnavailable::Closing),
+        };
+        let subscription = FleetSubscription {
+            events,
+            closing: shared.closing.subscribe(),
+            ended: Arc::clone(&state.ended),
+            skipping: false,
+        };
+        Ok((snapshot, subscription))
+    }
+
+    /// How many listeners are subscribed.
+    pub fn listeners(&self) -> usize {
+        let Some(shared) = &self.shared else { return 0 };
+        let state = shared.lock();
+        state
+            .ring
+            .as_ref()
+            .map_or(0, broadcast::Sender::receiver_count)
+    }
+
+    /// End every listener's stream and give out no more (the registry's shutdown).
+    pub fn close(&self) {
+        if let Some(shared) = &self.shared {
+            shared.closing.send_replace(true);
+        }
+    }
+
+    /// The fleet as a fresh read found it: current from now on. After an outage listeners
+    /// start anew; while current (a re-read after a compaction) they get the differences.
+    pub fn read(&self, fresh: FleetCache) {
+        let Some(shared) = &self.shared else { return };
+        let mut state = shared.lock();
+        match &mut state.cache {
+            Ok(cache) => {
+                let changes = cache.replace(fresh);
+                // The revision moved even if nothing else did.
+                state.picture = None;
+                state.publish(&shared.own, changes);
+            }
+            Err(_) => {
+                state.cache = Ok(fresh);
+                state.ring = Some(broadcast::channel(EVENT_BUFFER).0);
+                state.ended = StreamEnd::default();
+                state.picture = None;
+            }
+        }
+    }
+
+    /// Apply a watch response's events (each with the revision it happened at) and publish
+    /// what they changed; an event that does not parse is logged and skipped. Ignored while
+    /// unavailable (a fresh read must come first).
+    pub fn apply<'a>(&self, events: impl IntoIterator<Item = (i64, WatchChange<'a>)>) {
+        let Some(shared) = &self.shared else { return };
+        let mut state = shared.lock();
+        let Ok(cache) = &mut state.cache else { return };
+        let mut changes = Vec::new();
+        for (revision, event) in events {
+            match cache.apply(revision, event) {
+                Ok(change) => changes.extend(change.map(|change| (revision, change))),
+                Err(skipped) => {
+                    tracing::warn!(key = %skipped.key, why = %skipped.why, "fleet entry skipped");
+                }
+            }
+        }
+        // A lease's keys go in one revision, in key order (`hosts/` before `sessions/`): a
+        // host leaves after its sessions, so no listener holds a session of a host gone.
+        changes.sort_by_key(|(revision, change)| {
+            (*revision, matches!(change, FleetChange::HostLeft { .. }))
+        });
+        state.picture = None;
+        state.publish(&shared.own, changes.into_iter().map(|(_, c)| c).collect());
+    }
+
+    /// The watch says the fleet is unchanged up to `revision`.
+    pub fn advance(&self, revision: i64) {
+        let Some(shared) = &self.shared else { return };
+        let mut state = shared.lock();
+        if let Ok(cache) = &mut state.cache
+            && revision > cache.revision()
+        {
+            cache.advance(revision);
+            state.picture = None;
+        }
+    }
+
+    /// etcd cannot be reached (`why`): serve nothing until a fresh read, and end every stream.
+    pub fn unavailable(&self, why: String) {
+        let Some(shared) = &self.shared else { return };
+        let mut state = shared.lock();
+        if state.cache.is_ok() {
+            tracing::warn!(%why, "the fleet is unavailable");
+        }
+        let _ = state
+            .ended
+            .set(format!("the fleet became unavailable: {why}"));
+        state.cache = Err(why);
+        state.ring = None;
+        state.picture = None;
+        state._published = None;
+    }
+
+    fn shared(&self) -> Result<&Arc<Shared>, FleetUnavailable> {
+        let shared = self
+            .shared
+            .as_ref()
+            .ok_or(FleetUnavailable::NotConfigured)?;
+        if *shared.closing.borrow() {
+            return Err(FleetUnavailable::Closing);
+        }
+        Ok(shared)
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, ViewState> {
+        // Every update leaves the state whole before it can panic: a poisoned lock's state is
+        // still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl ViewState {
+    fn picture(&mut self, own: &HostId) -> Result<Arc<FleetSnapshot>, FleetUnavailable> {
+        let cache = match &self.cache {
+            Ok(cache) => cache,
+            Err(why) => return Err(FleetUnavailable::Unavailable(why.clone())),
+        };
+        let id = self.next_id - 1;
+        let picture = self
+            .picture
+            .get_or_insert_with(|| Arc::new(snapshot_of(cache, id, own)));
+        Ok(Arc::clone(picture))
+    }
+
+    /// Send `changes` to every listener, one by one, or as one snapshot when they are many.
+    fn publish(&mut self, own: &HostId, changes: Vec<FleetChange>) {
+        if changes.is_empty() {
+            return;
+        }
+        self.picture = None;
+        if changes.len() > SNAPSHOT_OVER {
+            tracing::info!(
+                changes = changes.len(),
+                "many fleet changes at once: one snapshot in their place"
+            );
+            self.next_id += 1;
+            let Ok(cache) = &self.cache else { return };
+            let snapshot = Arc::new(snapshot_of(cache, self.next_id - 1, own));
+            let link = Arc::downgrade(&snapshot);
+            self.picture = Some(Arc::clone(&snapshot));
+            self._published = Some(snapshot);
+            if let Some(ring) = &self.ring {
+                let _ = ring.send(Published::Snapshot(link));
+            }
+            return;
+        }
+        for change in changes {
+            let id = self.next_id;
+            self.next_id += 1;
+            // No listener is not an error.
+            if let Some(ring) = &self.ring {
+                let _ = ring.send(Published::Event(Arc::new(FleetEvent {
+                    id,
+                    change,
+                    encoded: OnceLock::new(),
+                })));
+            }
+        }
+    }
+}
+
+/// The picture of `cache` including change `id`.
+fn snapshot_of(cache: &FleetCache, id: u64, own: &HostId) -> FleetSnapshot {
+    let mut sessions: Vec<_> = cache.sessions().cloned().collect();
+    // Stable: equal start times keep the cache's host and session order.
+    sessions.sort_by(|a, b| started_at(b).cmp(started_at(a)));
+    FleetSnapshot {
+        id,
+        revision: cache.revision(),
+        host_id: own.clone(),
+        hosts: cache.hosts().cloned().collect(),
+        sessions,
+        encoded: OnceLock::new(),
+    }
+}
+
+fn started_at(entry: &SessionEntry) -> &str {
+    entry
+        .session
+        .get("started_at")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+}
+
+/// A listener: every change after the snapshot it subscribed with.
+#[derive(Debug)]
+pub struct FleetSubscription {
+    events: broadcast::Receiver<Published>,
+    closing: watch::Receiver<bool>,
+    ended: StreamEnd,
+    /// Skipping to the next snapshot past one whose picture is gone; kept here so that a
+    /// cancelled [`FleetSubscription::next`] resumes where it was.
+    skipping: bool,
+}
+
+impl FleetSubscription {
+    /// The next change, or a snapshot in place of many; or why the stream ends: the listener
+    /// fell more than [`EVENT_BUFFER`] behind, the fleet became unavailable, or the registry
+    /// shuts down. Cancel-safe.
+    pub async fn next(&mut self) -> Result<FleetNext, String> {
+        let mut closing = self.closing.clone();
+        tokio::select! {
+            _ = closing.wait_for(|closing| *closing) => {
+                Err(FleetUnavailable::Closing.to_string())
+            }
+            next = self.recv() => next,
+        }
+    }
+
+    async fn recv(&mut self) -> Result<FleetNext, String> {
+        loop {
+            match self.events.recv().await {
+                Ok(Published::Snapshot(link)) => match link.upgrade() {
+                    Some(snapshot) => {
+                        self.skipping = false;
+                        return Ok(FleetNext::Snapshot(snapshot));
+                    }
+                    None => self.skipping = true,
+                },
+                Ok(Published::Event(event)) if !self.skipping => {
+                    return Ok(FleetNext::Event(event));
+                }
+                Ok(Published::Event(_)) => {}
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::info!(missed, "dropping a fleet listener that fell behind");
+                    return Err(format!(
+                        "this listener fell more than {EVENT_BUFFER} events behind"
+                    ));
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    return Err(self
+                        .ended
+                        .get()
+                        .cloned()
+                        .unwrap_or_else(|| FleetUnavailable::Closing.to_string()));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,229 @@
+//! The view's states and its listeners: snapshot first, no gap, bounded, ended with a reason.
+
+use super::*;
+use crate::fleet::sample;
+
+fn own() -> HostId {
+    "a".parse().expect("a host id")
+}
+
+fn current_view() -> FleetView {
+    let view = FleetView::new(own());
+    view.read(sample::cache(
+        7,
+        &[
+            sample::host("a"),
+            sample::session("a", "ses_1", 1, "live", "plan"),
+        ],
+    ));
+    view
+}
+
+fn put<'a>(revision: i64, (key, value): &'a (Vec<u8>, Vec<u8>)) -> (i64, WatchChange<'a>) {
+    (revision, WatchChange::Put { key, value })
+}
+
+/// The next thing a listener gets, which must come at once.
+fn next_now(subscription: &mut FleetSubscription) -> Result<FleetNext, String> {
+    let waker = futures_util::task::noop_waker();
+    let mut context = std::task::Context::from_waker(&waker);
+    let mut next = std::pin::pin!(subscription.next());
+    match next.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(next) => next,
+        std::task::Poll::Pending => panic!("nothing to receive"),
+    }
+}
+
+fn event_id(next: Result<FleetNext, String>) -> u64 {
+    match next {
+        Ok(FleetNext::Event(event)) => event.id,
+        other => panic!("an event: {other:?}"),
+    }
+}
+
+use std::future::Future;
+
+#[test]
+fn not_configured_and_unread_views_serve_nothing_and_say_why() {
+    let none = FleetView::not_configured();
+    assert_eq!(none.own_host(), None);
+    assert_eq!(
+        none.current().map(|_| ()),
+        Err(FleetUnavailable::NotConfigured)
+    );
+    assert!(matches!(
+        none.subscribe(),
+        Err(FleetUnavailable::NotConfigured)
+    ));
+    let unread = FleetView::new(own());
+    assert_eq!(unread.own_host(), Some(&own()));
+    let Err(FleetUnavailable::Unavailable(why)) = unread.current() else {
+        panic!("unavailable");
+    };
+    assert!(why.contains("not been read"), "{why}");
+    // Events before the first read are not applied: the read brings everything.
+    unread.apply([put(3, &sample::host("b"))]);
+    assert!(unread.current().is_err());
+}
+
+#[test]
+fn a_read_makes_the_view_current_with_the_revision_and_own_host() {
+    let view = current_view();
+    let picture = view.current().expect("current");
+    assert_eq!((picture.id, picture.revision), (0, 7));
+    assert_eq!(picture.host_id, own());
+    assert_eq!(picture.hosts.len(), 1);
+    assert_eq!(picture.sessions.len(), 1);
+    view.advance(9);
+    assert_eq!(view.current().expect("current").revision, 9);
+}
+
+#[test]
+fn a_listener_gets_the_snapshot_then_each_change_with_growing_ids() {
+    let view = current_view();
+    let (snapshot, mut listener) = view.subscribe().expect("current");
+    assert_eq!(snapshot.id, 0);
+    let b = sample::host("b");
+    let s2 = sample::session("b", "ses_2", 2, "live", "plan");
+    view.apply([put(8, &b), put(8, &s2)]);
+    assert_eq!(event_id(next_now(&mut listener)), 1);
+    assert_eq!(event_id(next_now(&mut listener)), 2);
+    // A newcomer's snapshot includes both, and the next change follows it without a gap.
+    let (snapshot, mut late) = view.subscribe().expect("current");
+    assert_eq!((snapshot.id, snapshot.revision), (2, 8));
+    let sessions: Vec<_> = snapshot
+        .sessions
+        .iter()
+        .map(|s| s.session["session_id"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(sessions, ["ses_2", "ses_1"], "newest first");
+    view.apply([(9, WatchChange::Delete { key: &s2.0 })]);
+    assert_eq!(event_id(next_now(&mut late)), 3);
+    assert_eq!(event_id(next_now(&mut listener)), 3);
+}
+
+#[test]
+fn a_re_read_while_current_sends_the_differences() {
+    let view = current_view();
+    let (_, mut listener) = view.subscribe().expect("current");
+    view.read(sample::cache(
+        20,
+        &[
+            sample::host("a"),
+            sample::session("a", "ses_1", 1, "gone", "plan"),
+        ],
+    ));
+    match next_now(&mut listener) {
+        Ok(FleetNext::Event(event)) => {
+            assert!(matches!(event.change, FleetChange::SessionChanged { .. }));
+        }
+        other => panic!("a change: {other:?}"),
+    }
+    assert_eq!(view.current().expect("current").revision, 20);
+    // A re-read that finds nothing changed still moves the revision served.
+    view.read(sample::cache(
+        25,
+        &[
+            sample::host("a"),
+            sample::session("a", "ses_1", 1, "gone", "plan"),
+        ],
+    ));
+    assert_eq!(view.current().expect("current").revision, 25);
+}
+
+#[test]
+fn many_changes_at_once_go_out_as_one_snapshot() {
+    let view = current_view();
+    let (_, mut listener) = view.subscribe().expect("current");
+    let entries: Vec<_> = (0..=SNAPSHOT_OVER)
+        .map(|n| sample::session("b", &format!("ses_b{n}"), 5, "live", "x"))
+        .collect();
+    view.apply(entries.iter().map(|entry| put(8, entry)));
+    match next_now(&mut listener) {
+        Ok(FleetNext::Snapshot(snapshot)) => {
+            assert_eq!(snapshot.id, 1, "one id for the lot");
+            assert_eq!(snapshot.sessions.len(), SNAPSHOT_OVER + 2);
+        }
+        other => panic!("a snapshot: {other:?}"),
+    }
+    view.apply([(9, WatchChange::Delete { key: &entries[0].0 })]);
+    assert_eq!(event_id(next_now(&mut listener)), 2);
+}
+
+#[test]
+fn a_listener_too_far_behind_is_ended() {
+    let view = current_view();
+    let (_, mut listener) = view.subscribe().expect("current");
+    // One at a time (each within the snapshot threshold), past the buffer.
+    for n in 0..=EVENT_BUFFER {
+        let entry = sample::session("b", &format!("ses_b{n}"), 5, "live", "x");
+        view.apply([put(8, &entry)]);
+    }
+    let why = next_now(&mut listener).expect_err("ended");
+    assert!(why.contains("fell more than 1024 events behind"), "{why}");
+}
+
+#[test]
+fn going_unavailable_ends_streams_with_the_reason_and_serves_nothing_until_read_again() {
+    let view = current_view();
+    let (_, mut listener) = view.subscribe().expect("current");
+    view.unavailable("etcd refused the connection".to_owned());
+    let why = next_now(&mut listener).expect_err("ended");
+    assert_eq!(
+        why,
+        "the fleet became unavailable: etcd refused the connection"
+    );
+    assert_eq!(
+        view.current().map(|_| ()),
+        Err(FleetUnavailable::Unavailable(
+            "etcd refused the connection".to_owned()
+        ))
+    );
+    assert!(view.subscribe().is_err());
+    view.read(sample::cache(30, &[sample::host("a")]));
+    let (snapshot, mut again) = view.subscribe().expect("current again");
+    assert_eq!(snapshot.revision, 30);
+    assert!(snapshot.sessions.is_empty(), "no ghost of ses_1");
+    view.apply([put(31, &sample::host("c"))]);
+    assert!(event_id(next_now(&mut again)) > 0);
+}
+
+#[test]
+fn closing_ends_streams_and_refuses_new_ones() {
+    let view = current_view();
+    let (_, mut listener) = view.subscribe().expect("current");
+    view.close();
+    assert_eq!(
+        next_now(&mut listener).expect_err("ended"),
+        "the registry is shutting down"
+    );
+    assert!(matches!(view.subscribe(), Err(FleetUnavailable::Closing)));
+}
+
+#[test]
+fn a_host_leaves_after_its_sessions_within_one_revision() {
+    let view = current_view();
+    let (_, mut listener) = view.subscribe().expect("current");
+    let host = sample::host("a");
+    let session = sample::session("a", "ses_1", 1, "live", "plan");
+    let back = sample::host("a");
+    // A lease revoked at 8 (etcd sends the host key first), the host back at 9.
+    view.apply([
+        (8, WatchChange::Delete { key: &host.0 }),
+        (8, WatchChange::Delete { key: &session.0 }),
+        put(9, &back),
+    ]);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        match next_now(&mut listener) {
+            Ok(FleetNext::Event(event)) => order.push(match &event.change {
+                FleetChange::SessionRemoved { .. } => "removed",
+                FleetChange::HostLeft { .. } => "left",
+                FleetChange::HostJoined(_) => "joined",
+                other => panic!("{other:?}"),
+            }),
+            other => panic!("an event: {other:?}"),
+        }
+    }
+    assert_eq!(order, ["removed", "left", "joined"]);
+}

@@ -1,0 +1,310 @@
+//! The fleet endpoints: `GET /fleet/sessions`, `GET /fleet/hosts` and `GET /fleet/events`, served
+//! from the [`FleetView`](crate::fleet::FleetView) in [`AppState`] (wire types in [`wire`]).
+//!
+//! Invariants kept here:
+//! - Compiled in every build, so the OpenAPI document is the same with the `fleet` feature on
+//!   or off; a registry without `--fleet-etcd` answers 404 `fleet-not-configured`.
+//! - Only a current fleet is served: while etcd cannot be reached every fleet endpoint answers
+//!   503 `fleet-unavailable` saying why, and open streams end with the reason. The local API is
+//!   never touched by the fleet's state.
+//! - `/fleet/events` follows `/events`'s rules: a snapshot first, growing ids, each event encoded
+//!   once, a listener that falls behind ended, a last comment saying why a stream ended; it
+//!   takes an event-stream place (`--max-event-streams`).
+
+pub mod wire;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{Method, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::Stream;
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::event_stream::EventName;
+use super::events::{KEEP_ALIVE, encode, last_words};
+use super::responses::GateProblems;
+use super::sessions::{json_body, parse_status_filter};
+use super::wire::SessionState;
+use crate::fleet::cache::FleetChange;
+use crate::fleet::view::{FleetEvent, FleetNext, FleetSnapshot, FleetSubscription};
+use crate::fleet::{HostId, SessionEntry};
+use wire::{
+    FleetHosts, FleetQuery, FleetSessionAdded, FleetSessionChanged, FleetSessionRemoved,
+    FleetSessions, FleetStreamEvent, HostJoined, HostLeft, published_state, state_of, whole,
+};
+
+/// The tag of the fleet endpoints in the OpenAPI spec.
+pub const TAG: &str = "fleet";
+
+/// Where the fleet's event stream is served.
+pub const EVENTS_PATH: &str = "/fleet/events";
+
+/// What `/fleet/*` answers without a fleet, or while etcd cannot be reached.
+const FLEET_404: &str = "This registry is not part of a fleet: it was started without \
+    `--fleet-etcd` (`fleet-not-configured`)";
+const FLEET_503: &str = "Unavailable for now: etcd cannot be reached, or the fleet is not read \
+    yet (`fleet-unavailable`, saying why; never a stale fleet; back within one `--fleet-ttl` of \
+    etcd answering), too many requests in flight (`overloaded`, with Retry-After), or the token \
+    file is unusable (`token-file-unusable`)";
+const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions` \
+    (`fleet-unavailable`, `overloaded`, `token-file-unusable`), the registry is shutting down \
+    (`events-unavailable`), or as many event streams are open as `--max-event-streams` allows \
+    (`too-many-event-streams`, with Retry-After; answered before the token is checked)";
+
+/// Every session of every host in the fleet, as their registries verified and published them.
+///
+/// Served from this registry's cache of the fleet's etcd prefix (no door is asked); newest
+/// first. Takes the filters of `GET /sessions`, plus `host` and `skill`. `host_id` names this
+/// registry's own host: act (stop, signal) only on sessions of that host, through this
+/// registry; talk to another host's session at its door (a door whose `door_scope` is `host`
+/// is reachable only from its own host).
+#[utoipa::path(
+    get, path = "/fleet/sessions", tag = TAG,
+    params(FleetQuery),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The fleet's sessions that match", body = FleetSessions),
+        (status = 400, description = "Unknown status, or an invalid host id",
+            body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = FLEET_404, body = Problem,
+            content_type = "application/problem+json"),
+        GateProblems,
+        (status = 503, description = FLEET_503, body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+pub async fn fleet_sessions(
+    State(state): State<AppState>,
+    Query(query): Query<FleetQuery>,
+) -> Result<Response, ApiError> {
+    let keep = Filter::of(&query)?;
+    let snapshot = state.fleet().current()?;
+    if keep.is_everything() {
+        // Encoded once per picture, shared with the streams' snapshots.
+        let body = snapshot.encoded(|snapshot| encode(&whole(snapshot)));
+        return Ok(json_body(Bytes::copy_from_slice(body.as_bytes())));
+    }
+    let body = FleetSessions {
+        hosts: (snapshot.hosts.iter())
+            .filter(|h| keep.host(&h.host_id))
+            .map(|h| &**h)
+            .collect(),
+        sessions: (snapshot.sessions.iter())
+            .filter(|s| keep.session(s))
+            .map(|s| &**s)
+            .collect(),
+        ..whole(&snapshot)
+    };
+    Ok(json_body(Bytes::from(encode(&body))))
+}
+
+/// Every host in the fleet: each registry taking part, by id.
+#[utoipa::path(
+    get, path = "/fleet/hosts", tag = TAG,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The fleet's hosts", body = FleetHosts),
+        (status = 404, description = FLEET_404, body = Problem,
+            content_type = "application/problem+json"),
+        GateProblems,
+        (status = 503, description = FLEET_503, body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+pub async fn fleet_hosts(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let snapshot = state.fleet().current()?;
+    let whole = whole(&snapshot);
+    let body = FleetHosts {
+        revision: whole.revision,
+        host_id: whole.host_id,
+        hosts: whole.hosts,
+    };
+    Ok(json_body(Bytes::from(encode(&body))))
+}
+
+/// The stream of changes to the fleet (Server-Sent Events), as `/events` is for this host.
+///
+/// - `snapshot` (`FleetSessions`): the whole fleet; replace your table with it. Always the
+///   first event, with or without `Last-Event-ID`; also sent in place of more than 512 changes
+///   at once.
+/// - `session.added` / `session.changed` / `session.removed`: as on `/events`, each carrying
+///   `host_id`.
+/// - `host.joined` (`HostJoined`) / `host.left` (`HostLeft`): a registry joined or left (its
+///   lease lapsed: it stopped renewing within `--fleet-ttl`); its sessions' removals come first.
+///
+/// When etcd cannot be reached the stream ends with a comment saying why, and a reconnect gets
+/// the 503. A client more than 1,024 events behind is disconnected; the stream takes one of the
+/// `--max-event-streams` places. `HEAD` answers as `GET` would, opening no stream.
+#[utoipa::path(
+    get, path = EVENTS_PATH, tag = TAG,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The event stream", content_type = "text/event-stream",
+            body = FleetStreamEvent),
+        (status = 404, description = FLEET_404, body = Problem,
+            content_type = "application/problem+json"),
+        GateProblems,
+        (status = 503, description = FLEET_EVENTS_503, body = Problem,
+            content_type = "application/problem+json"),
+    )
+)]
+pub async fn fleet_events(
+    State(state): State<AppState>,
+    method: Method,
+) -> Result<Response, ApiError> {
+    if method == Method::HEAD {
+        state.fleet().current()?;
+        let headers = [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ];
+        return Ok((headers, ()).into_response());
+    }
+    let (snapshot, subscription) = state.fleet().subscribe()?;
+    Ok(Sse::new(stream(&snapshot, subscription))
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response())
+}
+
+/// The snapshot, then every change, until the listener lags, the fleet becomes unavailable or
+/// the registry shuts down; then a last comment saying which. The snapshot is not kept.
+fn stream(
+    snapshot: &FleetSnapshot,
+    subscription: FleetSubscription,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + use<> {
+    let first = snapshot_event(snapshot);
+    futures_util::stream::unfold(Some((Some(first), subscription)), |state| async move {
+        // `None`: the last comment went out; the stream is over.
+        let (first, mut subscription) = state?;
+        if let Some(first) = first {
+            return Some((Ok(first), Some((None, subscription))));
+        }
+        Some(match subscription.next().await {
+            Ok(FleetNext::Snapshot(snapshot)) => {
+                (Ok(snapshot_event(&snapshot)), Some((None, subscription)))
+            }
+            Ok(FleetNext::Event(event)) => (Ok(sse_event(&event)), Some((None, subscription))),
+            Err(why) => (Ok(last_words(&why)), None),
+        })
+    })
+}
+
+fn snapshot_event(snapshot: &FleetSnapshot) -> SseEvent {
+    SseEvent::default()
+        .id(snapshot.id.to_string())
+        .event(EventName::Snapshot.as_str())
+        .data(snapshot.encoded(|snapshot| encode(&whole(snapshot))))
+}
+
+fn sse_event(event: &Arc<FleetEvent>) -> SseEvent {
+    let name = match &event.change {
+        FleetChange::SessionAdded(_) => EventName::SessionAdded,
+        FleetChange::SessionChanged { .. } => EventName::SessionChanged,
+        FleetChange::SessionRemoved { .. } => EventName::SessionRemoved,
+        FleetChange::HostJoined(_) => EventName::HostJoined,
+        FleetChange::HostLeft { .. } => EventName::HostLeft,
+    };
+    SseEvent::default()
+        .id(event.id.to_string())
+        .event(name.as_str())
+        .data(event.encoded(encode_change))
+}
+
+fn encode_change(change: &FleetChange) -> String {
+    match change {
+        FleetChange::SessionAdded(entry) => encode(&FleetSessionAdded {
+            session_id: session_id(entry),
+            host_id: &entry.host_id,
+            session: entry,
+        }),
+        FleetChange::SessionChanged { old, now } => encode(&FleetSessionChanged {
+            session_id: session_id(now),
+            host_id: &now.host_id,
+            old_state: state_of(old),
+            new_state: state_of(now),
+            reason: (now.session.get("liveness"))
+                .and_then(|l| l.get("reason"))
+                .and_then(|r| r.as_str()),
+            session: now,
+        }),
+        FleetChange::SessionRemoved {
+            host_id,
+            session_id,
+        } => encode(&FleetSessionRemoved {
+            session_id,
+            host_id: host_id.as_str(),
+        }),
+        FleetChange::HostJoined(host) => encode(&HostJoined {
+            host_id: &host.host_id,
+            host,
+        }),
+        FleetChange::HostLeft { host_id } => encode(&HostLeft {
+            host_id: host_id.as_str(),
+        }),
+    }
+}
+
+fn session_id(entry: &SessionEntry) -> &str {
+    (entry.session.get("session_id"))
+        .and_then(|id| id.as_str())
+        .unwrap_or_default()
+}
+
+/// The filters of `GET /fleet/sessions`, parsed.
+struct Filter {
+    states: Option<Vec<SessionState>>,
+    hosts: Option<Vec<HostId>>,
+    skill: Option<String>,
+}
+
+impl Filter {
+    fn of(query: &FleetQuery) -> Result<Self, ApiError> {
+        let hosts = (query.host.as_deref())
+            .map(|hosts| {
+                hosts
+                    .split(',')
+                    .map(|id| {
+                        id.trim()
+                            .parse::<HostId>()
+                            .map_err(|e| ApiError::bad_query(e.to_string()))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(Self {
+            states: query
+                .status
+                .as_deref()
+                .map(parse_status_filter)
+                .transpose()?,
+            hosts,
+            skill: query.skill.clone(),
+        })
+    }
+
+    fn is_everything(&self) -> bool {
+        self.states.is_none() && self.hosts.is_none() && self.skill.is_none()
+    }
+
+    fn host(&self, host_id: &str) -> bool {
+        (self.hosts.as_ref()).is_none_or(|hosts| hosts.iter().any(|h| h.as_str() == host_id))
+    }
+
+    fn session(&self, entry: &SessionEntry) -> bool {
+        let offers = |skill: &String| {
+            (entry.skills.iter()).any(|s| s.id == *skill || s.tags.contains(skill))
+        };
+        self.host(&entry.host_id)
+            && (self.states.as_ref())
+                .is_none_or(|states| published_state(entry).is_some_and(|s| states.contains(&s)))
+            && self.skill.as_ref().is_none_or(offers)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,214 @@
+//! The fleet endpoints' wire types: the bodies of `GET /fleet/sessions` and `GET /fleet/hosts`,
+//! the data of each `/fleet/events` event, and the filters, each documented by its own type.
+//!
+//! Invariant: a fleet session is served as etcd holds it (its host built it from the public
+//! session view, so it has no place for a secret); these types borrow the cached entries and
+//! add only the ids that say whose and which.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::Schema;
+use utoipa::{IntoParams, PartialSchema, ToSchema};
+
+use super::super::event_stream::{EventName, one_event_schema};
+use super::super::wire::{SessionState, SessionView};
+use crate::fleet::view::FleetSnapshot;
+use crate::fleet::{DoorScope, HostEntry, SessionEntry};
+use crate::running::Skill;
+
+/// One session of the fleet: the session object `GET /sessions` serves on its host, plus whose
+/// it is and what it offers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FleetSessionView {
+    /// The host whose registry verified it.
+    #[schema(example = "web01")]
+    pub host_id: String,
+    /// When its verdict last changed, as its host saw it (RFC 3339, UTC).
+    pub changed_at: String,
+    /// `host`: its door listens on loopback, reachable only from its own host; `network`:
+    /// other hosts may reach it; `null`: it has no door.
+    pub door_scope: Option<DoorScope>,
+    /// The ids and tags of the skills its verified card lists (empty unless live).
+    pub skills: Vec<Skill>,
+    /// The session as its host serves it.
+    #[serde(flatten)]
+    pub session: SessionView,
+}
+
+/// The fleet's sessions (`GET /fleet/sessions`), and a `/fleet/events` snapshot.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FleetSessions<'a> {
+    /// The etcd revision this answer describes.
+    pub revision: i64,
+    /// This registry's own host id: actions (stop, signal) belong on its own sessions only.
+    pub host_id: &'a str,
+    /// The hosts in the fleet (those the `host` filter names, if given).
+    #[schema(value_type = Vec<HostEntry>)]
+    pub hosts: Vec<&'a HostEntry>,
+    /// The sessions that match the filters, newest first.
+    #[schema(value_type = Vec<FleetSessionView>)]
+    pub sessions: Vec<&'a SessionEntry>,
+}
+
+/// The fleet's hosts (`GET /fleet/hosts`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FleetHosts<'a> {
+    /// The etcd revision this answer describes.
+    pub revision: i64,
+    /// This registry's own host id.
+    pub host_id: &'a str,
+    /// Every host in the fleet, by id.
+    #[schema(value_type = Vec<HostEntry>)]
+    pub hosts: Vec<&'a HostEntry>,
+}
+
+/// Data of a fleet `session.added` event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FleetSessionAdded<'a> {
+    /// The session.
+    pub session_id: &'a str,
+    /// Its host.
+    pub host_id: &'a str,
+    /// The session as its host published it.
+    #[schema(value_type = FleetSessionView)]
+    pub session: &'a SessionEntry,
+}
+
+/// Data of a fleet `session.changed` event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FleetSessionChanged<'a> {
+    /// The session.
+    pub session_id: &'a str,
+    /// Its host.
+    pub host_id: &'a str,
+    /// The state before.
+    pub old_state: SessionState,
+    /// The state now.
+    pub new_state: SessionState,
+    /// Why it is not live now, when it is not.
+    pub reason: Option<&'a str>,
+    /// The session as it is now.
+    #[schema(value_type = FleetSessionView)]
+    pub session: &'a SessionEntry,
+}
+
+/// Data of a fleet `session.removed` event: its host removed it, or left the fleet.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FleetSessionRemoved<'a> {
+    /// The session.
+    pub session_id: &'a str,
+    /// Its host.
+    pub host_id: &'a str,
+}
+
+/// Data of a `host.joined` event.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HostJoined<'a> {
+    /// The host.
+    pub host_id: &'a str,
+    /// Its entry.
+    #[schema(value_type = HostEntry)]
+    pub host: &'a HostEntry,
+}
+
+/// Data of a `host.left` event: its registry left, or stopped renewing its lease. Its
+/// sessions' `session.removed` come before it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HostLeft<'a> {
+    /// The host.
+    pub host_id: &'a str,
+}
+
+/// Filters of `GET /fleet/sessions`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FleetQuery {
+    /// Comma-separated states to keep: `live`, `unreachable`, `gone`.
+    #[param(
+        example = "live,unreachable",
+        pattern = "^(live|unreachable|gone)(,(live|unreachable|gone))*$"
+    )]
+    pub status: Option<String>,
+    /// Comma-separated host ids to keep (sessions and hosts).
+    #[param(
+        example = "web01,web02",
+        pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(,[A-Za-z0-9][A-Za-z0-9._-]{0,127})*$"
+    )]
+    pub host: Option<String>,
+    /// Keep sessions offering this skill: a skill id or tag of their verified card.
+    #[param(example = "summarize")]
+    pub skill: Option<String>,
+}
+
+/// The body of a snapshot: the whole fleet, unfiltered.
+pub(super) fn whole(snapshot: &FleetSnapshot) -> FleetSessions<'_> {
+    FleetSessions {
+        revision: snapshot.revision,
+        host_id: snapshot.host_id.as_str(),
+        hosts: snapshot.hosts.iter().map(|h| &**h).collect(),
+        sessions: snapshot.sessions.iter().map(|s| &**s).collect(),
+    }
+}
+
+/// A fleet session's state, as its host judged it.
+pub(super) fn published_state(entry: &SessionEntry) -> Option<SessionState> {
+    (entry.session.get("liveness"))
+        .and_then(|l| l.get("state"))
+        .and_then(|s| SessionState::deserialize(s).ok())
+}
+
+/// A fleet session's state for an event (`unreachable` if its host did not say, as `/events`
+/// says of a verdict without one).
+pub(super) fn state_of(entry: &SessionEntry) -> SessionState {
+    published_state(entry).unwrap_or(SessionState::Unreachable)
+}
+
+/// One event of `GET /fleet/events` as a client parses it (documentation only).
+pub struct FleetStreamEvent;
+
+impl FleetStreamEvent {
+    fn events() -> [(EventName, Cow<'static, str>); 6] {
+        [
+            (EventName::Snapshot, FleetSessions::name()),
+            (EventName::SessionAdded, FleetSessionAdded::name()),
+            (EventName::SessionChanged, FleetSessionChanged::name()),
+            (EventName::SessionRemoved, FleetSessionRemoved::name()),
+            (EventName::HostJoined, HostJoined::name()),
+            (EventName::HostLeft, HostLeft::name()),
+        ]
+    }
+}
+
+impl PartialSchema for FleetStreamEvent {
+    fn schema() -> RefOr<Schema> {
+        one_event_schema(Self::events())
+    }
+}
+
+impl ToSchema for FleetStreamEvent {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.extend([
+            (FleetSessions::name().into_owned(), FleetSessions::schema()),
+            (
+                FleetSessionAdded::name().into_owned(),
+                FleetSessionAdded::schema(),
+            ),
+            (
+                FleetSessionChanged::name().into_owned(),
+                FleetSessionChanged::schema(),
+            ),
+            (
+                FleetSessionRemoved::name().into_owned(),
+                FleetSessionRemoved::schema(),
+            ),
+            (HostJoined::name().into_owned(), HostJoined::schema()),
+            (HostLeft::name().into_owned(), HostLeft::schema()),
+        ]);
+        FleetSessions::schemas(schemas);
+        FleetSessionAdded::schemas(schemas);
+        FleetSessionChanged::schemas(schemas);
+        HostJoined::schemas(schemas);
+    }
+}

@@ -1,0 +1,705 @@
+//! The fleet endpoints against a real etcd: entries written with `etcd-client` as other hosts'
+//! registries would (under their leases), the real app served with a [`FleetView`] fed by the
+//! real watcher; etcd killed and frozen (SIGSTOP) under it.
+//!
+//! What is held: the fleet is served as etcd holds it and followed live on `/fleet/events`
+//! (snapshot first, then changes carrying `host_id`, `host.joined` / `host.left`); a registry
+//! without a fleet answers 404; etcd killed or frozen makes `/fleet/*` answer 503 within the
+//! TTL while the local `/sessions` answers as before; etcd back makes the fleet current within
+//! one TTL, with nothing that left meanwhile still in it.
+//!
+//! The etcd tests need `/usr/bin/etcd` (Debian's `etcd-server`) and the `fleet` feature; they
+//! are ignored by default. Waiting is by polling the answer under a deadline, never by
+//! sleeping.
+
+mod common;
+
+use common::server::ServeTask;
+use common::temp_dir;
+use murmur_registry::fleet::FleetView;
+use murmur_registry::fleet::cache::FleetCache;
+use murmur_registry::fleet::keys::FleetKeys;
+use murmur_registry::http::{AppState, ServeLimits, serve_with};
+use murmur_registry::registry::Registry;
+use murmur_registry::running::DoorProbe;
+use murmur_registry::token::TokenStore;
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// The registry's app served in-process with `fleet` as its fleet view.
+struct FleetServer {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+    _running: TempDir,
+    _home: TempDir,
+    _serving: ServeTask,
+}
+
+impl FleetServer {
+    async fn start(fleet: FleetView) -> Self {
+        Self::start_with(fleet, ServeLimits::default()).await
+    }
+
+    async fn start_with(fleet: FleetView, limits: ServeLimits) -> Self {
+        let home = temp_dir();
+        let running = temp_dir();
+        let token_path = home.path().join("token");
+        let tokens = TokenStore::open(&token_path).expect("a token store");
+        let token = std::fs::read_to_string(&token_path)
+            .expect("the token")
+            .trim()
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("the bound address");
+        let state = AppState::new(
+            Registry::new(running.path(), DoorProbe::new()),
+            tokens,
+            addr,
+            &[],
+            &[],
+        )
+        .with_fleet(fleet);
+        let serving = ServeTask::spawn(move |signal| serve_with(listener, state, limits, signal));
+        Self {
+            base: format!("http://{addr}"),
+            token,
+            http: reqwest::Client::new(),
+            _running: running,
+            _home: home,
+            _serving: serving,
+        }
+    }
+
+    async fn request(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("the registry answers")
+    }
+
+    /// `GET path`: its status and JSON body.
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self.request(path).await;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.expect("a body");
+        let body = serde_json::from_slice(&bytes).expect("a JSON body");
+        (status, body)
+    }
+}
+
+#[tokio::test]
+async fn without_a_fleet_the_fleet_endpoints_are_404_and_the_local_api_answers() {
+    let server = FleetServer::start(FleetView::not_configured()).await;
+    for path in ["/fleet/sessions", "/fleet/hosts", "/fleet/events"] {
+        let (status, problem) = server.get(path).await;
+        assert_eq!(status, 404, "{path}");
+        assert_eq!(
+            problem["type"], "urn:murmur-registry:problem:fleet-not-configured",
+            "{path}"
+        );
+    }
+    assert_eq!(server.get("/sessions").await.0, 200);
+}
+
+/// A fleet stream and a local stream share the `--max-event-streams` places.
+#[tokio::test]
+async fn a_fleet_stream_takes_an_event_stream_place() {
+    let view = FleetView::new("a".parse().expect("a host id"));
+    let host =
+        br#"{"host_id":"a","version":"1","started_at":"2026-12-01T00:00:00Z","registry_url":null}"#;
+    let keys = FleetKeys::new("/p");
+    let (cache, skipped) = FleetCache::read(keys, 1, [(&b"/p/hosts/a"[..], &host[..])]);
+    assert_eq!(skipped, []);
+    view.read(cache);
+    let limits = ServeLimits {
+        max_event_streams: 1,
+        ..ServeLimits::default()
+    };
+    let server = FleetServer::start_with(view.clone(), limits).await;
+    let stream = server.request("/fleet/events").await;
+    assert_eq!(stream.status().as_u16(), 200);
+    let (status, problem) = server.get("/events").await;
+    assert_eq!(
+        (status, problem["type"].as_str()),
+        (
+            503,
+            Some("urn:murmur-registry:problem:too-many-event-streams")
+        )
+    );
+    drop(stream);
+    // The place is given back when the fleet stream closes.
+    let start = std::time::Instant::now();
+    while server.request("/fleet/events").await.status().as_u16() != 200 {
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "the place never came back"
+        );
+        // Paces the polling only.
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[cfg(feature = "fleet")]
+mod with_etcd {
+    use std::time::{Duration, Instant};
+
+    use etcd_client::{Client, PutOptions};
+    use murmur_registry::fleet::etcd::EtcdSettings;
+    use murmur_registry::fleet::watcher::{self, FleetWatcher};
+    use murmur_registry::fleet::{FleetView, HostId};
+    use serde_json::json;
+
+    use super::common::DEADLINE;
+    use super::private_etcd::Etcd;
+    use super::*;
+
+    /// The view's TTL: short, so outages show quickly; the deadlines are fractions of it.
+    const TTL: Duration = Duration::from_secs(3);
+    const PREFIX: &str = "/test/fleet";
+
+    /// A registry on host `a` whose fleet view follows `etcd`.
+    async fn registry_on(etcd: &Etcd) -> (FleetServer, FleetWatcher) {
+        let view = FleetView::new("a".parse::<HostId>().expect("a host id"));
+        // The shared settings carry TLS and credential fields on the publishing branch.
+        #[allow(clippy::needless_update)]
+        let settings = EtcdSettings {
+            endpoints: vec![etcd.endpoint()],
+            ..Default::default()
+        };
+        let watcher = watcher::start(settings, FleetKeys::new(PREFIX), TTL, view.clone());
+        (FleetServer::start(view).await, watcher)
+    }
+
+    /// Another host's registry, as etcd sees it: a lease, its host key, its session keys.
+    struct OtherHost {
+        id: &'static str,
+        lease: i64,
+    }
+
+    impl OtherHost {
+        async fn join(client: &mut Client, id: &'static str, lease_ttl: i64) -> Self {
+            let lease = client
+                .lease_grant(lease_ttl, None)
+                .await
+                .expect("a lease")
+                .id();
+            let host = json!({"host_id": id, "version": "1",
+                "started_at": "2026-12-01T00:00:00Z", "registry_url": null});
+            let keys = FleetKeys::new(PREFIX);
+            let host_id: HostId = id.parse().expect("a host id");
+            client
+                .put(
+                    keys.host(&host_id),
+                    host.to_string(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )
+                .await
+                .expect("put the host");
+            Self { id, lease }
+        }
+
+        async fn put_session(&self, client: &mut Client, session_id: &str, state: &str) {
+            let entry = json!({
+                "host_id": self.id, "changed_at": "2026-12-01T00:00:00Z",
+                "door_scope": "network", "skills": [{"id": "plan", "tags": []}],
+                "session_id": session_id, "url": "10.0.0.2:4000", "pid": 7,
+                "process_start": "1", "capsule_name": "c", "capsule_version": "1",
+                "workdir": "/w", "outlives_launcher": false,
+                "started_at": "2026-12-01T00:00:00Z",
+                "liveness": {"state": state, "process": "alive", "reason": null}
+            });
+            client
+                .put(
+                    self.session_key(session_id),
+                    entry.to_string(),
+                    Some(PutOptions::new().with_lease(self.lease)),
+                )
+                .await
+                .expect("put a session");
+        }
+
+        async fn delete_session(&self, client: &mut Client, session_id: &str) {
+            client
+                .delete(self.session_key(session_id), None)
+                .await
+                .expect("delete a session");
+        }
+
+        fn session_key(&self, session_id: &str) -> String {
+            let host_id: HostId = self.id.parse().expect("a host id");
+            FleetKeys::new(PREFIX).session(&host_id, session_id)
+        }
+    }
+
+    /// Poll `GET path` until `done` holds for its status and body; how long that took.
+    async fn until(
+        server: &FleetServer,
+        path: &str,
+        what: &str,
+        done: impl Fn(u16, &Value) -> bool,
+    ) -> Duration {
+        let start = Instant::now();
+        loop {
+            let (status, body) = server.get(path).await;
+            if done(status, &body) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "gave up waiting until {what}: last {status} {body}"
+            );
+            // Paces the polling only.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn ids(body: &Value, list: &str, field: &str) -> Vec<String> {
+        (body[list].as_array().into_iter().flatten())
+            .filter_map(|item| item[field].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    fn sessions(body: &Value) -> Vec<String> {
+        ids(body, "sessions", "session_id")
+    }
+
+    fn hosts(body: &Value) -> Vec<String> {
+        ids(body, "hosts", "host_id")
+    }
+
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn other_hosts_are_served_as_etcd_holds_them_and_followed_on_the_stream() {
+        let etcd = Etcd::start().await;
+        let mut client = etcd.client().await;
+        let b = OtherHost::join(&mut client, "b", 60).await;
+        b.put_session(&mut client, "ses_b1", "live").await;
+        let (server, _watcher) = registry_on(&etcd).await;
+
+        until(
+            &server,
+            "/fleet/sessions",
+            "b's session is served",
+            |s, body| s == 200 && sessions(body) == ["ses_b1"],
+        )
+        .await;
+        let (_, body) = server.get("/fleet/sessions?host=b&status=live").await;
+        assert_eq!(body["host_id"], "a", "this registry's own host");
+        assert!(body["revision"].as_i64().is_some_and(|r| r > 0));
+        assert_eq!(hosts(&body), ["b"]);
+        assert_eq!(body["sessions"][0]["host_id"], "b");
+        assert_eq!(body["sessions"][0]["door_scope"], "network");
+        let (_, body) = server.get("/fleet/sessions?host=c").await;
+        assert_eq!(sessions(&body), Vec::<String>::new());
+        let (status, body) = server.get("/fleet/hosts").await;
+        assert_eq!((status, hosts(&body)), (200, vec!["b".to_owned()]));
+
+        let mut stream = EventStream::open(&server).await;
+        let (id, name, data) = stream.next_event().await;
+        assert_eq!((id, name.as_str()), (0, "snapshot"));
+        assert_eq!(sessions(&data), ["ses_b1"]);
+
+        b.put_session(&mut client, "ses_b2", "live").await;
+        let (_, name, data) = stream.next_event().await;
+        assert_eq!(name, "session.added");
+        assert_eq!(
+            (data["host_id"].as_str(), data["session_id"].as_str()),
+            (Some("b"), Some("ses_b2"))
+        );
+
+        b.put_session(&mut client, "ses_b2", "unreachable").await;
+        let (_, name, data) = stream.next_event().await;
+        assert_eq!(name, "session.changed");
+        assert_eq!(
+            (data["old_state"].as_str(), data["new_state"].as_str()),
+            (Some("live"), Some("unreachable"))
+        );
+
+        b.delete_session(&mut client, "ses_b1").await;
+        let (_, name, data) = stream.next_event().await;
+        assert_eq!(
+            (name.as_str(), data["session_id"].as_str()),
+            ("session.removed", Some("ses_b1"))
+        );
+
+        let _c = OtherHost::join(&mut client, "c", 60).await;
+        let (_, name, data) = stream.next_event().await;
+        assert_eq!(
+            (name.as_str(), data["host_id"].as_str()),
+            ("host.joined", Some("c"))
+        );
+
+        // b leaves the way a registry does on SIGTERM: its lease revoked, every key at once.
+        client
+            .lease_revoke(b.lease)
+            .await
+            .expect("revoke b's lease");
+        let mut left = Vec::new();
+        for _ in 0..2 {
+            let (_, name, data) = stream.next_event().await;
+            left.push(format!(
+                "{name} {}",
+                data["session_id"]
+                    .as_str()
+                    .or(data["host_id"].as_str())
+                    .unwrap_or("")
+            ));
+        }
+        assert_eq!(
+            left,
+            ["session.removed ses_b2", "host.left b"],
+            "sessions first"
+        );
+        let (_, body) = server.get("/fleet/sessions").await;
+        assert_eq!(
+            (hosts(&body), sessions(&body)),
+            (vec!["c".to_owned()], vec![])
+        );
+    }
+
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn etcd_killed_is_503_within_the_ttl_and_back_current_within_one_ttl_without_ghosts() {
+        let mut etcd = Etcd::start().await;
+        let mut client = etcd.client().await;
+        let b = OtherHost::join(&mut client, "b", 60).await;
+        b.put_session(&mut client, "ses_b1", "live").await;
+        b.put_session(&mut client, "ses_b2", "live").await;
+        // d's lease is never renewed: it lapses while etcd is down or just after.
+        let d = OtherHost::join(&mut client, "d", 2).await;
+        d.put_session(&mut client, "ses_d1", "live").await;
+        let (server, _watcher) = registry_on(&etcd).await;
+        until(
+            &server,
+            "/fleet/sessions",
+            "the fleet is served",
+            |s, body| s == 200 && sessions(body).len() == 3,
+        )
+        .await;
+        let mut stream = EventStream::open(&server).await;
+        assert_eq!(stream.next_event().await.1, "snapshot");
+
+        etcd.kill();
+        let took = until(
+            &server,
+            "/fleet/sessions",
+            "the fleet is unavailable",
+            |s, _| s == 503,
+        )
+        .await;
+        assert!(took <= TTL, "503 after {took:?}, over the TTL {TTL:?}");
+        let (_, problem) = server.get("/fleet/hosts").await;
+        assert_eq!(
+            problem["type"],
+            "urn:murmur-registry:problem:fleet-unavailable"
+        );
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("the fleet is unavailable: ")),
+            "{problem}"
+        );
+        let (status, local) = server.get("/sessions").await;
+        assert_eq!(
+            (status, local["sessions"].clone()),
+            (200, json!([])),
+            "local API untouched"
+        );
+        let ended = stream.last_words().await;
+        assert!(ended.contains("the fleet became unavailable"), "{ended}");
+
+        etcd.restart().await;
+        // While the view is away, b drops a session: it must not come back as a ghost.
+        let mut client = etcd.client().await;
+        b.delete_session(&mut client, "ses_b2").await;
+        let took = until(
+            &server,
+            "/fleet/sessions",
+            "the fleet is current again",
+            |s, _| s == 200,
+        )
+        .await;
+        assert!(
+            took <= TTL,
+            "current again after {took:?}, over the TTL {TTL:?}"
+        );
+        until(
+            &server,
+            "/fleet/sessions",
+            "d's lapsed lease takes d away",
+            |s, body| s == 200 && sessions(body) == ["ses_b1"] && hosts(body) == ["b"],
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn etcd_frozen_is_503_within_the_ttl_and_thawed_is_current_within_one_ttl() {
+        let etcd = Etcd::start().await;
+        let mut client = etcd.client().await;
+        let b = OtherHost::join(&mut client, "b", 60).await;
+        b.put_session(&mut client, "ses_b1", "live").await;
+        let (server, _watcher) = registry_on(&etcd).await;
+        until(
+            &server,
+            "/fleet/sessions",
+            "the fleet is served",
+            |s, body| s == 200 && sessions(body) == ["ses_b1"],
+        )
+        .await;
+
+        etcd.freeze();
+        let took = until(
+            &server,
+            "/fleet/sessions",
+            "the frozen etcd is noticed",
+            |s, _| s == 503,
+        )
+        .await;
+        assert!(took <= TTL, "503 after {took:?}, over the TTL {TTL:?}");
+        let (_, problem) = server.get("/fleet/sessions").await;
+        assert!(
+            problem["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("etcd")),
+            "says why: {problem}"
+        );
+        assert_eq!(server.get("/sessions").await.0, 200, "local API untouched");
+
+        etcd.thaw();
+        let took = until(
+            &server,
+            "/fleet/sessions",
+            "the fleet is current again",
+            |s, body| s == 200 && sessions(body) == ["ses_b1"],
+        )
+        .await;
+        assert!(
+            took <= TTL,
+            "current again after {took:?}, over the TTL {TTL:?}"
+        );
+        // And followed again: a change after the thaw arrives.
+        let mut client = etcd.client().await;
+        b.put_session(&mut client, "ses_b2", "live").await;
+        until(
+            &server,
+            "/fleet/sessions",
+            "a change after the thaw is seen",
+            |s, body| s == 200 && sessions(body).len() == 2,
+        )
+        .await;
+    }
+
+    /// `GET /fleet/events` read block by block.
+    struct EventStream {
+        response: reqwest::Response,
+        buffer: String,
+    }
+
+    impl EventStream {
+        async fn open(server: &FleetServer) -> Self {
+            let response = server.request("/fleet/events").await;
+            assert_eq!(response.status().as_u16(), 200);
+            Self {
+                response,
+                buffer: String::new(),
+            }
+        }
+
+        /// The next block (event or comment), within [`DEADLINE`]; `None` when the stream ends.
+        async fn next_block(&mut self) -> Option<String> {
+            let start = Instant::now();
+            loop {
+                if let Some(end) = self.buffer.find("\n\n") {
+                    let block = self.buffer[..end].to_owned();
+                    self.buffer.drain(..end + 2);
+                    return Some(block);
+                }
+                let left = DEADLINE.saturating_sub(start.elapsed());
+                let chunk = tokio::time::timeout(left, self.response.chunk())
+                    .await
+                    .expect("the stream said something within the deadline")
+                    .expect("the stream reads");
+                self.buffer.push_str(&String::from_utf8_lossy(&chunk?));
+            }
+        }
+
+        /// The next event (comments skipped): its id, name and data.
+        async fn next_event(&mut self) -> (u64, String, Value) {
+            loop {
+                let block = self.next_block().await.expect("the stream goes on");
+                let field = |name: &str| {
+                    block
+                        .lines()
+                        .find_map(|line| line.strip_prefix(&format!("{name}: ")))
+                        .map(str::to_owned)
+                };
+                if let (Some(id), Some(name), Some(data)) =
+                    (field("id"), field("event"), field("data"))
+                {
+                    let data = serde_json::from_str(&data).expect("JSON data");
+                    return (id.parse().expect("a decimal id"), name, data);
+                }
+            }
+        }
+
+        /// The comment the stream ends with.
+        async fn last_words(&mut self) -> String {
+            let mut last = String::new();
+            while let Some(block) = self.next_block().await {
+                last = block;
+            }
+            last
+        }
+    }
+}
+
+/// A one-member etcd for these tests: free loopback ports, a private data directory, killed
+/// on drop. Kept private until the shared `tests/common/etcd.rs` is merged (same names).
+#[cfg(feature = "fleet")]
+mod private_etcd {
+    use std::net::TcpListener;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use etcd_client::{Client, ConnectOptions};
+    use tempfile::TempDir;
+
+    use super::common::temp_dir;
+
+    const READY_DEADLINE: Duration = Duration::from_secs(30);
+
+    pub struct Etcd {
+        client_port: u16,
+        peer_port: u16,
+        dir: TempDir,
+        child: Option<Child>,
+    }
+
+    impl Etcd {
+        /// A one-member etcd, answering.
+        pub async fn start() -> Self {
+            for _ in 0..5 {
+                let [client_port, peer_port] = free_ports();
+                let mut etcd = Self {
+                    client_port,
+                    peer_port,
+                    dir: temp_dir(),
+                    child: None,
+                };
+                etcd.spawn();
+                if etcd.wait_ready().await {
+                    return etcd;
+                }
+            }
+            panic!("etcd did not start on free ports in 5 tries")
+        }
+
+        pub fn endpoint(&self) -> String {
+            format!("http://127.0.0.1:{}", self.client_port)
+        }
+
+        pub async fn client(&self) -> Client {
+            connect(&self.endpoint()).await.expect("connect to etcd")
+        }
+
+        /// `kill -9` and reap.
+        pub fn kill(&mut self) {
+            if let Some(mut child) = self.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+
+        pub fn freeze(&self) {
+            self.signal(rustix::process::Signal::STOP);
+        }
+
+        pub fn thaw(&self) {
+            self.signal(rustix::process::Signal::CONT);
+        }
+
+        /// Start again on the same ports and data directory; returns once it answers.
+        pub async fn restart(&mut self) {
+            self.kill();
+            self.spawn();
+            assert!(self.wait_ready().await, "etcd did not come back");
+        }
+
+        fn signal(&self, signal: rustix::process::Signal) {
+            let child = self.child.as_ref().expect("etcd runs");
+            let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
+            rustix::process::kill_process(pid, signal).expect("signal etcd");
+        }
+
+        fn spawn(&mut self) {
+            let client_url = self.endpoint();
+            let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
+            let child = Command::new("/usr/bin/etcd")
+                .args(["--name", "solo"])
+                .arg("--data-dir")
+                .arg(self.dir.path().join("data"))
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("solo={peer_url}")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn /usr/bin/etcd (Debian: apt-get install etcd-server)");
+            self.child = Some(child);
+        }
+
+        /// Poll until a read answers (`true`) or the process exits (`false`: it lost its
+        /// ports).
+        async fn wait_ready(&mut self) -> bool {
+            let start = Instant::now();
+            loop {
+                if let Some(child) = self.child.as_mut()
+                    && child.try_wait().ok().flatten().is_some()
+                {
+                    self.child = None;
+                    return false;
+                }
+                if let Ok(mut client) = connect(&self.endpoint()).await
+                    && client.get("ready", None).await.is_ok()
+                {
+                    return true;
+                }
+                assert!(start.elapsed() < READY_DEADLINE, "etcd did not answer");
+                // Paces the polling only.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    impl Drop for Etcd {
+        fn drop(&mut self) {
+            // SIGKILL ends a frozen server too.
+            self.kill();
+        }
+    }
+
+    async fn connect(endpoint: &str) -> Result<Client, etcd_client::Error> {
+        let deadline = Duration::from_secs(1);
+        let options = ConnectOptions::new()
+            .with_connect_timeout(deadline)
+            .with_timeout(deadline);
+        Client::connect([endpoint], Some(options)).await
+    }
+
+    fn free_ports() -> [u16; 2] {
+        // Both bound at once, so they differ.
+        let a = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let b = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = |l: &TcpListener| l.local_addr().expect("a bound address").port();
+        [port(&a), port(&b)]
+    }
+}
