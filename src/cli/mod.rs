@@ -8,6 +8,9 @@
 //! - A non-loopback bind is refused unless `--allow-remote` says otherwise.
 //! - Errors are one line: what failed and what to do. The token is printed only on `--show`.
 
+mod fleet_args;
+#[cfg(feature = "fleet")]
+mod fleet_serve;
 mod health;
 mod prune;
 mod ps;

@@ -13,6 +13,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Args;
 
+use super::fleet_args::FleetArgs;
+#[cfg(feature = "fleet")]
+use super::fleet_serve::{FleetConfig, FleetMember};
 use super::{DirArgs, resolve_running_dir, resolve_token_file, runtime};
 use crate::http::{self, AppState};
 use crate::registry::Registry;
@@ -74,6 +77,8 @@ pub(super) struct ServeArgs {
     write_stall_timeout: Duration,
     #[command(flatten)]
     probe: ProbeArgs,
+    #[command(flatten)]
+    fleet: FleetArgs,
 }
 
 /// How doors are probed: the deadlines of one probe and how many may run at once.
@@ -138,6 +143,12 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let limits = serve_limits(&args)?;
+    #[cfg(feature = "fleet")]
+    let fleet = FleetConfig::from_args(&args.fleet, args.events_interval)?;
+    #[cfg(not(feature = "fleet"))]
+    if args.fleet.enabled() {
+        args.fleet.endpoints()?;
+    }
     raise_open_files_limit();
     let registry = Registry::new(resolve_running_dir(&args.dir)?, args.probe.door_probe());
     let token_path = resolve_token_file(args.token_file.as_ref())?;
@@ -164,6 +175,18 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         // Listen for SIGINT/SIGTERM before announcing the address: a script that signals the
         // server as soon as it reads the line must get a graceful shutdown.
         let shutdown = shutdown_signal().context("cannot listen for SIGINT/SIGTERM")?;
+        #[cfg(feature = "fleet")]
+        let (state, shutdown) = match fleet {
+            Some(fleet) => {
+                let (member, state) = FleetMember::join(fleet, state).await?;
+                let shutdown = async move {
+                    shutdown.await;
+                    member.leave().await;
+                };
+                (state, futures_util::future::Either::Left(shutdown))
+            }
+            None => (state, futures_util::future::Either::Right(shutdown)),
+        };
         let mut stdout = std::io::stdout();
         writeln!(stdout, "listening on http://{bound}")?;
         stdout.flush()?;

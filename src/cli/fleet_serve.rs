@@ -1,0 +1,162 @@
+//! `serve --fleet-etcd`: this registry joins the fleet: it publishes its verified picture under
+//! its lease and serves every host's from a watch.
+//!
+//! Invariants:
+//! - The local API never waits on etcd: a registry that cannot reach etcd at start serves
+//!   anyway (its `/fleet/*` answers 503 saying why) and keeps trying to join in the background.
+//! - A host id that another live lease holds (after waiting one TTL for it to lapse) refuses
+//!   the start: two registries must never publish as one host.
+//! - SIGTERM revokes the lease before the server's graceful end, so the host leaves at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use serde_json::{Map, Value};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use super::fleet_args::FleetArgs;
+use crate::fleet::etcd::EtcdSettings;
+use crate::fleet::keys::FleetKeys;
+use crate::fleet::publisher::PublishError;
+use crate::fleet::publishing::{self, PublishOptions, Publishing, StartError, check_ttl};
+use crate::fleet::view::FleetView;
+use crate::fleet::watcher::{self, FleetWatcher};
+use crate::http::AppState;
+use crate::http::wire::SessionView;
+use crate::registry::Reading;
+use crate::running::Skill;
+
+/// The fleet's part of `serve`, checked before anything starts.
+#[derive(Debug)]
+pub(super) struct FleetConfig {
+    settings: EtcdSettings,
+    options: PublishOptions,
+}
+
+impl FleetConfig {
+    /// The fleet the flags ask for, `None` without `--fleet-etcd`; contradictions refused.
+    pub(super) fn from_args(args: &FleetArgs, interval: Duration) -> anyhow::Result<Option<Self>> {
+        if !args.enabled() {
+            return Ok(None);
+        }
+        let endpoints = args.endpoints()?;
+        if let Err(why) = check_ttl(args.fleet_ttl, interval) {
+            bail!(why);
+        }
+        if let Some(url) = &args.advertise_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("--advertise-url {url:?} must be an http:// or https:// URL");
+        }
+        Ok(Some(Self {
+            settings: EtcdSettings {
+                endpoints,
+                ca_file: args.fleet_ca_file.clone(),
+                client_cert_file: args.fleet_cert_file.clone(),
+                client_key_file: args.fleet_key_file.clone(),
+                credentials_file: args.fleet_credentials_file.clone(),
+            },
+            options: PublishOptions {
+                keys: FleetKeys::new(args.prefix()?),
+                host_id: args.host_id()?,
+                ttl: args.fleet_ttl,
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                advertise_url: args.advertise_url.clone(),
+            },
+        }))
+    }
+}
+
+/// This registry's membership: the watch feeding `/fleet/*` and the publishing of its picture.
+pub(super) struct FleetMember {
+    _watcher: FleetWatcher,
+    publishing: Arc<Mutex<Option<Publishing>>>,
+    joining: Option<JoinHandle<()>>,
+}
+
+impl FleetMember {
+    /// Join the fleet: `state` serves it from now on. Fails only when the host id is taken.
+    pub(super) async fn join(
+        config: FleetConfig,
+        state: AppState,
+    ) -> anyhow::Result<(Self, AppState)> {
+        let FleetConfig { settings, options } = config;
+        let view = FleetView::new(options.host_id.clone());
+        let state = state.with_fleet(view.clone());
+        let watcher = watcher::start(settings.clone(), options.keys.clone(), options.ttl, view);
+        let publishing = Arc::new(Mutex::new(None));
+        let monitor = state.events().clone();
+        let joining = match publishing::start(&settings, options.clone(), monitor.clone(), render)
+            .await
+        {
+            Ok(started) => {
+                tracing::info!(host_id = %options.host_id, "joined the fleet");
+                *publishing.lock().await = Some(started);
+                None
+            }
+            Err(StartError::Publish(taken @ PublishError::HostIdTaken { .. })) => {
+                return Err(taken.into());
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot join the fleet yet; serving this host meanwhile and trying again");
+                let slot = Arc::clone(&publishing);
+                Some(tokio::spawn(keep_joining(settings, options, monitor, slot)))
+            }
+        };
+        let member = Self {
+            _watcher: watcher,
+            publishing,
+            joining,
+        };
+        Ok((member, state))
+    }
+
+    /// Leave the fleet at once: the lease is revoked, so every key of this host goes with it.
+    pub(super) async fn leave(mut self) {
+        if let Some(joining) = self.joining.take() {
+            joining.abort();
+        }
+        let Some(publishing) = self.publishing.lock().await.take() else {
+            return;
+        };
+        match publishing.leave().await {
+            Ok(()) => tracing::info!("left the fleet"),
+            Err(error) => {
+                tracing::warn!(%error, "could not revoke the fleet lease; it lapses within its TTL")
+            }
+        }
+    }
+}
+
+/// Try to join every third of a TTL until it works; a taken host id is logged and retried (the
+/// other registry may leave), never published over.
+async fn keep_joining(
+    settings: EtcdSettings,
+    options: PublishOptions,
+    monitor: crate::monitor::Monitor,
+    slot: Arc<Mutex<Option<Publishing>>>,
+) {
+    loop {
+        tokio::time::sleep(options.ttl / 3).await;
+        match publishing::start(&settings, options.clone(), monitor.clone(), render).await {
+            Ok(started) => {
+                tracing::info!(host_id = %options.host_id, "joined the fleet");
+                *slot.lock().await = Some(started);
+                return;
+            }
+            Err(error) => tracing::warn!(%error, "cannot join the fleet yet; trying again"),
+        }
+    }
+}
+
+/// A reading as the fleet publishes it: the session object `GET /sessions` serves.
+fn render(reading: &Reading) -> (Map<String, Value>, Vec<Skill>) {
+    let session = match serde_json::to_value(SessionView::of(reading)) {
+        Ok(Value::Object(session)) => session,
+        // A struct of strings and numbers always encodes as an object.
+        _ => Map::new(),
+    };
+    (session, Vec::new())
+}
