@@ -12,11 +12,12 @@ use clap::Args;
 
 use crate::fleet::{DEFAULT_PREFIX, HostId};
 
-/// Where the fleet is and who this host is in it.
+/// Where the fleet is: etcd and the prefix (`serve` and `ps --fleet`).
 #[derive(Debug, Args)]
-pub(super) struct FleetArgs {
-    /// etcd endpoints (comma-separated `http://` or `https://` URLs) to publish this host's
-    /// verified sessions to and read the fleet from; the fleet is off without it.
+pub(super) struct EtcdArgs {
+    /// etcd endpoints (comma-separated `http://` or `https://` URLs) where the fleet is kept;
+    /// `serve` publishes this host's verified sessions there and serves the fleet (off
+    /// without it).
     #[arg(
         long,
         env = "MURMUR_REGISTRY_FLEET_ETCD",
@@ -24,20 +25,9 @@ pub(super) struct FleetArgs {
         value_delimiter = ','
     )]
     pub(super) fleet_etcd: Vec<String>,
-    /// This host's name in the fleet [default: the hostname]: 1 to 128 of A-Z a-z 0-9 . _ -,
-    /// starting with a letter or digit.
-    #[arg(long, value_name = "ID")]
-    pub(super) host_id: Option<String>,
     /// Where the fleet's keys live in etcd.
     #[arg(long, value_name = "PREFIX", default_value = DEFAULT_PREFIX)]
     pub(super) fleet_prefix: String,
-    /// How long this host's keys outlive its last completed pass: a host that stops (or whose
-    /// verification loop hangs) leaves the fleet after this. At least 3 × --events-interval.
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
-    pub(super) fleet_ttl: Duration,
-    /// Where other hosts can reach this registry's API, published with the host (optional).
-    #[arg(long, value_name = "URL")]
-    pub(super) advertise_url: Option<String>,
     /// CA certificate (PEM) to verify etcd's server certificate with (`https://` endpoints).
     #[arg(long, value_name = "FILE")]
     pub(super) fleet_ca_file: Option<PathBuf>,
@@ -52,7 +42,25 @@ pub(super) struct FleetArgs {
     pub(super) fleet_credentials_file: Option<PathBuf>,
 }
 
-impl FleetArgs {
+/// Where the fleet is and who this host is in it (`serve`).
+#[derive(Debug, Args)]
+pub(super) struct FleetArgs {
+    #[command(flatten)]
+    pub(super) etcd: EtcdArgs,
+    /// This host's name in the fleet [default: the hostname]: 1 to 128 of A-Z a-z 0-9 . _ -,
+    /// starting with a letter or digit.
+    #[arg(long, value_name = "ID")]
+    pub(super) host_id: Option<String>,
+    /// How long this host's keys outlive its last completed pass: a host that stops (or whose
+    /// verification loop hangs) leaves the fleet after this. At least 3 × --events-interval.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+    pub(super) fleet_ttl: Duration,
+    /// Where other hosts can reach this registry's API, published with the host (optional).
+    #[arg(long, value_name = "URL")]
+    pub(super) advertise_url: Option<String>,
+}
+
+impl EtcdArgs {
     /// Whether `--fleet-etcd` turned the fleet on.
     ///
     /// An empty value is off, so a compose file can pass an unset variable through.
@@ -102,6 +110,26 @@ impl FleetArgs {
         Ok(prefix)
     }
 
+    /// How to reach etcd: `endpoints` (checked by [`EtcdArgs::endpoints`]) and the TLS and
+    /// credential files.
+    #[cfg(feature = "fleet")]
+    pub(super) fn settings(&self, endpoints: Vec<String>) -> crate::fleet::etcd::EtcdSettings {
+        crate::fleet::etcd::EtcdSettings {
+            endpoints,
+            ca_file: self.fleet_ca_file.clone(),
+            client_cert_file: self.fleet_cert_file.clone(),
+            client_key_file: self.fleet_key_file.clone(),
+            credentials_file: self.fleet_credentials_file.clone(),
+        }
+    }
+}
+
+impl FleetArgs {
+    /// Whether `--fleet-etcd` turned the fleet on.
+    pub(super) fn enabled(&self) -> bool {
+        self.etcd.enabled()
+    }
+
     /// `--host-id`, or the hostname when it makes a valid host id.
     #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     pub(super) fn host_id(&self) -> anyhow::Result<HostId> {
@@ -138,7 +166,8 @@ mod tests {
     fn off_unless_given_and_the_defaults_are_the_librarys() {
         let args = parse(&[]);
         assert!(!args.enabled());
-        assert_eq!(args.prefix().expect("default prefix"), DEFAULT_PREFIX);
+        assert!(!parse(&["--fleet-etcd", ""]).enabled());
+        assert_eq!(args.etcd.prefix().expect("default prefix"), DEFAULT_PREFIX);
         assert_eq!(args.fleet_ttl, crate::fleet::DEFAULT_TTL);
     }
 
@@ -146,7 +175,8 @@ mod tests {
     fn bad_values_are_refused_with_the_flag_named() {
         let args = parse(&["--fleet-prefix", "murmur", "--host-id", "a/b"]);
         assert!(
-            args.prefix()
+            args.etcd
+                .prefix()
                 .unwrap_err()
                 .to_string()
                 .contains("--fleet-prefix")
@@ -154,6 +184,7 @@ mod tests {
         assert!(format!("{:#}", args.host_id().unwrap_err()).contains("--host-id"));
         assert_eq!(
             parse(&["--fleet-prefix", "/p/"])
+                .etcd
                 .prefix()
                 .expect("trailing /"),
             "/p"
@@ -171,14 +202,14 @@ mod tests {
     fn endpoints_are_urls_or_the_build_says_what_it_lacks() {
         let args = parse(&["--fleet-etcd", "http://127.0.0.1:2379,https://e2:2379/"]);
         assert!(args.enabled());
-        let answer = args.endpoints();
+        let answer = args.etcd.endpoints();
         if cfg!(feature = "fleet") {
             assert_eq!(
                 answer.expect("valid"),
                 ["http://127.0.0.1:2379", "https://e2:2379/"]
             );
             for bad in ["127.0.0.1:2379", "http://", "http://a/b", "ftp://a:1"] {
-                let error = parse(&["--fleet-etcd", bad]).endpoints().unwrap_err();
+                let error = parse(&["--fleet-etcd", bad]).etcd.endpoints().unwrap_err();
                 assert!(error.to_string().contains("--fleet-etcd"), "{bad}: {error}");
             }
         } else {

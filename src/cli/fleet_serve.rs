@@ -41,7 +41,8 @@ impl FleetConfig {
         if !args.enabled() {
             return Ok(None);
         }
-        let endpoints = args.endpoints()?;
+        let etcd = &args.etcd;
+        let endpoints = etcd.endpoints()?;
         if let Err(why) = check_ttl(args.fleet_ttl, interval) {
             bail!(why);
         }
@@ -51,15 +52,9 @@ impl FleetConfig {
             bail!("--advertise-url {url:?} must be an http:// or https:// URL");
         }
         Ok(Some(Self {
-            settings: EtcdSettings {
-                endpoints,
-                ca_file: args.fleet_ca_file.clone(),
-                client_cert_file: args.fleet_cert_file.clone(),
-                client_key_file: args.fleet_key_file.clone(),
-                credentials_file: args.fleet_credentials_file.clone(),
-            },
+            settings: etcd.settings(endpoints),
             options: PublishOptions {
-                keys: FleetKeys::new(args.prefix()?),
+                keys: FleetKeys::new(etcd.prefix()?),
                 host_id: args.host_id()?,
                 ttl: args.fleet_ttl,
                 version: env!("CARGO_PKG_VERSION").to_owned(),

@@ -14,6 +14,8 @@ mod fleet_serve;
 mod health;
 mod prune;
 mod ps;
+#[cfg(feature = "fleet")]
+mod ps_fleet;
 mod serve;
 mod stop;
 mod token_command;

@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 use clap::Args;
 
+use super::fleet_args::EtcdArgs;
 use super::{DirArgs, registry_for};
 use crate::http::wire::{SessionState, SessionView};
 use crate::registry::{Reading, Registry};
-use crate::running::RunningRecord;
 
 #[derive(Debug, Args)]
 pub(super) struct PsArgs {
@@ -20,7 +20,13 @@ pub(super) struct PsArgs {
     dir: DirArgs,
     /// Print the sessions as a JSON array instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
+    /// Every host's sessions, read from the fleet in etcd (no server needed, nothing pruned),
+    /// with a HOST column; needs --fleet-etcd.
+    #[arg(long)]
+    fleet: bool,
+    #[command(flatten)]
+    pub(super) etcd: EtcdArgs,
 }
 
 /// The sessions `ps` shows, after pruning what is gone (each removal named on stderr).
@@ -40,7 +46,13 @@ pub(super) async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<
     Ok(pass.readings)
 }
 
+#[cfg(feature = "fleet")]
+use super::ps_fleet::fleet_ps;
+
 pub(super) async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
+    if args.fleet {
+        return fleet_ps(&args).await;
+    }
     let registry = registry_for(&args.dir)?;
     let sessions = running_sessions(&registry).await?;
     let mut out = std::io::stdout().lock();
@@ -58,7 +70,6 @@ pub(super) async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
 
 /// The `ps` table: left-aligned columns, the full session id, a header line.
 fn ps_table(sessions: &[Reading], now: SystemTime) -> String {
-    let header = ["SESSION", "CAPSULE", "STATUS", "DETACHED", "UPTIME", "URL"];
     let rows: Vec<[String; 6]> = sessions
         .iter()
         .map(|reading| {
@@ -72,13 +83,21 @@ fn ps_table(sessions: &[Reading], now: SystemTime) -> String {
                 format!("{}@{}", r.capsule_name, r.capsule_version),
                 status.to_owned(),
                 if r.outlives_launcher { "yes" } else { "no" }.to_owned(),
-                uptime(r, now),
+                uptime(&r.started_at, now),
                 r.url.clone().unwrap_or_else(|| "-".to_owned()),
             ]
         })
         .collect();
+    table(
+        ["SESSION", "CAPSULE", "STATUS", "DETACHED", "UPTIME", "URL"],
+        &rows,
+    )
+}
+
+/// Left-aligned columns as wide as their widest cell, two spaces apart, under `header`.
+pub(super) fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
     let mut widths = header.map(str::len);
-    for row in &rows {
+    for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
@@ -94,15 +113,22 @@ fn ps_table(sessions: &[Reading], now: SystemTime) -> String {
         table.push('\n');
     };
     push_row(&header);
-    for row in &rows {
+    for row in rows {
         push_row(&row.each_ref().map(String::as_str));
     }
     table
 }
 
+/// `ps --fleet` in a build without the fleet: refused, saying which feature to build with.
+#[cfg(not(feature = "fleet"))]
+async fn fleet_ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
+    args.etcd.endpoints()?;
+    anyhow::bail!("ps --fleet needs a build with the fleet (--features fleet)")
+}
+
 /// `HH:MM:SS` since `started_at`, with `Nd ` in front past a day; `-` when unknown.
-fn uptime(record: &RunningRecord, now: SystemTime) -> String {
-    let started = record.started_at.trim();
+pub(super) fn uptime(started_at: &str, now: SystemTime) -> String {
+    let started = started_at.trim();
     let normalised = started
         .strip_suffix("+00:00")
         .map(|s| format!("{s}Z"))

@@ -147,7 +147,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let fleet = FleetConfig::from_args(&args.fleet, args.events_interval)?;
     #[cfg(not(feature = "fleet"))]
     if args.fleet.enabled() {
-        args.fleet.endpoints()?;
+        args.fleet.etcd.endpoints()?;
     }
     raise_open_files_limit();
     let registry = Registry::new(resolve_running_dir(&args.dir)?, args.probe.door_probe());

@@ -200,6 +200,7 @@ pub fn registry(home: &Path, user: User) -> Command {
     cmd.env("HOME", home)
         .env_remove("MURMUR_REGISTRY_BIND")
         .env_remove("RUST_LOG")
+        .env_remove("MURMUR_REGISTRY_FLEET_ETCD")
         .stdin(Stdio::null());
     match user {
         // The refusal under test.

@@ -1,0 +1,107 @@
+//! `ps --fleet`: every host's sessions as the fleet's etcd holds them, read directly (no
+//! server needed), with a HOST column.
+//!
+//! Invariant: it only reads etcd: nothing is pruned, probed or written anywhere.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use super::ps::{PsArgs, table, uptime};
+use crate::fleet::SessionEntry;
+use crate::fleet::cache::FleetCache;
+use crate::fleet::keys::FleetKeys;
+
+/// `ps --fleet`: every host's sessions as etcd holds them.
+pub(super) async fn fleet_ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
+    if !args.etcd.enabled() {
+        bail!("ps --fleet needs --fleet-etcd URL (or MURMUR_REGISTRY_FLEET_ETCD)");
+    }
+    let endpoints = args.etcd.endpoints()?;
+    let keys = FleetKeys::new(args.etcd.prefix()?);
+    let settings = args.etcd.settings(endpoints.clone());
+    let read = async {
+        let mut client = crate::fleet::etcd::connect(&settings, crate::fleet::DEFAULT_TTL).await?;
+        let options = etcd_client::GetOptions::new().with_prefix();
+        client.get(keys.all(), Some(options)).await
+    };
+    let mut response = read
+        .await
+        .with_context(|| format!("cannot read the fleet from etcd at {}", endpoints.join(",")))?;
+    let revision = response.header().map_or(0, |header| header.revision());
+    let kvs = response.take_kvs();
+    let (cache, skipped) =
+        FleetCache::read(keys, revision, kvs.iter().map(|kv| (kv.key(), kv.value())));
+    for skipped in skipped {
+        eprintln!("skipped: {} — {}", skipped.key, skipped.why);
+    }
+    let sessions: Vec<&SessionEntry> = cache.sessions().map(AsRef::as_ref).collect();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &sessions)?;
+        writeln!(out)?;
+    } else if sessions.is_empty() {
+        writeln!(
+            out,
+            "no running capsules in the fleet ({} hosts)",
+            cache.hosts().len()
+        )?;
+    } else {
+        write!(out, "{}", fleet_table(&sessions, SystemTime::now()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `ps --fleet` table: the `ps` columns after the host's.
+fn fleet_table(sessions: &[&SessionEntry], now: SystemTime) -> String {
+    let text = |entry: &SessionEntry, field: &str| {
+        entry
+            .session
+            .get(field)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let rows: Vec<[String; 7]> = sessions
+        .iter()
+        .map(|entry| {
+            let state = entry
+                .session
+                .get("liveness")
+                .and_then(|liveness| liveness.get("state"))
+                .and_then(Value::as_str)
+                .unwrap_or("-");
+            let status = if state == "live" { "running" } else { state };
+            let detached = entry
+                .session
+                .get("outlives_launcher")
+                .and_then(Value::as_bool);
+            [
+                entry.host_id.clone(),
+                text(entry, "session_id").unwrap_or_else(|| "-".to_owned()),
+                format!(
+                    "{}@{}",
+                    text(entry, "capsule_name").unwrap_or_default(),
+                    text(entry, "capsule_version").unwrap_or_default()
+                ),
+                status.to_owned(),
+                match detached {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "-",
+                }
+                .to_owned(),
+                text(entry, "started_at").map_or_else(|| "-".to_owned(), |at| uptime(&at, now)),
+                text(entry, "url").unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    table(
+        [
+            "HOST", "SESSION", "CAPSULE", "STATUS", "DETACHED", "UPTIME", "URL",
+        ],
+        &rows,
+    )
+}

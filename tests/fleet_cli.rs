@@ -1,0 +1,118 @@
+//! `ps --fleet` through the real binary: every host's sessions read straight from etcd, with a
+//! HOST column, no server asked and nothing pruned.
+//!
+//! The etcd test needs `/usr/bin/etcd` (Debian's `etcd-server`) and the `fleet` feature; it is
+//! ignored by plain `cargo test`.
+
+mod common;
+
+use common::binary::*;
+
+/// Without an endpoint `ps --fleet` says what it needs: the flag (or, in a build without the
+/// fleet, the feature), and writes nothing.
+#[test]
+fn ps_fleet_without_etcd_says_what_it_needs() {
+    let home = Home::new();
+    let done = run({
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["ps", "--fleet"]);
+        cmd
+    });
+    done.assert_failure();
+    let needed = if cfg!(feature = "fleet") {
+        "--fleet-etcd"
+    } else {
+        "--features fleet"
+    };
+    assert!(done.stderr.contains(needed), "{}", done.stderr);
+    assert_eq!(done.stdout, "");
+    assert!(
+        !home.path().join(".murmur").exists(),
+        "ps --fleet touched HOME"
+    );
+}
+
+#[cfg(feature = "fleet")]
+mod with_etcd {
+    use super::*;
+    use common::etcd::Etcd;
+    use common::{DEADLINE, TestProcess, wait_until};
+
+    fn ps_fleet(home: &Home, etcd: &Etcd, json: bool) -> Finished {
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["ps", "--fleet", "--fleet-etcd", &etcd.endpoint()]);
+        if json {
+            cmd.arg("--json");
+        }
+        run(cmd)
+    }
+
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn ps_fleet_lists_every_hosts_sessions_with_their_host() {
+        let etcd = Etcd::start().await;
+        let host = Home::new();
+        let capsule = TestProcess::sleeping();
+        let secret = "door-secret-5c1e9a7f3b2d";
+        let record = capsule
+            .record()
+            .no_door()
+            .door_token(secret)
+            .set("capsule_name", "scout")
+            .set("capsule_version", "2.0.1");
+        host.write(&record);
+        let mut serve = registry(host.path(), User::Me);
+        serve.args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--fleet-etcd",
+            &etcd.endpoint(),
+        ]);
+        serve.args([
+            "--host-id",
+            "host-a",
+            "--fleet-ttl",
+            "3s",
+            "--events-interval",
+            "500ms",
+        ]);
+        let served = common::ServedBinary::spawn(serve);
+
+        // Another machine: its own HOME, never the registry's.
+        let reader = Home::new();
+        let session_id = record.session_id();
+        wait_until("ps --fleet shows host-a's session", DEADLINE, || {
+            let done = ps_fleet(&reader, &etcd, true);
+            done.assert_success();
+            done.json().as_array().is_some_and(|sessions| {
+                sessions
+                    .iter()
+                    .any(|s| s["session_id"] == session_id.as_str())
+            })
+        });
+        let json = ps_fleet(&reader, &etcd, true);
+        let sessions = json.json();
+        let entry = &sessions[0];
+        assert_eq!(entry["host_id"], "host-a");
+        assert_eq!(entry["capsule_name"], "scout");
+        assert_eq!(entry["liveness"]["state"], "live");
+        assert!(!json.stdout.contains(secret), "a door token left the host");
+
+        let table = ps_fleet(&reader, &etcd, false);
+        table.assert_success();
+        let lines: Vec<&str> = table.stdout.lines().collect();
+        assert!(lines[0].starts_with("HOST "), "{}", table.stdout);
+        assert!(lines[0].contains("SESSION") && lines[0].contains("STATUS"));
+        assert!(lines[1].starts_with("host-a "), "{}", table.stdout);
+        assert!(lines[1].contains(&session_id) && lines[1].contains("scout@2.0.1"));
+        assert!(lines[1].contains("running"));
+        assert!(
+            !reader.path().join(".murmur").exists(),
+            "ps --fleet touched HOME"
+        );
+
+        drop(served);
+        drop(capsule);
+    }
+}
