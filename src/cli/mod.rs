@@ -8,10 +8,13 @@
 //! - A non-loopback bind is refused unless `--allow-remote` says otherwise.
 //! - Errors are one line: what failed and what to do. The token is printed only on `--show`.
 
+mod completions;
 mod health;
+mod man;
 mod prune;
 mod ps;
 mod serve;
+mod service;
 mod stop;
 mod token_command;
 
@@ -69,6 +72,20 @@ enum Command {
         curl -H \"Authorization: Bearer $(murmur-registry token --show)\" http://127.0.0.1:7420/sessions\n  \
         murmur-registry token --rotate")]
     Token(token_command::TokenArgs),
+    /// Install or remove the systemd user unit that runs `serve` at login.
+    #[command(
+        after_help = "Examples:\n  murmur-registry service install -- --bind 127.0.0.1:7420\n  \
+        murmur-registry service uninstall"
+    )]
+    Service(service::ServiceArgs),
+    /// Print the shell completion script for bash, zsh or fish.
+    #[command(after_help = "Example:\n  \
+        murmur-registry completions bash > ~/.local/share/bash-completion/completions/murmur-registry")]
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (roff), or write one page per command into a directory.
+    #[command(after_help = "Examples:\n  murmur-registry man | man -l -\n  \
+        murmur-registry man --out-dir ~/.local/share/man/man1")]
+    Man(man::ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +117,9 @@ pub fn run() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Token(args) => token_command::token_command(args),
+        Command::Service(args) => service::service(args),
+        Command::Completions(args) => completions::completions(&args),
+        Command::Man(args) => man::man(&args),
     }
 }
 
