@@ -13,14 +13,15 @@ use super::Cli;
 
 #[derive(Debug, Args)]
 pub(super) struct ManArgs {
-    /// Write one page per command (murmur-registry.1, murmur-registry-serve.1, …) into DIR,
+    /// Write one page per command (murmur-registry.1, murmur-registry-serve.1 and so on) into DIR,
     /// created if missing, instead of printing the main page.
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
 }
 
 pub(super) fn man(args: &ManArgs) -> anyhow::Result<ExitCode> {
-    let command = Cli::command();
+    // `help` is no page of its own: every page has its `--help`.
+    let command = Cli::command().disable_help_subcommand(true);
     match &args.out_dir {
         None => clap_mangen::Man::new(command)
             .render(&mut std::io::stdout().lock())

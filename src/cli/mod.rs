@@ -86,6 +86,9 @@ enum Command {
     #[command(after_help = "Examples:\n  murmur-registry man | man -l -\n  \
         murmur-registry man --out-dir ~/.local/share/man/man1")]
     Man(man::ManArgs),
+    /// The session ids the running directory's record names give, for shell completion.
+    #[command(name = "session-ids", hide = true)]
+    SessionIds,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +123,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Service(args) => service::service(args),
         Command::Completions(args) => completions::completions(&args),
         Command::Man(args) => man::man(&args),
+        Command::SessionIds => completions::session_ids(),
     }
 }
 

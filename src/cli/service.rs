@@ -311,7 +311,7 @@ RestartSec=2s
 UMask=0077
 # Hardening that leaves every process of the user visible and signallable: no ProtectProc,
 # no PrivatePIDs, and nothing that implies PrivateUsers in a user unit (ProtectSystem,
-# ProtectHome, PrivateTmp, PrivateDevices, ProtectKernel*, ProtectClock…).
+# ProtectHome, PrivateTmp, PrivateDevices, ProtectKernel*, ProtectClock and the like).
 NoNewPrivileges=yes
 # Loopback TCP for the API and the doors, unix sockets for the journal. Resolving `localhost`
 # opens a netlink socket only to sort addresses, and resolves without it.
