@@ -340,13 +340,15 @@ fn zsh_accepts_the_script() {
 
 /// An interactive zsh on a pseudo-terminal (zpty), with the script installed as
 /// `_murmur-registry` in `$1` (on `fpath`, as an operator installs it) and compinit run: the
-/// line `$2` is typed, then a widget that lists the choices, then the line is killed and
+/// line `$2` is typed once zle reads keys (it turns bracketed paste on: `2004h`; before, the
+/// terminal would eat `^U`), then a widget that lists the choices, then the line is killed and
 /// `echo DONE` run; zle handles keys in order, so the listing is whole once DONE shows.
 const ZSH_DRIVE: &str = r#"zmodload zsh/zpty || exit 1
 zpty z 'zsh -f -i'
-zpty -w z "fpath=(${(q)1} \$fpath); autoload -U compinit; compinit -u -D; zle -C list-them list-choices _main_complete; bindkey '^T' list-them; LISTMAX=1000; PS1='%% '"
+zpty -w z "fpath=(${(q)1} \$fpath); autoload -U compinit; compinit -u -D; PS1='%% '"
+zpty -w z "zle -C list-them list-choices _main_complete; bindkey '^T' list-them; LISTMAX=1000"
 zpty -w z 'echo RE""ADY'
-zpty -r z line '*READY*'
+zpty -r z line '*READY*2004h*'
 zpty -n -w z "$2"$'\C-t\C-u'
 zpty -w z 'echo DO""NE'
 zpty -r z out '*DONE*'
@@ -551,4 +553,14 @@ fn groff_and_man_read_every_page_without_a_warning() {
         main,
         std::fs::read_to_string(&pages[pages.len() - 1]).unwrap()
     );
+}
+
+#[test]
+fn completions_and_man_help_have_examples() {
+    let home = Home::new();
+    for sub in ["completions", "man"] {
+        let done = binary(home.path(), &[sub, "--help"]);
+        done.assert_success();
+        assert!(done.stdout.contains("Example"), "{sub}: {done:#?}");
+    }
 }

@@ -576,3 +576,17 @@ fn verify_complains_about_a_broken_unit() {
         );
     }
 }
+
+#[test]
+fn service_help_has_examples() {
+    let home = Home::new();
+    for args in [
+        &["--help"][..],
+        &["install", "--help"],
+        &["uninstall", "--help"],
+    ] {
+        let done = service(&home, args);
+        done.assert_success();
+        assert!(done.stdout.contains("Example"), "{args:?}: {done:#?}");
+    }
+}

@@ -97,7 +97,8 @@ complete -F _murmur__registry__sessions -o bashdefault -o default murmur-registr
 const FISH_SESSION_IDS: &str = r#"
 # Session ids for `stop`, from the names in the running directory (`session-ids` opens no
 # record, prunes nothing and asks no door).
-complete -c murmur-registry -n "__fish_murmur_registry_using_subcommand stop" -f -a "(murmur-registry session-ids 2>/dev/null)" -d 'session id'
+complete -c murmur-registry -n "__fish_murmur_registry_using_subcommand stop" -f \
+    -a "(murmur-registry session-ids 2>/dev/null)" -d 'session id'
 "#;
 
 /// The zsh action for a session, defined at the top of the script so it exists before

@@ -79,8 +79,10 @@ enum Command {
     )]
     Service(service::ServiceArgs),
     /// Print the shell completion script for bash, zsh or fish.
-    #[command(after_help = "Example:\n  \
-        murmur-registry completions bash > ~/.local/share/bash-completion/completions/murmur-registry")]
+    #[command(
+        after_help = "Examples:\n  source <(murmur-registry completions bash)\n  \
+        murmur-registry completions fish > ~/.config/fish/completions/murmur-registry.fish"
+    )]
     Completions(completions::CompletionsArgs),
     /// Print the man page (roff), or write one page per command into a directory.
     #[command(after_help = "Examples:\n  murmur-registry man | man -l -\n  \

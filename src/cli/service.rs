@@ -58,7 +58,8 @@ enum ServiceAction {
     Install(InstallArgs),
     /// Remove the systemd user unit written by `service install` (disable it first).
     #[command(after_help = "Example:\n  \
-        systemctl --user disable --now murmur-registry.service && murmur-registry service uninstall")]
+        systemctl --user disable --now murmur-registry.service\n  \
+        murmur-registry service uninstall")]
     Uninstall(UninstallArgs),
 }
 
