@@ -32,6 +32,8 @@ use common::{ServedBinary, dir_snapshot, mode_of};
 const UNIT: &str = "murmur-registry.service";
 const ENABLE: &str =
     "systemctl --user daemon-reload && systemctl --user enable --now murmur-registry.service";
+const RESTART: &str =
+    "systemctl --user daemon-reload && systemctl --user restart murmur-registry.service";
 const DISABLE: &str = "systemctl --user disable --now murmur-registry.service";
 
 /// `murmur-registry service <args>` with `HOME` = `home`, `XDG_CONFIG_HOME` unset, run by `bin`.
@@ -402,7 +404,16 @@ fn install_keeps_a_unit_that_differs_unless_forced_and_leaves_the_same_one_alone
     service(&home, &["install"]).assert_failure();
     assert_eq!(read_unit(&home), edited, "an edited unit is kept");
 
-    service(&home, &install_args(&["--force"], &options)).assert_success();
+    let replaced = service(&home, &install_args(&["--force"], &options));
+    replaced.assert_success();
+    assert!(
+        replaced.stdout.lines().any(|l| l.trim() == RESTART),
+        "{replaced:#?}"
+    );
+    assert!(
+        !again.stdout.contains(RESTART),
+        "nothing to apply when unchanged"
+    );
     let words = exec_start_words(setting(&read_unit(&home), "ExecStart"));
     assert_eq!(words[1..], ["serve", "--bind", "127.0.0.1:7422"]);
 }

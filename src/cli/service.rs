@@ -40,6 +40,10 @@ const MARKER: &str = "# Written by `murmur-registry service install`; \
 const ENABLE_LINE: &str =
     "systemctl --user daemon-reload && systemctl --user enable --now murmur-registry.service";
 
+/// What to run after a unit was replaced, for a registry that runs already.
+const RESTART_LINE: &str =
+    "systemctl --user daemon-reload && systemctl --user restart murmur-registry.service";
+
 /// What to run before an uninstall, so no enabled unit is left without its file.
 const DISABLE_LINE: &str = "systemctl --user disable --now murmur-registry.service";
 
@@ -98,12 +102,13 @@ fn install(args: &InstallArgs) -> anyhow::Result<ExitCode> {
     let dir_fd = open_unit_dir(&dir).with_context(|| format!("cannot open {}", dir.display()))?;
     let path = dir.join(UNIT_NAME);
     let mut out = std::io::stdout().lock();
-    match read_unit(&dir_fd, &path)? {
+    let existing = read_unit(&dir_fd, &path)?;
+    match &existing {
         Some(existing) if existing == unit.as_bytes() => {
             writeln!(out, "unchanged: {} already holds this unit", path.display())?;
         }
         Some(existing) if !args.force => {
-            let why = if is_ours(&existing) {
+            let why = if is_ours(existing) {
                 "differs from the unit this install would write (other options, another binary, \
                  or edited)"
             } else {
@@ -119,6 +124,12 @@ fn install(args: &InstallArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot write {}", path.display()))?;
             writeln!(out, "wrote {}", path.display())?;
         }
+    }
+    if existing.is_some_and(|existing| existing != unit.as_bytes()) {
+        writeln!(
+            out,
+            "if it runs already, apply the new unit:\n  {RESTART_LINE}"
+        )?;
     }
     writeln!(
         out,
