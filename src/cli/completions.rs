@@ -121,18 +121,18 @@ fn zsh_with_session_ids(generated: &str) -> anyhow::Result<String> {
         bail!("the generated zsh script is empty");
     };
     let mut script = format!("{compdef}\n{ZSH_SESSION_IDS}");
-    let mut replaced = 0;
+    let mut replaced_any = false;
     for line in rest.split_inclusive('\n') {
         match line.strip_suffix(":_default' \\\n") {
             Some(spec) if spec.starts_with("':session -- ") => {
                 script.push_str(spec);
                 script.push_str(":_murmur-registry_session_ids' \\\n");
-                replaced += 1;
+                replaced_any = true;
             }
             _ => script.push_str(line),
         }
     }
-    if replaced == 0 {
+    if !replaced_any {
         bail!("the generated zsh script has no `session` argument to complete ids for");
     }
     Ok(script)
