@@ -8,15 +8,18 @@
 //! - A non-loopback bind is refused unless `--allow-remote` says otherwise.
 //! - Errors are one line: what failed and what to do. The token is printed only on `--show`.
 
+mod completions;
 mod fleet_args;
 #[cfg(feature = "fleet")]
 mod fleet_serve;
 mod health;
+mod man;
 mod prune;
 mod ps;
 #[cfg(feature = "fleet")]
 mod ps_fleet;
 mod serve;
+mod service;
 mod stop;
 mod token_command;
 
@@ -74,6 +77,25 @@ enum Command {
         curl -H \"Authorization: Bearer $(murmur-registry token --show)\" http://127.0.0.1:7420/sessions\n  \
         murmur-registry token --rotate")]
     Token(token_command::TokenArgs),
+    /// Install or remove the systemd user unit that runs `serve` at login.
+    #[command(
+        after_help = "Examples:\n  murmur-registry service install -- --bind 127.0.0.1:7420\n  \
+        murmur-registry service uninstall"
+    )]
+    Service(service::ServiceArgs),
+    /// Print the shell completion script for bash, zsh or fish.
+    #[command(
+        after_help = "Examples:\n  source <(murmur-registry completions bash)\n  \
+        murmur-registry completions fish > ~/.config/fish/completions/murmur-registry.fish"
+    )]
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (roff), or write one page per command into a directory.
+    #[command(after_help = "Examples:\n  murmur-registry man | man -l -\n  \
+        murmur-registry man --out-dir ~/.local/share/man/man1")]
+    Man(man::ManArgs),
+    /// The session ids the running directory's record names give, for shell completion.
+    #[command(name = "session-ids", hide = true)]
+    SessionIds,
 }
 
 #[derive(Debug, Args)]
@@ -105,6 +127,10 @@ pub fn run() -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Token(args) => token_command::token_command(args),
+        Command::Service(args) => service::service(args),
+        Command::Completions(args) => completions::completions(&args),
+        Command::Man(args) => man::man(&args),
+        Command::SessionIds => completions::session_ids(),
     }
 }
 
