@@ -4,6 +4,9 @@
 //! Invariant: the session JSON is built field by field from the record ([`SessionView::of`]);
 //! it has no place for `door_token` or `credentials`, so they cannot leak through it.
 
+use std::borrow::Cow;
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -73,15 +76,7 @@ pub struct LivenessView {
 impl LivenessView {
     /// The verification of one reading.
     pub fn of(reading: &Reading) -> Self {
-        let reason = reading
-            .liveness
-            .as_ref()
-            .and_then(Liveness::reason)
-            .or(match &reading.process {
-                ProcessState::Unverified { reason } | ProcessState::Gone { reason } => Some(reason),
-                ProcessState::Alive => None,
-            })
-            .map(str::to_owned);
+        let reason = reason_of(reading).map(str::to_owned);
         Self {
             state: reading.liveness.as_ref().map(SessionState::from),
             process: ProcessStatus::from(&reading.process),
@@ -176,18 +171,25 @@ pub struct SessionList {
 }
 
 impl SessionList {
-    /// The JSON a [`SessionList`] of `readings` (those whose view `keep` admits) encodes to,
-    /// written one session at a time: each view is built, written and dropped in turn, so a
-    /// listing of 10,000 never holds 10,000 copies of its records beside its body.
+    /// The JSON a [`SessionList`] of `readings` (those whose state `keep` admits) encodes to,
+    /// written one session at a time from views that borrow each reading's strings: a listing
+    /// of 10,000 neither copies its records nor holds their views beside its body.
     pub fn encode(
         readings: &[Reading],
-        keep: impl Fn(&SessionView) -> bool,
+        keep: impl Fn(Option<SessionState>) -> bool,
         unreadable: usize,
     ) -> serde_json::Result<Vec<u8>> {
-        serde_json::to_vec(&SessionListOf {
-            sessions: ViewsOf { readings, keep },
-            unreadable,
-        })
+        // About what a session's view takes, so the body is seldom grown and copied.
+        const VIEW_BYTES: usize = 400;
+        let mut body = Vec::with_capacity(64 + readings.len() * VIEW_BYTES);
+        serde_json::to_writer(
+            &mut body,
+            &SessionListOf {
+                sessions: ViewsOf { readings, keep },
+                unreadable,
+            },
+        )?;
+        Ok(body)
     }
 }
 
@@ -199,21 +201,99 @@ struct SessionListOf<Sessions> {
     unreadable: usize,
 }
 
-/// The views of `readings` that `keep` admits, made one at a time while they are written.
+/// The views of `readings` whose state `keep` admits, made one at a time while they are
+/// written.
 struct ViewsOf<'a, F> {
     readings: &'a [Reading],
     keep: F,
 }
 
-impl<F: Fn(&SessionView) -> bool> Serialize for ViewsOf<'_, F> {
+impl<F: Fn(Option<SessionState>) -> bool> Serialize for ViewsOf<'_, F> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_seq(
             self.readings
                 .iter()
-                .map(SessionView::of)
-                .filter(|view| (self.keep)(view)),
+                .filter(|reading| (self.keep)(reading.liveness.as_ref().map(SessionState::from)))
+                .map(SessionViewOf::of),
         )
     }
+}
+
+/// [`SessionView`] borrowing its reading's strings: the same members, in the same order, under
+/// the same conditions (a test holds the bytes equal).
+#[derive(Serialize)]
+struct SessionViewOf<'a> {
+    session_id: &'a str,
+    url: Option<&'a str>,
+    pid: u32,
+    process_start: &'a str,
+    capsule_name: &'a str,
+    capsule_version: &'a str,
+    workdir: Cow<'a, str>,
+    outlives_launcher: bool,
+    started_at: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    formation_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    formation_member: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spawned_by: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records_dir: Option<Cow<'a, str>>,
+    liveness: LivenessViewOf<'a>,
+}
+
+impl<'a> SessionViewOf<'a> {
+    fn of(reading: &'a Reading) -> Self {
+        let r = &*reading.record;
+        Self {
+            session_id: &r.session_id,
+            url: r.url.as_deref(),
+            pid: r.pid,
+            process_start: &r.process_start,
+            capsule_name: &r.capsule_name,
+            capsule_version: &r.capsule_version,
+            workdir: r.workdir.to_string_lossy(),
+            outlives_launcher: r.outlives_launcher,
+            started_at: &r.started_at,
+            formation_id: r.formation_id.as_deref(),
+            formation_member: r.formation_member.as_deref(),
+            spawned_by: r.spawned_by.as_deref(),
+            records_dir: r.records_dir.as_deref().map(Path::to_string_lossy),
+            liveness: LivenessViewOf::of(reading),
+        }
+    }
+}
+
+/// [`LivenessView`] borrowing its reading's reason, made by the same rules.
+#[derive(Serialize)]
+struct LivenessViewOf<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<SessionState>,
+    process: ProcessStatus,
+    reason: Option<&'a str>,
+}
+
+impl<'a> LivenessViewOf<'a> {
+    fn of(reading: &'a Reading) -> Self {
+        Self {
+            state: reading.liveness.as_ref().map(SessionState::from),
+            process: ProcessStatus::from(&reading.process),
+            reason: reason_of(reading),
+        }
+    }
+}
+
+/// Why a reading is not live, if it is not: the verdict's reason, else what layers 1–2 said.
+fn reason_of(reading: &Reading) -> Option<&str> {
+    reading
+        .liveness
+        .as_ref()
+        .and_then(Liveness::reason)
+        .or(match &reading.process {
+            ProcessState::Unverified { reason } | ProcessState::Gone { reason } => Some(reason),
+            ProcessState::Alive => None,
+        })
 }
 
 /// The session named in a path.
@@ -494,7 +574,7 @@ mod tests {
         }))
         .expect("a record");
         Reading {
-            record,
+            record: record.into(),
             process: ProcessState::Alive,
             liveness,
         }
@@ -507,16 +587,16 @@ mod tests {
             reading(2, None),
             reading(3, Some(Liveness::Live)),
         ];
-        let live = |view: &SessionView| view.liveness.state == Some(SessionState::Live);
+        let live = |state: Option<SessionState>| state == Some(SessionState::Live);
         for keep in [
-            &(|_: &SessionView| true) as &dyn Fn(&SessionView) -> bool,
+            &(|_: Option<SessionState>| true) as &dyn Fn(Option<SessionState>) -> bool,
             &live,
         ] {
             let whole = SessionList {
                 sessions: readings
                     .iter()
                     .map(SessionView::of)
-                    .filter(|v| keep(v))
+                    .filter(|v| keep(v.liveness.state))
                     .collect(),
                 unreadable: 4,
             };

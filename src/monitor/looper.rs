@@ -55,11 +55,11 @@ struct Looper {
     /// How often a periodic pass reads the whole directory.
     interval: Duration,
     /// The record on disk for every session seen by the last scan (probed or not).
-    on_disk: HashMap<String, RunningRecord>,
+    on_disk: HashMap<String, Arc<RunningRecord>>,
     /// Sessions whose file the last pass failed to read, carried over on the record last read.
     carried: HashSet<String>,
     /// The record each in-flight probe is probing, by session.
-    probing: HashMap<String, RunningRecord>,
+    probing: HashMap<String, Arc<RunningRecord>>,
     probes: JoinSet<ProbeAnswer>,
     /// When each door of a live process is asked again.
     recheck: RecheckSchedule,
@@ -286,7 +286,7 @@ impl Looper {
         let readings = self.registry().verify_records(scan.records, first).await;
         // A file nobody can read must not hide its process's death (nor a pid turned
         // unverified); the first pass has no record last read.
-        let last_read: Vec<RunningRecord> = scan
+        let last_read: Vec<Arc<RunningRecord>> = scan
             .unreadable
             .iter()
             .filter(|entry| entry.why.is_read_failure())
@@ -307,7 +307,7 @@ impl Looper {
     }
 
     /// Probe what the judge left open, and prune what it found gone.
-    async fn follow_up(&mut self, to_probe: Vec<RunningRecord>, gone: Vec<String>) {
+    async fn follow_up(&mut self, to_probe: Vec<Arc<RunningRecord>>, gone: Vec<String>) {
         for record in to_probe {
             self.start_probe(record);
         }
@@ -321,18 +321,18 @@ impl Looper {
                 continue;
             };
             if self.probing.get(&id) != Some(record) {
-                self.start_probe(record.clone());
+                self.start_probe(Arc::clone(record));
             }
         }
     }
 
     /// Ask `record`'s door, through the registry's one verification path.
-    fn start_probe(&mut self, record: RunningRecord) {
+    fn start_probe(&mut self, record: Arc<RunningRecord>) {
         self.probing
-            .insert(record.session_id.clone(), record.clone());
+            .insert(record.session_id.clone(), Arc::clone(&record));
         let hub = Arc::clone(&self.hub);
         self.probes.spawn(async move {
-            let reading = hub.registry.verify(record.clone()).await;
+            let reading = hub.registry.verify(Arc::clone(&record)).await;
             ProbeAnswer {
                 probed: record,
                 reading,
@@ -358,7 +358,7 @@ impl Looper {
     /// to read and was taken over by another writer) may name another process, and the old
     /// one's death says nothing of the session; the pass the change nudges judges it.
     async fn apply_exits(&mut self, exited: Vec<ExitedProcess>) {
-        let named: Vec<RunningRecord> = self
+        let named: Vec<Arc<RunningRecord>> = self
             .on_disk
             .values()
             .filter(|record| exited.iter().any(|process| process.names(record)))

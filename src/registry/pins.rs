@@ -27,6 +27,10 @@ use tokio::sync::Notify;
 use super::exits::ExitedProcess;
 use crate::running::{self, MAX_CONCURRENT_PROBES, ProcessState, RunningRecord};
 
+/// How many pidfds one `poll` asks about at most: the table stays locked meanwhile, and `poll`
+/// refuses more descriptors than the open-files limit (one pidfd may be asked for many records).
+const POLLED_AT_ONCE: usize = 64;
+
 /// Descriptors never spent on pins: one per door probe in flight, the server's default
 /// connection cap, and room for files and the runtime.
 const RESERVED_DESCRIPTORS: u64 = MAX_CONCURRENT_PROBES as u64 + 1024 + 64;
@@ -127,6 +131,32 @@ impl Pins {
         self.known(self.pinnable(record)?)
     }
 
+    /// [`Pins::pinned_state`] of every record in `records`, in order: the table is locked and
+    /// the pidfds polled once per [`POLLED_AT_ONCE`] records, not once per record.
+    pub(super) fn pinned_states(
+        &self,
+        records: &[Arc<RunningRecord>],
+    ) -> Vec<Option<ProcessState>> {
+        let mut states = Vec::with_capacity(records.len());
+        for chunk in records.chunks(POLLED_AT_ONCE) {
+            let keys: Vec<Option<ProcessKey>> = chunk.iter().map(|r| self.pinnable(r)).collect();
+            states.extend(self.known_all(&keys));
+        }
+        states
+    }
+
+    /// [`Pins::state`] of every record in `records`, in order: the pins first, all at once,
+    /// then `/proc` for each record they cannot answer for.
+    ///
+    /// Blocking (syscalls and perhaps `/proc` reads); call it off async workers.
+    pub(super) fn states(&self, records: &[Arc<RunningRecord>]) -> Vec<ProcessState> {
+        self.pinned_states(records)
+            .into_iter()
+            .zip(records)
+            .map(|(pinned, record)| pinned.unwrap_or_else(|| self.state(record)))
+            .collect()
+    }
+
     /// Layers 1–2 for `record`: from its process's pin when there is one, else read from `/proc`
     /// with the process pinned first, and kept pinned if it reads `Alive`.
     ///
@@ -214,31 +244,71 @@ impl Pins {
     /// What the pin of `key` says, marking it named; `None` when there is no pin or its poll
     /// failed (then `/proc` decides).
     fn known(&self, key: ProcessKey) -> Option<ProcessState> {
+        self.known_all(&[Some(key)]).pop().flatten()
+    }
+
+    /// What the pin of each of `keys` says (`None` for no key, no pin, or a failed poll), each
+    /// marked named; every held pidfd among them polled in one call, under one lock.
+    fn known_all(&self, keys: &[Option<ProcessKey>]) -> Vec<Option<ProcessState>> {
         let mut table = self.lock();
-        let generation = table.generation;
-        let Table { entries, ids, .. } = &mut *table;
-        let entry = entries.get_mut(&key)?;
-        entry.named_in = generation;
-        let Pin::Held { pidfd, id } = &entry.pin else {
-            return Some(gone(key));
+        // Whether each key's process has exited, by its pin: `None` for no pin or no answer.
+        let exited: Vec<Option<bool>> = {
+            let held = |key: &Option<ProcessKey>| match table.entries.get(key.as_ref()?)?.pin {
+                Pin::Held { ref pidfd, .. } => Some(pidfd),
+                Pin::Exited => None,
+            };
+            let mut polled: Vec<PollFd<'_>> = keys
+                .iter()
+                .filter_map(held)
+                .map(|pidfd| PollFd::new(pidfd, PollFlags::IN))
+                .collect();
+            let mut answers = have_exited(&mut polled).into_iter();
+            keys.iter()
+                .map(|key| match held(key) {
+                    Some(_) => answers.next().flatten(),
+                    None => None,
+                })
+                .collect()
         };
-        if !has_exited(pidfd)? {
-            return Some(ProcessState::Alive);
-        }
-        ids.remove(id);
-        // Closing the pidfd takes it out of the epoll set (it is never duplicated, so this is
-        // the last descriptor of its open file), and with it any report the watch has not
-        // read yet: the watch is told here instead.
-        entry.pin = Pin::Exited;
         let watched = self.watches.load(Ordering::Acquire) > 0;
-        if watched {
-            table.closed_exits.push(key);
-        }
+        let generation = table.generation;
+        let Table {
+            entries,
+            ids,
+            closed_exits,
+            ..
+        } = &mut *table;
+        let mut closed = false;
+        let states = keys
+            .iter()
+            .zip(exited)
+            .map(|(key, exited)| {
+                let key = (*key)?;
+                let entry = entries.get_mut(&key)?;
+                entry.named_in = generation;
+                let Pin::Held { id, .. } = &entry.pin else {
+                    return Some(gone(key));
+                };
+                if !exited? {
+                    return Some(ProcessState::Alive);
+                }
+                ids.remove(id);
+                // Closing the pidfd takes it out of the epoll set (it is never duplicated, so
+                // this is the last descriptor of its open file), and with it any report the
+                // watch has not read yet: the watch is told here instead.
+                entry.pin = Pin::Exited;
+                if watched {
+                    closed_exits.push(key);
+                    closed = true;
+                }
+                Some(gone(key))
+            })
+            .collect();
         drop(table);
-        if watched {
+        if closed {
             self.exit_closed.notify_one();
         }
-        Some(gone(key))
+        states
     }
 
     /// Count an exit watch in (`true`) or out, so readings keep the exits they close for it.
@@ -358,23 +428,35 @@ fn gone(key: ProcessKey) -> ProcessState {
 
 /// Whether the process `pidfd` names has exited; `None` when the poll could not tell.
 fn has_exited(pidfd: &OwnedFd) -> Option<bool> {
-    let mut polled = [PollFd::new(pidfd, PollFlags::IN)];
+    have_exited(&mut [PollFd::new(pidfd, PollFlags::IN)])
+        .pop()
+        .flatten()
+}
+
+/// [`has_exited`] of each pidfd in `polled`, in one `poll` with no wait; all `None` when it
+/// failed.
+fn have_exited(polled: &mut [PollFd<'_>]) -> Vec<Option<bool>> {
     let now = Timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    match rustix::event::poll(&mut polled, Some(&now)) {
-        Ok(0) => Some(false),
-        // Readable once the thread group has exited; newer kernels add POLLHUP once reaped.
-        Ok(_)
-            if polled[0]
-                .revents()
-                .intersects(PollFlags::IN | PollFlags::HUP) =>
-        {
-            Some(true)
-        }
-        _ => None,
+    if polled.is_empty() || rustix::event::poll(polled, Some(&now)).is_err() {
+        return vec![None; polled.len()];
     }
+    polled
+        .iter()
+        .map(|pidfd| {
+            let revents = pidfd.revents();
+            if revents.is_empty() {
+                Some(false)
+            // Readable once the thread group has exited; newer kernels add POLLHUP once reaped.
+            } else if revents.intersects(PollFlags::IN | PollFlags::HUP) {
+                Some(true)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// How many pidfds may be held: the open-files limit less what probes, connections and files
