@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::Problem;
 use crate::registry::Reading;
-use crate::running::{Liveness, ProcessState};
+use crate::running::{Liveness, ProcessState, RunningRecord};
 
 const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
 
@@ -172,8 +172,10 @@ pub struct SessionList {
 
 impl SessionList {
     /// The JSON a [`SessionList`] of `readings` (those whose state `keep` admits) encodes to,
-    /// written one session at a time from views that borrow each reading's strings: a listing
-    /// of 10,000 neither copies its records nor holds their views beside its body.
+    /// written one session at a time: each record's public fields are encoded once and kept
+    /// with the record (shared records are unchanged while their file is), and only the
+    /// verification is encoded afresh. A listing of 10,000 neither copies its records nor
+    /// holds their views beside its body.
     pub fn encode(
         readings: &[Reading],
         keep: impl Fn(Option<SessionState>) -> bool,
@@ -182,47 +184,42 @@ impl SessionList {
         // About what a session's view takes, so the body is seldom grown and copied.
         const VIEW_BYTES: usize = 400;
         let mut body = Vec::with_capacity(64 + readings.len() * VIEW_BYTES);
-        serde_json::to_writer(
-            &mut body,
-            &SessionListOf {
-                sessions: ViewsOf { readings, keep },
-                unreadable,
-            },
-        )?;
+        // serde_json's compact form of `SessionList`, member by member (a test holds the
+        // bytes equal).
+        body.extend_from_slice(b"{\"sessions\":[");
+        let kept = readings
+            .iter()
+            .filter(|reading| keep(reading.liveness.as_ref().map(SessionState::from)));
+        for (n, reading) in kept.enumerate() {
+            if n > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(reading.record.encoded_once(encode_record_fields)?);
+            serde_json::to_writer(&mut body, &LivenessViewOf::of(reading))?;
+            body.push(b'}');
+        }
+        body.extend_from_slice(b"],\"unreadable\":");
+        serde_json::to_writer(&mut body, &unreadable)?;
+        body.push(b'}');
         Ok(body)
     }
 }
 
-/// [`SessionList`] with its sessions made as they are written; its fields are the same, in the
-/// same order (a test holds the bytes equal).
+/// A session view up to its verification: `{` and every member before `liveness`, then
+/// `"liveness":`, as serde_json writes [`SessionView`].
+fn encode_record_fields(record: &RunningRecord) -> serde_json::Result<Vec<u8>> {
+    let mut fields = serde_json::to_vec(&RecordFieldsOf::of(record))?;
+    // `session_id` is always there, so the object is never empty: its `}` gives way to the
+    // next member.
+    fields.pop();
+    fields.extend_from_slice(b",\"liveness\":");
+    Ok(fields)
+}
+
+/// The members of [`SessionView`] before `liveness`, borrowed from the record: the same
+/// members, in the same order, under the same conditions.
 #[derive(Serialize)]
-struct SessionListOf<Sessions> {
-    sessions: Sessions,
-    unreadable: usize,
-}
-
-/// The views of `readings` whose state `keep` admits, made one at a time while they are
-/// written.
-struct ViewsOf<'a, F> {
-    readings: &'a [Reading],
-    keep: F,
-}
-
-impl<F: Fn(Option<SessionState>) -> bool> Serialize for ViewsOf<'_, F> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(
-            self.readings
-                .iter()
-                .filter(|reading| (self.keep)(reading.liveness.as_ref().map(SessionState::from)))
-                .map(SessionViewOf::of),
-        )
-    }
-}
-
-/// [`SessionView`] borrowing its reading's strings: the same members, in the same order, under
-/// the same conditions (a test holds the bytes equal).
-#[derive(Serialize)]
-struct SessionViewOf<'a> {
+struct RecordFieldsOf<'a> {
     session_id: &'a str,
     url: Option<&'a str>,
     pid: u32,
@@ -240,12 +237,10 @@ struct SessionViewOf<'a> {
     spawned_by: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     records_dir: Option<Cow<'a, str>>,
-    liveness: LivenessViewOf<'a>,
 }
 
-impl<'a> SessionViewOf<'a> {
-    fn of(reading: &'a Reading) -> Self {
-        let r = &*reading.record;
+impl<'a> RecordFieldsOf<'a> {
+    fn of(r: &'a RunningRecord) -> Self {
         Self {
             session_id: &r.session_id,
             url: r.url.as_deref(),
@@ -260,7 +255,6 @@ impl<'a> SessionViewOf<'a> {
             formation_member: r.formation_member.as_deref(),
             spawned_by: r.spawned_by.as_deref(),
             records_dir: r.records_dir.as_deref().map(Path::to_string_lossy),
-            liveness: LivenessViewOf::of(reading),
         }
     }
 }
@@ -562,8 +556,9 @@ pub struct CardProblem {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-    use crate::running::RunningRecord;
 
     fn reading(n: u32, liveness: Option<Liveness>) -> Reading {
         let record: RunningRecord = serde_json::from_value(serde_json::json!({
@@ -608,5 +603,57 @@ mod tests {
         }
         let none = SessionList::encode(&[], |_| true, 0).expect("encodes");
         assert_eq!(none, br#"{"sessions":[],"unreadable":0}"#);
+    }
+
+    /// Every member that may be absent, every verdict, strings that need escaping, and each
+    /// record listed twice (its fields then come from what the first listing kept).
+    #[test]
+    fn a_listing_written_from_kept_record_fields_gives_the_bytes_of_the_list() {
+        let odd: RunningRecord = serde_json::from_value(serde_json::json!({
+            "session_id": "ses_odd", "url": null, "pid": 9, "process_start": "",
+            "capsule_name": "q\"uote\\back\u{1}ctl", "capsule_version": "\u{e9}\u{1f600}",
+            "workdir": "/w/\u{2028}", "outlives_launcher": true, "started_at": "x",
+            "formation_member": "m", "spawned_by": "ses_0", "formation_id": "frm_2"
+        }))
+        .expect("a record");
+        let odd = Arc::new(odd);
+        let with = |process: ProcessState, liveness: Option<Liveness>| Reading {
+            record: Arc::clone(&odd),
+            process,
+            liveness,
+        };
+        let gone = "no process holds pid 9 \"quoted\"".to_owned();
+        let readings = vec![
+            with(
+                ProcessState::Gone {
+                    reason: gone.clone(),
+                },
+                Some(Liveness::Gone { reason: gone }),
+            ),
+            with(
+                ProcessState::Unverified {
+                    reason: "cannot read /proc/9/stat".to_owned(),
+                },
+                None,
+            ),
+            with(
+                ProcessState::Alive,
+                Some(Liveness::Unreachable {
+                    reason: "door at 127.0.0.1:1 refused".to_owned(),
+                }),
+            ),
+            reading(4, Some(Liveness::Live)),
+        ];
+        let whole = SessionList {
+            sessions: readings.iter().map(SessionView::of).collect(),
+            unreadable: 0,
+        };
+        for _ in 0..2 {
+            let written = SessionList::encode(&readings, |_| true, 0).expect("encodes");
+            assert_eq!(
+                String::from_utf8(written).expect("utf-8"),
+                serde_json::to_string(&whole).expect("encodes")
+            );
+        }
     }
 }

@@ -825,3 +825,59 @@ pub fn still_the_file_read(record: &RunningRecord) -> bool {
     };
     FileIdentity::at(&dir_fd, &origin.file_name).is_ok_and(|now| now == origin.identity)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn write_record(dir: &Path, session_id: &str) {
+        let json = format!(
+            r#"{{"session_id":"{session_id}","url":"127.0.0.1:1","pid":1,"process_start":"1",
+            "capsule_name":"c","capsule_version":"1","workdir":"/w","outlives_launcher":true,
+            "started_at":"2026-11-30T00:00:00Z"}}"#
+        );
+        std::fs::write(dir.join(RunningRecord::file_name_for(session_id)), json).expect("write");
+    }
+
+    #[test]
+    fn a_directory_judged_by_two_threads_reads_every_entry_once_newest_first() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod 700");
+        let count = SPLIT_SCAN_ENTRIES + 11;
+        let ids: Vec<String> = (0..count).map(|n| format!("ses_{n:032x}")).collect();
+        for id in &ids {
+            write_record(dir.path(), id);
+        }
+        std::fs::write(dir.path().join("ses_bad.json"), "{").expect("write");
+        std::fs::write(dir.path().join("not a name.json"), "{}").expect("write");
+        std::fs::create_dir(dir.path().join("ses_dir.json")).expect("mkdir");
+
+        let cache = RecordCache::default();
+        for _ in 0..2 {
+            let found = scan_shared(dir.path(), &cache).expect("scan");
+            let read: Vec<&str> = found
+                .records
+                .iter()
+                .map(|r| r.session_id.as_str())
+                .collect();
+            let newest_first: Vec<&str> = ids.iter().rev().map(String::as_str).collect();
+            assert_eq!(read, newest_first);
+            let unreadable: Vec<(&str, &Unreadable)> = found
+                .unreadable
+                .iter()
+                .map(|entry| (entry.file_name.as_str(), &entry.why))
+                .collect();
+            assert!(matches!(
+                unreadable[..],
+                [
+                    ("not a name.json", Unreadable::InvalidName),
+                    ("ses_bad.json", Unreadable::Malformed(_)),
+                    ("ses_dir.json", Unreadable::Directory),
+                ]
+            ));
+        }
+    }
+}
