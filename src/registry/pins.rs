@@ -24,7 +24,7 @@ use rustix::io::Errno;
 use rustix::process::{PidfdFlags, Resource};
 use tokio::sync::Notify;
 
-use super::exits::ExitedProcess;
+use super::exits::{EXITS_PER_READ, ExitedProcess, take_ready};
 use crate::running::{self, MAX_CONCURRENT_PROBES, ProcessState, RunningRecord};
 
 /// How many pidfds one `poll` asks about at most: the table stays locked meanwhile, and `poll`
@@ -56,8 +56,13 @@ impl ProcessKey {
 
 #[derive(Debug)]
 enum Pin {
-    /// The pidfd, and its id in the epoll set the exit watch reads.
-    Held { pidfd: OwnedFd, id: u64 },
+    /// The pidfd, its id in the epoll sets, and whether it is in the set of exits readings
+    /// take (else a reading polls it).
+    Held {
+        pidfd: OwnedFd,
+        id: u64,
+        in_exited_set: bool,
+    },
     /// The process exited; its descriptor is closed.
     Exited,
 }
@@ -89,6 +94,10 @@ pub(super) struct Pins {
     /// Every held pidfd is in it (one-shot, readable), for the exit watch; `None` when it could
     /// not be made, and exits are then seen at the next reading.
     epoll: Option<Arc<OwnedFd>>,
+    /// Every held pidfd is in it too (level-triggered, readable), for readings: what it reports
+    /// ready are the exited processes, so a reading of thousands of pins asks the kernel once
+    /// rather than once a pin. `None` when it could not be made: readings then poll each pin.
+    exited_set: Option<OwnedFd>,
     /// Set once `pidfd_open` is found unavailable: every reading goes to `/proc` from then on.
     unavailable: OnceLock<Errno>,
     /// The most pidfds held at once, so probes and connections keep their descriptors.
@@ -112,9 +121,11 @@ impl Pins {
             })
             .ok()
             .map(Arc::new);
+        let exited_set = epoll::create(epoll::CreateFlags::CLOEXEC).ok();
         Self {
             table: Mutex::default(),
             epoll,
+            exited_set,
             unavailable: OnceLock::new(),
             budget: pin_budget(),
             out_of_descriptors: AtomicBool::new(false),
@@ -200,7 +211,7 @@ impl Pins {
         } = &mut *table;
         entries.retain(|key, entry| {
             let keep = entry.named_in + 1 >= generation;
-            if let (false, Pin::Held { pidfd, id }) = (keep, &entry.pin) {
+            if let (false, Pin::Held { pidfd, id, .. }) = (keep, &entry.pin) {
                 ids.remove(id);
                 // Passes begun back to back can drop a pin still named: an exit it holds
                 // unread must not go with its descriptor.
@@ -248,29 +259,37 @@ impl Pins {
     }
 
     /// What the pin of each of `keys` says (`None` for no key, no pin, or a failed poll), each
-    /// marked named; every held pidfd among them polled in one call, under one lock.
+    /// marked named. Every pin whose process exited is found first, all at once (see
+    /// [`Pins::close_exited`]); a held pin outside that set is polled, all of them in one call.
     fn known_all(&self, keys: &[Option<ProcessKey>]) -> Vec<Option<ProcessState>> {
+        let watched = self.watches.load(Ordering::Acquire) > 0;
         let mut table = self.lock();
+        let mut closed = self.close_exited(&mut table, watched);
         // Whether each key's process has exited, by its pin: `None` for no pin or no answer.
         let exited: Vec<Option<bool>> = {
             let held = |key: &Option<ProcessKey>| match table.entries.get(key.as_ref()?)?.pin {
-                Pin::Held { ref pidfd, .. } => Some(pidfd),
+                Pin::Held {
+                    ref pidfd,
+                    in_exited_set,
+                    ..
+                } => Some((pidfd, in_exited_set)),
                 Pin::Exited => None,
             };
             let mut polled: Vec<PollFd<'_>> = keys
                 .iter()
                 .filter_map(held)
-                .map(|pidfd| PollFd::new(pidfd, PollFlags::IN))
+                .filter(|(_, in_exited_set)| !in_exited_set)
+                .map(|(pidfd, _)| PollFd::new(pidfd, PollFlags::IN))
                 .collect();
             let mut answers = have_exited(&mut polled).into_iter();
             keys.iter()
-                .map(|key| match held(key) {
-                    Some(_) => answers.next().flatten(),
-                    None => None,
+                .map(|key| match held(key)? {
+                    // Still held after the exited were closed: not exited when the set was read.
+                    (_, true) => Some(false),
+                    (_, false) => answers.next().flatten(),
                 })
                 .collect()
         };
-        let watched = self.watches.load(Ordering::Acquire) > 0;
         let generation = table.generation;
         let Table {
             entries,
@@ -278,7 +297,6 @@ impl Pins {
             closed_exits,
             ..
         } = &mut *table;
-        let mut closed = false;
         let states = keys
             .iter()
             .zip(exited)
@@ -293,9 +311,6 @@ impl Pins {
                     return Some(ProcessState::Alive);
                 }
                 ids.remove(id);
-                // Closing the pidfd takes it out of the epoll set (it is never duplicated, so
-                // this is the last descriptor of its open file), and with it any report the
-                // watch has not read yet: the watch is told here instead.
                 entry.pin = Pin::Exited;
                 if watched {
                     closed_exits.push(key);
@@ -309,6 +324,43 @@ impl Pins {
             self.exit_closed.notify_one();
         }
         states
+    }
+
+    /// Turn every held pin the exited set reports readable into an exited one; answers whether
+    /// any exit was kept for the watch.
+    ///
+    /// Closing a pidfd takes it out of both epoll sets (it is never duplicated, so this is the
+    /// last descriptor of its open file), and with it any report the watch has not read yet:
+    /// the watch is told here instead. Closing is also what lets the next read of the set (which
+    /// keeps reporting a readable pidfd until then) get to the others.
+    fn close_exited(&self, table: &mut Table, watched: bool) -> bool {
+        let Some(set) = &self.exited_set else {
+            return false;
+        };
+        let mut closed = false;
+        loop {
+            let Ok(ready) = take_ready(set) else {
+                return closed;
+            };
+            let mut progressed = false;
+            for id in &ready {
+                let Some(key) = table.ids.remove(id) else {
+                    continue;
+                };
+                progressed = true;
+                if let Some(entry) = table.entries.get_mut(&key) {
+                    entry.pin = Pin::Exited;
+                }
+                if watched {
+                    table.closed_exits.push(key);
+                    closed = true;
+                }
+            }
+            // A set that keeps reporting what is no pin any more would never run dry.
+            if ready.len() < EXITS_PER_READ || !progressed {
+                return closed;
+            }
+        }
     }
 
     /// Count an exit watch in (`true`) or out, so readings keep the exits they close for it.
@@ -390,12 +442,25 @@ impl Pins {
                 tracing::debug!(%errno, pid = key.pid, "cannot watch a pidfd: its exit is seen at the next pass");
             }
         }
+        let in_exited_set = self.exited_set.as_ref().is_some_and(|set| {
+            epoll::add(
+                set,
+                &pidfd,
+                epoll::EventData::new_u64(id),
+                epoll::EventFlags::IN,
+            )
+            .is_ok()
+        });
         table.ids.insert(id, key);
         let named_in = table.generation;
         table.entries.insert(
             key,
             Entry {
-                pin: Pin::Held { pidfd, id },
+                pin: Pin::Held {
+                    pidfd,
+                    id,
+                    in_exited_set,
+                },
                 named_in,
             },
         );
