@@ -6,7 +6,9 @@
 //! - A pidfd is opened before the start token is compared, as the signal path does: if the token
 //!   read after opening matches, the recorded process held the pid throughout, so the pidfd names
 //!   that very process. A held pidfd that is not readable is layers 1–2's `Alive` for every record
-//!   naming that pid and token.
+//!   naming that pid and token. Readable or not is asked of the kernel at each reading: every
+//!   held pidfd is in a level-triggered epoll set whose ready list is the exited ones (a pidfd
+//!   that could not join it is polled).
 //! - A readable pidfd is the exit of the whole thread group (a zombie counts): `Gone`. The key then
 //!   stays as exited, its descriptor closed, until no record names it. A reused pid has another
 //!   start token, so another key: it is judged afresh and never inherits a verdict.

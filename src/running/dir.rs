@@ -14,8 +14,9 @@
 //!   and with it only the `.control` seen beside it then.
 //! - An entry gone (`ENOENT`) by the time it is read is skipped, neither a record nor
 //!   unreadable; any other failure to read is [`Unreadable::Io`].
-//! - [`scan_cached`] reuses a parse only while `lstat` shows the very file read before,
-//!   unchanged, and that file had not changed for a second before it was read.
+//! - [`scan_cached`] and [`scan_shared`] reuse a parse only while `lstat` shows the very file
+//!   read before, unchanged, and that file had not changed for a second before it was read; the
+//!   records they hand out are shared with the cache, never changed after they are parsed.
 
 use std::collections::HashMap;
 use std::io::Read;

@@ -8,6 +8,8 @@
 //! - The door's secrets (`door_token`, `credentials`) live only in memory, inside [`Secret`],
 //!   which has no `Serialize` and no `Display` and prints as `[redacted]` in `Debug`. This crate
 //!   cannot write them back out, by construction.
+//! - What a listing encodes of a record is kept with it ([`EncodedOnce`]) only where the record
+//!   is shared and so cannot change; a clone never carries it, and equality ignores it.
 //! - A record becomes visible only whole: [`RunningGuard::write`] stages the bytes in a hidden
 //!   `.tmp` file in the same directory, fsyncs them, and renames the file onto `<session_id>.json`.
 
