@@ -118,9 +118,9 @@ pub async fn list_sessions(
 
 /// The list body of `listing`, keeping only the sessions whose state is in `keep`, if given.
 fn encode_list(listing: &Listing, keep: Option<&[SessionState]>) -> Result<Bytes, ApiError> {
-    let kept = |view: &SessionView| match keep {
+    let kept = |state: Option<SessionState>| match keep {
         None => true,
-        Some(keep) => view.liveness.state.is_some_and(|s| keep.contains(&s)),
+        Some(keep) => state.is_some_and(|s| keep.contains(&s)),
     };
     SessionList::encode(&listing.readings, kept, listing.unreadable.len())
         .map(Bytes::from)

@@ -4,12 +4,15 @@
 //! Invariant: the session JSON is built field by field from the record ([`SessionView::of`]);
 //! it has no place for `door_token` or `credentials`, so they cannot leak through it.
 
+use std::borrow::Cow;
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::Problem;
 use crate::registry::Reading;
-use crate::running::{Liveness, ProcessState};
+use crate::running::{Liveness, ProcessState, RunningRecord};
 
 const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
 
@@ -73,15 +76,7 @@ pub struct LivenessView {
 impl LivenessView {
     /// The verification of one reading.
     pub fn of(reading: &Reading) -> Self {
-        let reason = reading
-            .liveness
-            .as_ref()
-            .and_then(Liveness::reason)
-            .or(match &reading.process {
-                ProcessState::Unverified { reason } | ProcessState::Gone { reason } => Some(reason),
-                ProcessState::Alive => None,
-            })
-            .map(str::to_owned);
+        let reason = reason_of(reading).map(str::to_owned);
         Self {
             state: reading.liveness.as_ref().map(SessionState::from),
             process: ProcessStatus::from(&reading.process),
@@ -176,44 +171,123 @@ pub struct SessionList {
 }
 
 impl SessionList {
-    /// The JSON a [`SessionList`] of `readings` (those whose view `keep` admits) encodes to,
-    /// written one session at a time: each view is built, written and dropped in turn, so a
-    /// listing of 10,000 never holds 10,000 copies of its records beside its body.
+    /// The JSON a [`SessionList`] of `readings` (those whose state `keep` admits) encodes to,
+    /// written one session at a time: each record's public fields are encoded once and kept
+    /// with the record (shared records are unchanged while their file is), and only the
+    /// verification is encoded afresh. A listing of 10,000 neither copies its records nor
+    /// holds their views beside its body.
     pub fn encode(
         readings: &[Reading],
-        keep: impl Fn(&SessionView) -> bool,
+        keep: impl Fn(Option<SessionState>) -> bool,
         unreadable: usize,
     ) -> serde_json::Result<Vec<u8>> {
-        serde_json::to_vec(&SessionListOf {
-            sessions: ViewsOf { readings, keep },
-            unreadable,
-        })
+        // About what a session's view takes, so the body is seldom grown and copied.
+        const VIEW_BYTES: usize = 400;
+        let mut body = Vec::with_capacity(64 + readings.len() * VIEW_BYTES);
+        // serde_json's compact form of `SessionList`, member by member (a test holds the
+        // bytes equal).
+        body.extend_from_slice(b"{\"sessions\":[");
+        let kept = readings
+            .iter()
+            .filter(|reading| keep(reading.liveness.as_ref().map(SessionState::from)));
+        for (n, reading) in kept.enumerate() {
+            if n > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(reading.record.encoded_once(encode_record_fields)?);
+            serde_json::to_writer(&mut body, &LivenessViewOf::of(reading))?;
+            body.push(b'}');
+        }
+        body.extend_from_slice(b"],\"unreadable\":");
+        serde_json::to_writer(&mut body, &unreadable)?;
+        body.push(b'}');
+        Ok(body)
     }
 }
 
-/// [`SessionList`] with its sessions made as they are written; its fields are the same, in the
-/// same order (a test holds the bytes equal).
+/// A session view up to its verification: `{` and every member before `liveness`, then
+/// `"liveness":`, as serde_json writes [`SessionView`].
+fn encode_record_fields(record: &RunningRecord) -> serde_json::Result<Vec<u8>> {
+    let mut fields = serde_json::to_vec(&RecordFieldsOf::of(record))?;
+    // `session_id` is always there, so the object is never empty: its `}` gives way to the
+    // next member.
+    fields.pop();
+    fields.extend_from_slice(b",\"liveness\":");
+    Ok(fields)
+}
+
+/// The members of [`SessionView`] before `liveness`, borrowed from the record: the same
+/// members, in the same order, under the same conditions.
 #[derive(Serialize)]
-struct SessionListOf<Sessions> {
-    sessions: Sessions,
-    unreadable: usize,
+struct RecordFieldsOf<'a> {
+    session_id: &'a str,
+    url: Option<&'a str>,
+    pid: u32,
+    process_start: &'a str,
+    capsule_name: &'a str,
+    capsule_version: &'a str,
+    workdir: Cow<'a, str>,
+    outlives_launcher: bool,
+    started_at: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    formation_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    formation_member: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spawned_by: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records_dir: Option<Cow<'a, str>>,
 }
 
-/// The views of `readings` that `keep` admits, made one at a time while they are written.
-struct ViewsOf<'a, F> {
-    readings: &'a [Reading],
-    keep: F,
-}
-
-impl<F: Fn(&SessionView) -> bool> Serialize for ViewsOf<'_, F> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(
-            self.readings
-                .iter()
-                .map(SessionView::of)
-                .filter(|view| (self.keep)(view)),
-        )
+impl<'a> RecordFieldsOf<'a> {
+    fn of(r: &'a RunningRecord) -> Self {
+        Self {
+            session_id: &r.session_id,
+            url: r.url.as_deref(),
+            pid: r.pid,
+            process_start: &r.process_start,
+            capsule_name: &r.capsule_name,
+            capsule_version: &r.capsule_version,
+            workdir: r.workdir.to_string_lossy(),
+            outlives_launcher: r.outlives_launcher,
+            started_at: &r.started_at,
+            formation_id: r.formation_id.as_deref(),
+            formation_member: r.formation_member.as_deref(),
+            spawned_by: r.spawned_by.as_deref(),
+            records_dir: r.records_dir.as_deref().map(Path::to_string_lossy),
+        }
     }
+}
+
+/// [`LivenessView`] borrowing its reading's reason, made by the same rules.
+#[derive(Serialize)]
+struct LivenessViewOf<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<SessionState>,
+    process: ProcessStatus,
+    reason: Option<&'a str>,
+}
+
+impl<'a> LivenessViewOf<'a> {
+    fn of(reading: &'a Reading) -> Self {
+        Self {
+            state: reading.liveness.as_ref().map(SessionState::from),
+            process: ProcessStatus::from(&reading.process),
+            reason: reason_of(reading),
+        }
+    }
+}
+
+/// Why a reading is not live, if it is not: the verdict's reason, else what layers 1–2 said.
+fn reason_of(reading: &Reading) -> Option<&str> {
+    reading
+        .liveness
+        .as_ref()
+        .and_then(Liveness::reason)
+        .or(match &reading.process {
+            ProcessState::Unverified { reason } | ProcessState::Gone { reason } => Some(reason),
+            ProcessState::Alive => None,
+        })
 }
 
 /// The session named in a path.
@@ -482,8 +556,9 @@ pub struct CardProblem {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-    use crate::running::RunningRecord;
 
     fn reading(n: u32, liveness: Option<Liveness>) -> Reading {
         let record: RunningRecord = serde_json::from_value(serde_json::json!({
@@ -494,7 +569,7 @@ mod tests {
         }))
         .expect("a record");
         Reading {
-            record,
+            record: record.into(),
             process: ProcessState::Alive,
             liveness,
         }
@@ -507,16 +582,16 @@ mod tests {
             reading(2, None),
             reading(3, Some(Liveness::Live)),
         ];
-        let live = |view: &SessionView| view.liveness.state == Some(SessionState::Live);
+        let live = |state: Option<SessionState>| state == Some(SessionState::Live);
         for keep in [
-            &(|_: &SessionView| true) as &dyn Fn(&SessionView) -> bool,
+            &(|_: Option<SessionState>| true) as &dyn Fn(Option<SessionState>) -> bool,
             &live,
         ] {
             let whole = SessionList {
                 sessions: readings
                     .iter()
                     .map(SessionView::of)
-                    .filter(|v| keep(v))
+                    .filter(|v| keep(v.liveness.state))
                     .collect(),
                 unreadable: 4,
             };
@@ -528,5 +603,57 @@ mod tests {
         }
         let none = SessionList::encode(&[], |_| true, 0).expect("encodes");
         assert_eq!(none, br#"{"sessions":[],"unreadable":0}"#);
+    }
+
+    /// Every member that may be absent, every verdict, strings that need escaping, and each
+    /// record listed twice (its fields then come from what the first listing kept).
+    #[test]
+    fn a_listing_written_from_kept_record_fields_gives_the_bytes_of_the_list() {
+        let odd: RunningRecord = serde_json::from_value(serde_json::json!({
+            "session_id": "ses_odd", "url": null, "pid": 9, "process_start": "",
+            "capsule_name": "q\"uote\\back\u{1}ctl", "capsule_version": "\u{e9}\u{1f600}",
+            "workdir": "/w/\u{2028}", "outlives_launcher": true, "started_at": "x",
+            "formation_member": "m", "spawned_by": "ses_0", "formation_id": "frm_2"
+        }))
+        .expect("a record");
+        let odd = Arc::new(odd);
+        let with = |process: ProcessState, liveness: Option<Liveness>| Reading {
+            record: Arc::clone(&odd),
+            process,
+            liveness,
+        };
+        let gone = "no process holds pid 9 \"quoted\"".to_owned();
+        let readings = vec![
+            with(
+                ProcessState::Gone {
+                    reason: gone.clone(),
+                },
+                Some(Liveness::Gone { reason: gone }),
+            ),
+            with(
+                ProcessState::Unverified {
+                    reason: "cannot read /proc/9/stat".to_owned(),
+                },
+                None,
+            ),
+            with(
+                ProcessState::Alive,
+                Some(Liveness::Unreachable {
+                    reason: "door at 127.0.0.1:1 refused".to_owned(),
+                }),
+            ),
+            reading(4, Some(Liveness::Live)),
+        ];
+        let whole = SessionList {
+            sessions: readings.iter().map(SessionView::of).collect(),
+            unreadable: 0,
+        };
+        for _ in 0..2 {
+            let written = SessionList::encode(&readings, |_| true, 0).expect("encodes");
+            assert_eq!(
+                String::from_utf8(written).expect("utf-8"),
+                serde_json::to_string(&whole).expect("encodes")
+            );
+        }
     }
 }

@@ -13,6 +13,7 @@
 //!   process was not found gone meanwhile.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use super::event::EventKind;
 use super::picture::Picture;
@@ -50,9 +51,9 @@ pub(super) struct PassJudgement {
     /// Sessions that left the picture; each is named once the registry's note is taken.
     pub(super) left: Vec<Departure>,
     /// The record on disk for every session the scan saw, probed or not.
-    pub(super) on_disk: HashMap<String, RunningRecord>,
+    pub(super) on_disk: HashMap<String, Arc<RunningRecord>>,
     /// Records whose door must be asked now.
-    pub(super) to_probe: Vec<RunningRecord>,
+    pub(super) to_probe: Vec<Arc<RunningRecord>>,
     /// Every session whose record names a door and whose process passed layers 1–2: the doors
     /// the recheck schedule keeps asking.
     pub(super) doors: HashSet<String>,
@@ -93,7 +94,7 @@ impl Departure {
 /// alike: a verdict on a record read earlier).
 #[derive(Debug)]
 pub(super) struct ProbeAnswer {
-    pub(super) probed: RunningRecord,
+    pub(super) probed: Arc<RunningRecord>,
     pub(super) reading: Reading,
 }
 
@@ -105,8 +106,8 @@ pub(super) fn judge_pass(
     pass: Pass,
     read: PassRead,
     picture: &mut Picture,
-    last_on_disk: &HashMap<String, RunningRecord>,
-    probing: &HashMap<String, RunningRecord>,
+    last_on_disk: &HashMap<String, Arc<RunningRecord>>,
+    probing: &HashMap<String, Arc<RunningRecord>>,
 ) -> PassJudgement {
     let first = matches!(pass, Pass::First);
     let mut judgement = PassJudgement {
@@ -122,7 +123,7 @@ pub(super) fn judge_pass(
     for id in &carried {
         // A probe of the record last read may still apply.
         if let Some(record) = last_on_disk.get(id) {
-            judgement.on_disk.insert(id.clone(), record.clone());
+            judgement.on_disk.insert(id.clone(), Arc::clone(record));
         }
     }
     for mut reading in read.carried {
@@ -139,7 +140,9 @@ pub(super) fn judge_pass(
     picture.set_unreadable(unreadable.len());
     for mut reading in read.readings {
         let id = reading.record.session_id.clone();
-        judgement.on_disk.insert(id.clone(), reading.record.clone());
+        judgement
+            .on_disk
+            .insert(id.clone(), Arc::clone(&reading.record));
         if has_door_to_recheck(&reading) {
             judgement.doors.insert(id.clone());
         }
@@ -192,7 +195,7 @@ pub(super) fn judge_pass(
 pub(super) fn judge_answers(
     answers: Vec<ProbeAnswer>,
     picture: &mut Picture,
-    on_disk: &HashMap<String, RunningRecord>,
+    on_disk: &HashMap<String, Arc<RunningRecord>>,
     carried: &HashSet<String>,
 ) -> (Vec<EventKind>, Vec<String>) {
     let mut events = Vec::new();

@@ -25,8 +25,9 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use super::hub::{Hub, closed};
 use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
@@ -49,18 +50,25 @@ pub(super) fn spawn(hub: Arc<Hub>, generation: u64) {
     tokio::spawn(run(hub, generation));
 }
 
+/// One probe of the loop's, as it waits on its door's flight. `Sync` only so that the loop
+/// (which it is part of) may be borrowed across an await.
+type ProbeInFlight = std::pin::Pin<Box<dyn Future<Output = ProbeAnswer> + Send + Sync>>;
+
 /// The loop's own bookkeeping, beside the hub.
 struct Looper {
     hub: Arc<Hub>,
     /// How often a periodic pass reads the whole directory.
     interval: Duration,
     /// The record on disk for every session seen by the last scan (probed or not).
-    on_disk: HashMap<String, RunningRecord>,
+    on_disk: HashMap<String, Arc<RunningRecord>>,
     /// Sessions whose file the last pass failed to read, carried over on the record last read.
     carried: HashSet<String>,
     /// The record each in-flight probe is probing, by session.
-    probing: HashMap<String, RunningRecord>,
-    probes: JoinSet<ProbeAnswer>,
+    probing: HashMap<String, Arc<RunningRecord>>,
+    /// The probes in flight, polled by the loop's own task: each waits on its door's flight
+    /// (which runs as a task of its own), so a task of the loop's per probe would only add a
+    /// wake-up of another thread per answer.
+    probes: FuturesUnordered<ProbeInFlight>,
     /// When each door of a live process is asked again.
     recheck: RecheckSchedule,
     /// The kernel's word on pinned processes that exited; `None` without pidfds.
@@ -134,7 +142,7 @@ impl Looper {
             on_disk: HashMap::new(),
             carried: HashSet::new(),
             probing: HashMap::new(),
-            probes: JoinSet::new(),
+            probes: FuturesUnordered::new(),
             recheck: RecheckSchedule::new(door_recheck, phases_start),
             watch: None,
             changes,
@@ -174,18 +182,19 @@ impl Looper {
                     }
                     self.recheck_due();
                 }
-                Some(joined) = self.probes.join_next(), if !self.probes.is_empty() => {
+                Some(answer) = self.probes.next(), if !self.probes.is_empty() => {
                     // Every answer already in is one step, so doors that time out together
                     // make one batch of events (or one snapshot), not one each.
-                    let mut answers: Vec<ProbeAnswer> = joined.into_iter().collect();
-                    while let Some(joined) = self.probes.try_join_next() {
-                        answers.extend(joined);
+                    let mut answers = vec![answer];
+                    while let Some(Some(answer)) = self.probes.next().now_or_never() {
+                        answers.push(answer);
                     }
                     self.apply_answers(answers).await;
                 }
             }
         }
-        self.probes.abort_all();
+        // Dropping a probe leaves its flight; the flight's task stops with its last waiter.
+        self.probes.clear();
     }
 
     fn registry(&self) -> &Registry {
@@ -289,7 +298,7 @@ impl Looper {
         let readings = self.registry().verify_records(scan.records, first).await;
         // A file nobody can read must not hide its process's death (nor a pid turned
         // unverified); the first pass has no record last read.
-        let last_read: Vec<RunningRecord> = scan
+        let last_read: Vec<Arc<RunningRecord>> = scan
             .unreadable
             .iter()
             .filter(|entry| entry.why.is_read_failure())
@@ -310,7 +319,7 @@ impl Looper {
     }
 
     /// Probe what the judge left open, and prune what it found gone.
-    async fn follow_up(&mut self, to_probe: Vec<RunningRecord>, gone: Vec<String>) {
+    async fn follow_up(&mut self, to_probe: Vec<Arc<RunningRecord>>, gone: Vec<String>) {
         for record in to_probe {
             self.start_probe(record);
         }
@@ -324,23 +333,23 @@ impl Looper {
                 continue;
             };
             if self.probing.get(&id) != Some(record) {
-                self.start_probe(record.clone());
+                self.start_probe(Arc::clone(record));
             }
         }
     }
 
     /// Ask `record`'s door, through the registry's one verification path.
-    fn start_probe(&mut self, record: RunningRecord) {
+    fn start_probe(&mut self, record: Arc<RunningRecord>) {
         self.probing
-            .insert(record.session_id.clone(), record.clone());
+            .insert(record.session_id.clone(), Arc::clone(&record));
         let hub = Arc::clone(&self.hub);
-        self.probes.spawn(async move {
-            let reading = hub.registry.verify(record.clone()).await;
+        self.probes.push(Box::pin(async move {
+            let reading = hub.registry.verify(Arc::clone(&record)).await;
             ProbeAnswer {
                 probed: record,
                 reading,
             }
-        });
+        }));
     }
 
     /// Apply a batch of probe answers as one step, then prune what they found gone.
@@ -361,7 +370,7 @@ impl Looper {
     /// to read and was taken over by another writer) may name another process, and the old
     /// one's death says nothing of the session; the pass the change nudges judges it.
     async fn apply_exits(&mut self, exited: Vec<ExitedProcess>) {
-        let named: Vec<RunningRecord> = self
+        let named: Vec<Arc<RunningRecord>> = self
             .on_disk
             .values()
             .filter(|record| exited.iter().any(|process| process.names(record)))

@@ -120,7 +120,7 @@ impl ProcessExits {
 
 /// The ids of the pidfds the epoll set reports readable now, at most [`EXITS_PER_READ`];
 /// never waits.
-fn take_ready(epoll: &OwnedFd) -> Result<Vec<u64>, Errno> {
+pub(super) fn take_ready(epoll: &OwnedFd) -> Result<Vec<u64>, Errno> {
     let no_wait = Timespec {
         tv_sec: 0,
         tv_nsec: 0,

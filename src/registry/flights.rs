@@ -25,25 +25,35 @@ use crate::running::{DoorProbe, RunningRecord, Secret};
 /// What one probe answered: `Ok` when the door named the session, else why not (unredacted).
 type Answer = Result<(), String>;
 
-/// Everything a door probe of a record depends on.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct ProbeKey {
-    session_id: String,
-    pid: u32,
-    process_start: String,
-    url: Option<String>,
-    door_token: Option<Secret>,
-}
+/// Everything a door probe of a record depends on: the record, compared and hashed by its
+/// session id, pid, start token, door address and door token alone.
+#[derive(Debug, Clone)]
+struct ProbeKey(Arc<RunningRecord>);
 
 impl ProbeKey {
-    fn of(record: &RunningRecord) -> Self {
-        Self {
-            session_id: record.session_id.clone(),
-            pid: record.pid,
-            process_start: record.process_start.clone(),
-            url: record.url.clone(),
-            door_token: record.door_token.clone(),
-        }
+    fn parts(&self) -> (&str, u32, &str, Option<&str>, Option<&Secret>) {
+        let record = &*self.0;
+        (
+            &record.session_id,
+            record.pid,
+            &record.process_start,
+            record.url.as_deref(),
+            record.door_token.as_ref(),
+        )
+    }
+}
+
+impl PartialEq for ProbeKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for ProbeKey {}
+
+impl std::hash::Hash for ProbeKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
     }
 }
 
@@ -81,8 +91,8 @@ pub(super) struct Flight {
 impl Flights {
     /// The flight probing `record`'s door: the one already in the air for an identical record,
     /// or a new one started now with `door`.
-    pub(super) fn join(&self, record: &RunningRecord, door: &DoorProbe) -> Arc<Flight> {
-        let key = ProbeKey::of(record);
+    pub(super) fn join(&self, record: &Arc<RunningRecord>, door: &DoorProbe) -> Arc<Flight> {
+        let key = ProbeKey(Arc::clone(record));
         let mut table = lock(&self.table);
         if let Some(flight) = table.get(&key).and_then(|entry| entry.flight.upgrade()) {
             return flight;
@@ -92,7 +102,7 @@ impl Flights {
         let task = {
             let table = Arc::downgrade(&self.table);
             let key = key.clone();
-            let record = record.clone();
+            let record = Arc::clone(record);
             let door = door.clone();
             // The table lock is held until the entry is in, so the task cannot leave the table
             // before it has joined it.

@@ -121,8 +121,8 @@ impl PassReader {
         let (dir, cache, pins) = (self.dir, self.cache, self.pins);
         let read = move || {
             pins.sweep();
-            let scan = running::scan_cached(&dir, &cache)?;
-            let states: Vec<ProcessState> = scan.records.iter().map(|r| pins.state(r)).collect();
+            let scan = running::scan_shared(&dir, &cache)?;
+            let states = pins.states(&scan.records);
             Ok::<_, RegistryError>((scan, states))
         };
         let read = if inline {
@@ -168,7 +168,7 @@ impl Registry {
         let (records, states) = lean
             .readings
             .iter()
-            .map(|reading| (reading.record.clone(), reading.process.clone()))
+            .map(|reading| (Arc::clone(&reading.record), reading.process.clone()))
             .unzip();
         let readings = self.read_all(records, states, true).await;
         Ok(Arc::new(Listing::new(readings, lean.unreadable.clone())))
@@ -184,7 +184,7 @@ impl Registry {
     pub(super) async fn read_with_process(
         &self,
         session_id: &str,
-    ) -> Result<(RunningRecord, ProcessState), RegistryError> {
+    ) -> Result<(Arc<RunningRecord>, ProcessState), RegistryError> {
         if !running::is_valid_session_id(session_id) {
             return Err(RegistryError::InvalidSessionId);
         }
@@ -194,21 +194,22 @@ impl Registry {
         blocking(move || {
             let record = running::read_record(&dir, &id)?;
             let process = record.as_ref().map(|record| pins.state(record));
-            Ok::<_, RegistryError>(record.zip(process))
+            Ok::<_, RegistryError>(record.map(Arc::new).zip(process))
         })
         .await??
         .ok_or_else(|| RegistryError::NotFound(session_id.to_owned()))
     }
 
     /// Every entry of the directory, read but not verified, for a caller that verifies them all
-    /// next (the live view's pass). Changes nothing on disk.
-    pub async fn scan(&self) -> Result<running::Scan, RegistryError> {
+    /// next (the live view's pass); records shared with the registry's cache. Changes nothing
+    /// on disk.
+    pub async fn scan(&self) -> Result<running::SharedScan, RegistryError> {
         let dir = self.reader.dir.clone();
         let cache = Arc::clone(&self.reader.cache);
         let pins = Arc::clone(&self.reader.pins);
         blocking(move || {
             pins.sweep();
-            running::scan_cached(&dir, &cache)
+            running::scan_shared(&dir, &cache)
         })
         .await?
         .map_err(Into::into)
@@ -216,14 +217,17 @@ impl Registry {
 
     /// The records among `records` whose file is still the very one each was read from
     /// ([`running::still_the_file_read`]); none when that cannot be looked at. Changes nothing.
-    pub async fn still_the_files_read(&self, records: Vec<RunningRecord>) -> Vec<RunningRecord> {
+    pub async fn still_the_files_read(
+        &self,
+        records: Vec<Arc<RunningRecord>>,
+    ) -> Vec<Arc<RunningRecord>> {
         if records.is_empty() {
             return records;
         }
         blocking(move || {
             records
                 .into_iter()
-                .filter(running::still_the_file_read)
+                .filter(|record| running::still_the_file_read(record))
                 .collect()
         })
         .await

@@ -6,7 +6,9 @@
 //! - A pidfd is opened before the start token is compared, as the signal path does: if the token
 //!   read after opening matches, the recorded process held the pid throughout, so the pidfd names
 //!   that very process. A held pidfd that is not readable is layers 1–2's `Alive` for every record
-//!   naming that pid and token.
+//!   naming that pid and token. Readable or not is asked of the kernel at each reading: every
+//!   held pidfd is in a level-triggered epoll set whose ready list is the exited ones (a pidfd
+//!   that could not join it is polled).
 //! - A readable pidfd is the exit of the whole thread group (a zombie counts): `Gone`. The key then
 //!   stays as exited, its descriptor closed, until no record names it. A reused pid has another
 //!   start token, so another key: it is judged afresh and never inherits a verdict.
@@ -24,8 +26,12 @@ use rustix::io::Errno;
 use rustix::process::{PidfdFlags, Resource};
 use tokio::sync::Notify;
 
-use super::exits::ExitedProcess;
+use super::exits::{EXITS_PER_READ, ExitedProcess, take_ready};
 use crate::running::{self, MAX_CONCURRENT_PROBES, ProcessState, RunningRecord};
+
+/// How many pidfds one `poll` asks about at most: the table stays locked meanwhile, and `poll`
+/// refuses more descriptors than the open-files limit (one pidfd may be asked for many records).
+const POLLED_AT_ONCE: usize = 64;
 
 /// Descriptors never spent on pins: one per door probe in flight, the server's default
 /// connection cap, and room for files and the runtime.
@@ -52,8 +58,13 @@ impl ProcessKey {
 
 #[derive(Debug)]
 enum Pin {
-    /// The pidfd, and its id in the epoll set the exit watch reads.
-    Held { pidfd: OwnedFd, id: u64 },
+    /// The pidfd, its id in the epoll sets, and whether it is in the set of exits readings
+    /// take (else a reading polls it).
+    Held {
+        pidfd: OwnedFd,
+        id: u64,
+        in_exited_set: bool,
+    },
     /// The process exited; its descriptor is closed.
     Exited,
 }
@@ -85,6 +96,10 @@ pub(super) struct Pins {
     /// Every held pidfd is in it (one-shot, readable), for the exit watch; `None` when it could
     /// not be made, and exits are then seen at the next reading.
     epoll: Option<Arc<OwnedFd>>,
+    /// Every held pidfd is in it too (level-triggered, readable), for readings: what it reports
+    /// ready are the exited processes, so a reading of thousands of pins asks the kernel once
+    /// rather than once a pin. `None` when it could not be made: readings then poll each pin.
+    exited_set: Option<OwnedFd>,
     /// Set once `pidfd_open` is found unavailable: every reading goes to `/proc` from then on.
     unavailable: OnceLock<Errno>,
     /// The most pidfds held at once, so probes and connections keep their descriptors.
@@ -108,9 +123,11 @@ impl Pins {
             })
             .ok()
             .map(Arc::new);
+        let exited_set = epoll::create(epoll::CreateFlags::CLOEXEC).ok();
         Self {
             table: Mutex::default(),
             epoll,
+            exited_set,
             unavailable: OnceLock::new(),
             budget: pin_budget(),
             out_of_descriptors: AtomicBool::new(false),
@@ -125,6 +142,32 @@ impl Pins {
     /// Never blocks (one `poll` with no wait), so async workers may call it.
     pub(super) fn pinned_state(&self, record: &RunningRecord) -> Option<ProcessState> {
         self.known(self.pinnable(record)?)
+    }
+
+    /// [`Pins::pinned_state`] of every record in `records`, in order: the table is locked and
+    /// the pidfds polled once per [`POLLED_AT_ONCE`] records, not once per record.
+    pub(super) fn pinned_states(
+        &self,
+        records: &[Arc<RunningRecord>],
+    ) -> Vec<Option<ProcessState>> {
+        let mut states = Vec::with_capacity(records.len());
+        for chunk in records.chunks(POLLED_AT_ONCE) {
+            let keys: Vec<Option<ProcessKey>> = chunk.iter().map(|r| self.pinnable(r)).collect();
+            states.extend(self.known_all(&keys));
+        }
+        states
+    }
+
+    /// [`Pins::state`] of every record in `records`, in order: the pins first, all at once,
+    /// then `/proc` for each record they cannot answer for.
+    ///
+    /// Blocking (syscalls and perhaps `/proc` reads); call it off async workers.
+    pub(super) fn states(&self, records: &[Arc<RunningRecord>]) -> Vec<ProcessState> {
+        self.pinned_states(records)
+            .into_iter()
+            .zip(records)
+            .map(|(pinned, record)| pinned.unwrap_or_else(|| self.state(record)))
+            .collect()
     }
 
     /// Layers 1–2 for `record`: from its process's pin when there is one, else read from `/proc`
@@ -170,7 +213,7 @@ impl Pins {
         } = &mut *table;
         entries.retain(|key, entry| {
             let keep = entry.named_in + 1 >= generation;
-            if let (false, Pin::Held { pidfd, id }) = (keep, &entry.pin) {
+            if let (false, Pin::Held { pidfd, id, .. }) = (keep, &entry.pin) {
                 ids.remove(id);
                 // Passes begun back to back can drop a pin still named: an exit it holds
                 // unread must not go with its descriptor.
@@ -214,31 +257,112 @@ impl Pins {
     /// What the pin of `key` says, marking it named; `None` when there is no pin or its poll
     /// failed (then `/proc` decides).
     fn known(&self, key: ProcessKey) -> Option<ProcessState> {
-        let mut table = self.lock();
-        let generation = table.generation;
-        let Table { entries, ids, .. } = &mut *table;
-        let entry = entries.get_mut(&key)?;
-        entry.named_in = generation;
-        let Pin::Held { pidfd, id } = &entry.pin else {
-            return Some(gone(key));
-        };
-        if !has_exited(pidfd)? {
-            return Some(ProcessState::Alive);
-        }
-        ids.remove(id);
-        // Closing the pidfd takes it out of the epoll set (it is never duplicated, so this is
-        // the last descriptor of its open file), and with it any report the watch has not
-        // read yet: the watch is told here instead.
-        entry.pin = Pin::Exited;
+        self.known_all(&[Some(key)]).pop().flatten()
+    }
+
+    /// What the pin of each of `keys` says (`None` for no key, no pin, or a failed poll), each
+    /// marked named. Every pin whose process exited is found first, all at once (see
+    /// [`Pins::close_exited`]); a held pin outside that set is polled, all of them in one call.
+    fn known_all(&self, keys: &[Option<ProcessKey>]) -> Vec<Option<ProcessState>> {
         let watched = self.watches.load(Ordering::Acquire) > 0;
-        if watched {
-            table.closed_exits.push(key);
-        }
+        let mut table = self.lock();
+        let mut closed = self.close_exited(&mut table, watched);
+        // Whether each key's process has exited, by its pin: `None` for no pin or no answer.
+        let exited: Vec<Option<bool>> = {
+            let held = |key: &Option<ProcessKey>| match table.entries.get(key.as_ref()?)?.pin {
+                Pin::Held {
+                    ref pidfd,
+                    in_exited_set,
+                    ..
+                } => Some((pidfd, in_exited_set)),
+                Pin::Exited => None,
+            };
+            let mut polled: Vec<PollFd<'_>> = keys
+                .iter()
+                .filter_map(held)
+                .filter(|(_, in_exited_set)| !in_exited_set)
+                .map(|(pidfd, _)| PollFd::new(pidfd, PollFlags::IN))
+                .collect();
+            let mut answers = have_exited(&mut polled).into_iter();
+            keys.iter()
+                .map(|key| match held(key)? {
+                    // Still held after the exited were closed: not exited when the set was read.
+                    (_, true) => Some(false),
+                    (_, false) => answers.next().flatten(),
+                })
+                .collect()
+        };
+        let generation = table.generation;
+        let Table {
+            entries,
+            ids,
+            closed_exits,
+            ..
+        } = &mut *table;
+        let states = keys
+            .iter()
+            .zip(exited)
+            .map(|(key, exited)| {
+                let key = (*key)?;
+                let entry = entries.get_mut(&key)?;
+                entry.named_in = generation;
+                let Pin::Held { id, .. } = &entry.pin else {
+                    return Some(gone(key));
+                };
+                if !exited? {
+                    return Some(ProcessState::Alive);
+                }
+                ids.remove(id);
+                entry.pin = Pin::Exited;
+                if watched {
+                    closed_exits.push(key);
+                    closed = true;
+                }
+                Some(gone(key))
+            })
+            .collect();
         drop(table);
-        if watched {
+        if closed {
             self.exit_closed.notify_one();
         }
-        Some(gone(key))
+        states
+    }
+
+    /// Turn every held pin the exited set reports readable into an exited one; answers whether
+    /// any exit was kept for the watch.
+    ///
+    /// Closing a pidfd takes it out of both epoll sets (it is never duplicated, so this is the
+    /// last descriptor of its open file), and with it any report the watch has not read yet:
+    /// the watch is told here instead. Closing is also what lets the next read of the set (which
+    /// keeps reporting a readable pidfd until then) get to the others.
+    fn close_exited(&self, table: &mut Table, watched: bool) -> bool {
+        let Some(set) = &self.exited_set else {
+            return false;
+        };
+        let mut closed = false;
+        loop {
+            let Ok(ready) = take_ready(set) else {
+                return closed;
+            };
+            let mut progressed = false;
+            for id in &ready {
+                let Some(key) = table.ids.remove(id) else {
+                    continue;
+                };
+                progressed = true;
+                if let Some(entry) = table.entries.get_mut(&key) {
+                    entry.pin = Pin::Exited;
+                }
+                if watched {
+                    table.closed_exits.push(key);
+                    closed = true;
+                }
+            }
+            // A set that keeps reporting what is no pin any more would never run dry.
+            if ready.len() < EXITS_PER_READ || !progressed {
+                return closed;
+            }
+        }
     }
 
     /// Count an exit watch in (`true`) or out, so readings keep the exits they close for it.
@@ -320,12 +444,25 @@ impl Pins {
                 tracing::debug!(%errno, pid = key.pid, "cannot watch a pidfd: its exit is seen at the next pass");
             }
         }
+        let in_exited_set = self.exited_set.as_ref().is_some_and(|set| {
+            epoll::add(
+                set,
+                &pidfd,
+                epoll::EventData::new_u64(id),
+                epoll::EventFlags::IN,
+            )
+            .is_ok()
+        });
         table.ids.insert(id, key);
         let named_in = table.generation;
         table.entries.insert(
             key,
             Entry {
-                pin: Pin::Held { pidfd, id },
+                pin: Pin::Held {
+                    pidfd,
+                    id,
+                    in_exited_set,
+                },
                 named_in,
             },
         );
@@ -358,23 +495,35 @@ fn gone(key: ProcessKey) -> ProcessState {
 
 /// Whether the process `pidfd` names has exited; `None` when the poll could not tell.
 fn has_exited(pidfd: &OwnedFd) -> Option<bool> {
-    let mut polled = [PollFd::new(pidfd, PollFlags::IN)];
+    have_exited(&mut [PollFd::new(pidfd, PollFlags::IN)])
+        .pop()
+        .flatten()
+}
+
+/// [`has_exited`] of each pidfd in `polled`, in one `poll` with no wait; all `None` when it
+/// failed.
+fn have_exited(polled: &mut [PollFd<'_>]) -> Vec<Option<bool>> {
     let now = Timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    match rustix::event::poll(&mut polled, Some(&now)) {
-        Ok(0) => Some(false),
-        // Readable once the thread group has exited; newer kernels add POLLHUP once reaped.
-        Ok(_)
-            if polled[0]
-                .revents()
-                .intersects(PollFlags::IN | PollFlags::HUP) =>
-        {
-            Some(true)
-        }
-        _ => None,
+    if polled.is_empty() || rustix::event::poll(polled, Some(&now)).is_err() {
+        return vec![None; polled.len()];
     }
+    polled
+        .iter()
+        .map(|pidfd| {
+            let revents = pidfd.revents();
+            if revents.is_empty() {
+                Some(false)
+            // Readable once the thread group has exited; newer kernels add POLLHUP once reaped.
+            } else if revents.intersects(PollFlags::IN | PollFlags::HUP) {
+                Some(true)
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// How many pidfds may be held: the open-files limit less what probes, connections and files

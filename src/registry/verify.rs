@@ -10,8 +10,9 @@ use crate::running::{self, Liveness, ProcessState, RunningRecord};
 /// One record with what the layers said about it.
 #[derive(Debug, Clone)]
 pub struct Reading {
-    /// The record as read.
-    pub record: RunningRecord,
+    /// The record as read, shared with the registry's cache of the directory (and with every
+    /// other reading of that very file): a reading never copies a record.
+    pub record: Arc<RunningRecord>,
     /// Layers 1–2.
     pub process: ProcessState,
     /// All three layers; `None` when the door was not probed and layers 1–2 cannot decide.
@@ -28,7 +29,7 @@ pub struct ProbesInFlight {
 }
 
 /// A reading from layers 1–2 alone: a verdict only where they decide it.
-pub(super) fn lean_reading((record, process): (RunningRecord, ProcessState)) -> Reading {
+pub(super) fn lean_reading((record, process): (Arc<RunningRecord>, ProcessState)) -> Reading {
     let liveness = running::decided_by_process(&record, &process);
     Reading {
         record,
@@ -39,7 +40,7 @@ pub(super) fn lean_reading((record, process): (RunningRecord, ProcessState)) -> 
 
 /// A record whose verdict is settled (`Err`) or awaits its door's probe (`Ok`).
 struct PendingReading {
-    record: RunningRecord,
+    record: Arc<RunningRecord>,
     process: ProcessState,
     verdict: Result<Arc<Flight>, Liveness>,
 }
@@ -69,8 +70,13 @@ impl Registry {
     /// back in the records' order.
     ///
     /// Layers 1–2 are read afresh; door probes are shared with every other caller verifying
-    /// an identical record at the same moment.
-    pub async fn verify_records(&self, records: Vec<RunningRecord>, probe: bool) -> Vec<Reading> {
+    /// an identical record at the same moment. Records may be given owned or shared.
+    pub async fn verify_records<R: Into<Arc<RunningRecord>>>(
+        &self,
+        records: Vec<R>,
+        probe: bool,
+    ) -> Vec<Reading> {
+        let records: Vec<Arc<RunningRecord>> = records.into_iter().map(Into::into).collect();
         let states = self.process_states(&records).await;
         self.read_all(records, states, probe).await
     }
@@ -80,33 +86,31 @@ impl Registry {
     ///
     /// For a caller that holds a record from an earlier scan (a monitor comparing readings, say):
     /// layers 1–2 are read afresh, and the door is asked unless a probe of this very record is
-    /// already in the air.
-    pub async fn verify(&self, record: RunningRecord) -> Reading {
-        let process = self.process_state(record.clone()).await;
+    /// already in the air. The record may be given owned or shared.
+    pub async fn verify(&self, record: impl Into<Arc<RunningRecord>>) -> Reading {
+        let record = record.into();
+        let process = self.process_state(Arc::clone(&record)).await;
         self.read_one(record, process, true).await
     }
 
     /// Layers 1–2 for many records, through the pins, in one trip to the blocking pool; each
     /// unverified if that trip fails.
-    async fn process_states(&self, records: &[RunningRecord]) -> Vec<ProcessState> {
-        // Pinned processes are known without blocking: the pool (a thread hop, and a copy of
-        // the records) only when one must be read from `/proc`.
+    async fn process_states(&self, records: &[Arc<RunningRecord>]) -> Vec<ProcessState> {
+        // Pinned processes are known without blocking: the pool (a thread hop) only when one
+        // must be read from `/proc`.
         let pins = Arc::clone(&self.reader.pins);
-        let pinned: Option<Vec<ProcessState>> = records
-            .iter()
-            .map(|record| pins.pinned_state(record))
-            .collect();
+        let pinned: Option<Vec<ProcessState>> = pins.pinned_states(records).into_iter().collect();
         if let Some(states) = pinned {
             return states;
         }
         let (records, count) = (records.to_vec(), records.len());
-        blocking(move || records.iter().map(|record| pins.state(record)).collect())
+        blocking(move || pins.states(&records))
             .await
             .unwrap_or_else(|_| vec![running::process_check_failed(); count])
     }
 
     /// [`Registry::process_states`] of one record.
-    async fn process_state(&self, record: RunningRecord) -> ProcessState {
+    async fn process_state(&self, record: Arc<RunningRecord>) -> ProcessState {
         let pins = Arc::clone(&self.reader.pins);
         if let Some(state) = pins.pinned_state(&record) {
             return state;
@@ -127,7 +131,7 @@ impl Registry {
     /// `probe`) only where they leave the verdict open.
     pub(super) async fn read_all(
         &self,
-        records: Vec<RunningRecord>,
+        records: Vec<Arc<RunningRecord>>,
         states: Vec<ProcessState>,
         probe: bool,
     ) -> Vec<Reading> {
@@ -151,7 +155,7 @@ impl Registry {
     /// [`Registry::read_all`] of one record.
     pub(super) async fn read_one(
         &self,
-        record: RunningRecord,
+        record: Arc<RunningRecord>,
         process: ProcessState,
         probe: bool,
     ) -> Reading {
@@ -162,7 +166,7 @@ impl Registry {
     }
 
     /// The verdict where layers 1–2 settle it, else the probe of the door joined.
-    fn start_reading(&self, record: RunningRecord, process: ProcessState) -> PendingReading {
+    fn start_reading(&self, record: Arc<RunningRecord>, process: ProcessState) -> PendingReading {
         match running::settled_without_door(&record, process) {
             Ok(verdict) => PendingReading {
                 record,

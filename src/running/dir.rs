@@ -14,8 +14,9 @@
 //!   and with it only the `.control` seen beside it then.
 //! - An entry gone (`ENOENT`) by the time it is read is skipped, neither a record nor
 //!   unreadable; any other failure to read is [`Unreadable::Io`].
-//! - [`scan_cached`] reuses a parse only while `lstat` shows the very file read before,
-//!   unchanged, and that file had not changed for a second before it was read.
+//! - [`scan_cached`] and [`scan_shared`] reuse a parse only while `lstat` shows the very file
+//!   read before, unchanged, and that file had not changed for a second before it was read; the
+//!   records they hand out are shared with the cache, never changed after they are parsed.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -228,6 +229,16 @@ pub struct Scan {
     pub unreadable: Vec<UnreadableEntry>,
 }
 
+/// [`Scan`] with each record shared with the cache it came from, for callers that read the
+/// directory over and over (the registry's passes): an unchanged record is never copied.
+#[derive(Debug, Default)]
+pub struct SharedScan {
+    /// Every valid record, newest session first.
+    pub records: Vec<Arc<RunningRecord>>,
+    /// Every `*.json` entry that is not a valid record, by file name.
+    pub unreadable: Vec<UnreadableEntry>,
+}
+
 /// Read every `*.json` entry of `dir`, changing nothing.
 ///
 /// Records come back newest first (session ids are UUIDv7, so descending order is newest
@@ -246,13 +257,26 @@ pub fn scan(dir: &Path) -> Result<Scan, RunningError> {
 /// one tick of the filesystem's clock cannot hide behind an unchanged timestamp. The cache
 /// keeps only entries the latest scan saw, so it never outgrows the directory.
 pub fn scan_cached(dir: &Path, cache: &RecordCache) -> Result<Scan, RunningError> {
+    let SharedScan {
+        records,
+        unreadable,
+    } = scan_shared(dir, cache)?;
+    Ok(Scan {
+        records: records.into_iter().map(Arc::unwrap_or_clone).collect(),
+        unreadable,
+    })
+}
+
+/// Directories with at least this many candidate entries are judged by two threads, each
+/// taking half: an `lstat` per entry is most of a large scan, and a listing waits for it.
+const SPLIT_SCAN_ENTRIES: usize = 2_048;
+
+/// [`scan_cached`], each record shared with the cache rather than copied out of it.
+pub fn scan_shared(dir: &Path, cache: &RecordCache) -> Result<SharedScan, RunningError> {
     let io_err = io_at(dir);
     let dir_fd = open_running_dir(dir)?;
     let entries = rustix::fs::Dir::read_from(&dir_fd).map_err(|e| io_err(e.into()))?;
-    let known = cache.snapshot(dir);
-    let mut seen = CacheMap::with_capacity(known.len());
-    let mut changed = false;
-    let mut found = Scan::default();
+    let mut names = EntryNames::default();
     for entry in entries {
         let entry = entry.map_err(|e| io_err(e.into()))?;
         let Ok(file_name) = entry.file_name().to_str() else {
@@ -265,42 +289,159 @@ pub fn scan_cached(dir: &Path, cache: &RecordCache) -> Result<Scan, RunningError
         if stem.is_empty() || file_name.starts_with('.') {
             continue;
         }
-        let read: Result<RunningRecord, EntryError> = if is_valid_session_id(stem) {
-            let before = known.get(file_name);
-            let (read, cached) = read_entry_cached(&dir_fd, dir, file_name, stem, before);
-            match (&cached, before) {
-                (Some(now), Some(before)) if Arc::ptr_eq(now, before) => {}
-                (None, None) => {}
-                _ => changed = true,
-            }
-            if let Some(cached) = cached {
-                seen.insert(file_name.to_owned(), cached);
-            }
-            read
-        } else {
-            Err(Unreadable::InvalidName.into())
-        };
-        match read {
-            Ok(record) => found.records.push(record),
-            // Gone since the listing: there is nothing to report (a rename onto the name
-            // never leaves it missing, so this is not a record being rewritten).
-            Err(EntryError::Vanished) => {}
-            Err(EntryError::Unreadable(why)) => found.unreadable.push(UnreadableEntry {
-                file_name: file_name.to_owned(),
-                why,
-            }),
-        }
+        names.push(file_name);
     }
-    if changed || seen.len() != known.len() {
-        cache.replace(dir, seen);
+    let reader = EntryReader {
+        dir_fd: &dir_fd,
+        dir,
+        me: rustix::process::geteuid().as_raw(),
+        known: cache.snapshot(dir),
+    };
+    let all: Vec<&str> = names.iter().collect();
+    let found = if all.len() >= SPLIT_SCAN_ENTRIES {
+        let (first, second) = all.split_at(all.len() / 2);
+        std::thread::scope(|scope| {
+            let other = std::thread::Builder::new()
+                .name("scan".to_owned())
+                .spawn_scoped(scope, || reader.read(second));
+            let mut found = reader.read(first);
+            match other.map(|other| other.join()) {
+                Ok(Ok(theirs)) => found.append(theirs),
+                // No thread to spare (or it panicked): this one reads the other half too.
+                Ok(Err(_)) | Err(_) => found.append(reader.read(second)),
+            }
+            found
+        })
+    } else {
+        reader.read(&all)
+    };
+    let Found {
+        mut scan,
+        seen,
+        changed,
+    } = found;
+    if changed || seen.len() != reader.known.len() {
+        cache.replace(dir, seen.into_iter().collect());
     }
-    found
-        .records
-        .sort_by(|a, b| b.session_id.cmp(&a.session_id));
-    found
-        .unreadable
+    // Ids are unique (each is its file's name), so an unstable sort orders them all the same.
+    scan.records
+        .sort_unstable_by(|a, b| b.session_id.cmp(&a.session_id));
+    scan.unreadable
         .sort_by(|a, b| a.file_name.cmp(&b.file_name));
-    Ok(found)
+    Ok(scan)
+}
+
+/// The candidate names of one directory listing, in one buffer rather than one allocation each.
+#[derive(Default)]
+struct EntryNames {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl EntryNames {
+    fn push(&mut self, name: &str) {
+        self.text.push_str(name);
+        self.ends.push(self.text.len());
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, end)| &self.text[start..*end])
+    }
+}
+
+/// What judges entries of one scan: the directory, our uid, and what the cache knew.
+struct EntryReader<'a> {
+    dir_fd: &'a OwnedFd,
+    dir: &'a Path,
+    me: u32,
+    known: Arc<CacheMap>,
+}
+
+/// What reading some entries found, and what the cache should hold for them.
+struct Found {
+    scan: SharedScan,
+    /// Every entry now cacheable, by name.
+    seen: Vec<(Arc<str>, Arc<Cached>)>,
+    /// Whether any of them differs from what the cache held (the cache map is built anew only
+    /// then: most passes find nothing new).
+    changed: bool,
+}
+
+impl Found {
+    fn append(&mut self, mut other: Found) {
+        self.scan.records.append(&mut other.scan.records);
+        self.scan.unreadable.append(&mut other.scan.unreadable);
+        self.seen.append(&mut other.seen);
+        self.changed |= other.changed;
+    }
+}
+
+impl EntryReader<'_> {
+    /// Judge and read every entry named in `names`.
+    fn read(&self, names: &[&str]) -> Found {
+        let mut found = Found {
+            scan: SharedScan {
+                records: Vec::with_capacity(names.len()),
+                unreadable: Vec::new(),
+            },
+            seen: Vec::with_capacity(names.len()),
+            changed: false,
+        };
+        for &file_name in names {
+            let Some(stem) = file_name.strip_suffix(RECORD_SUFFIX) else {
+                continue;
+            };
+            let read = if is_valid_session_id(stem) {
+                self.read_valid(file_name, stem, &mut found)
+            } else {
+                Err(Unreadable::InvalidName.into())
+            };
+            match read {
+                Ok(record) => found.scan.records.push(record),
+                // Gone since the listing: there is nothing to report (a rename onto the name
+                // never leaves it missing, so this is not a record being rewritten).
+                Err(EntryError::Vanished) => {}
+                Err(EntryError::Unreadable(why)) => found.scan.unreadable.push(UnreadableEntry {
+                    file_name: file_name.to_owned(),
+                    why,
+                }),
+            }
+        }
+        found
+    }
+
+    /// Read an entry named after a valid session id through the cache, noting what to cache.
+    fn read_valid(
+        &self,
+        file_name: &str,
+        stem: &str,
+        found: &mut Found,
+    ) -> Result<Arc<RunningRecord>, EntryError> {
+        let before = self.known.get_key_value(file_name);
+        let (read, cached) = read_entry_cached(
+            self.dir_fd,
+            self.dir,
+            file_name,
+            stem,
+            self.me,
+            before.map(|(_, cached)| cached),
+        );
+        match (cached, before) {
+            (Some(now), Some((name, before))) if Arc::ptr_eq(&now, before) => {
+                found.seen.push((Arc::clone(name), now));
+            }
+            (None, None) => {}
+            (Some(now), _) => {
+                found.changed = true;
+                found.seen.push((Arc::from(file_name), now));
+            }
+            (None, Some(_)) => found.changed = true,
+        }
+        read
+    }
 }
 
 /// Records already parsed, by file name, with the identity of the file each was read from.
@@ -321,12 +462,12 @@ impl std::fmt::Debug for RecordCache {
     }
 }
 
-type CacheMap = HashMap<String, Arc<Cached>>;
+type CacheMap = HashMap<Arc<str>, Arc<Cached>>;
 
 /// One parsed record and the file it came from.
 struct Cached {
     seen: SeenFile,
-    record: RunningRecord,
+    record: Arc<RunningRecord>,
 }
 
 /// Everything `lstat` says that changes when a file is replaced or written.
@@ -478,13 +619,14 @@ fn read_entry_cached(
     dir: &Path,
     file_name: &str,
     stem: &str,
+    me: u32,
     cached: Option<&Arc<Cached>>,
-) -> (Result<RunningRecord, EntryError>, Option<Arc<Cached>>) {
+) -> (Result<Arc<RunningRecord>, EntryError>, Option<Arc<Cached>>) {
     if let Some(cached) = cached
-        && let Ok(before) = judge_entry(dir_fd, file_name)
+        && let Ok(before) = judge_entry(dir_fd, file_name, me)
         && SeenFile::of(&before) == cached.seen
     {
-        return (Ok(cached.record.clone()), Some(Arc::clone(cached)));
+        return (Ok(Arc::clone(&cached.record)), Some(Arc::clone(cached)));
     }
     const ATTEMPTS: usize = 8;
     let mut attempt = 1;
@@ -492,10 +634,11 @@ fn read_entry_cached(
         match read_entry_seen(dir_fd, dir, file_name, stem) {
             Err(EntryError::Unreadable(Unreadable::Replaced)) if attempt < ATTEMPTS => attempt += 1,
             Ok((record, seen)) => {
+                let record = Arc::new(record);
                 let cached = seen.is_settled().then(|| {
                     Arc::new(Cached {
                         seen,
-                        record: record.clone(),
+                        record: Arc::clone(&record),
                     })
                 });
                 return (Ok(record), cached);
@@ -505,9 +648,9 @@ fn read_entry_cached(
     }
 }
 
-/// `lstat` the entry and refuse anything but a regular file of ours. Opening a device or FIFO
-/// can have effects, so this comes before any open.
-fn judge_entry(dir_fd: &OwnedFd, file_name: &str) -> Result<rustix::fs::Stat, EntryError> {
+/// `lstat` the entry and refuse anything but a regular file of `me` (our effective uid).
+/// Opening a device or FIFO can have effects, so this comes before any open.
+fn judge_entry(dir_fd: &OwnedFd, file_name: &str, me: u32) -> Result<rustix::fs::Stat, EntryError> {
     let before =
         rustix::fs::statat(dir_fd, file_name, AtFlags::SYMLINK_NOFOLLOW).map_err(entry_errno)?;
     match FileType::from_raw_mode(before.st_mode) {
@@ -516,7 +659,6 @@ fn judge_entry(dir_fd: &OwnedFd, file_name: &str) -> Result<rustix::fs::Stat, En
         FileType::Symlink => return Err(Unreadable::Symlink.into()),
         _ => return Err(Unreadable::NotRegularFile.into()),
     }
-    let me = rustix::process::geteuid().as_raw();
     if before.st_uid != me {
         return Err(Unreadable::ForeignOwner(before.st_uid).into());
     }
@@ -540,7 +682,7 @@ fn read_entry_seen(
     stem: &str,
 ) -> Result<(RunningRecord, SeenFile), EntryError> {
     let io = |e: Errno| Unreadable::Io(std::io::Error::from(e).to_string());
-    let before = judge_entry(dir_fd, file_name)?;
+    let before = judge_entry(dir_fd, file_name, rustix::process::geteuid().as_raw())?;
     let fd = rustix::fs::openat(
         dir_fd,
         file_name,
@@ -683,4 +825,60 @@ pub fn still_the_file_read(record: &RunningRecord) -> bool {
         return false;
     };
     FileIdentity::at(&dir_fd, &origin.file_name).is_ok_and(|now| now == origin.identity)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn write_record(dir: &Path, session_id: &str) {
+        let json = format!(
+            r#"{{"session_id":"{session_id}","url":"127.0.0.1:1","pid":1,"process_start":"1",
+            "capsule_name":"c","capsule_version":"1","workdir":"/w","outlives_launcher":true,
+            "started_at":"2026-11-30T00:00:00Z"}}"#
+        );
+        std::fs::write(dir.join(RunningRecord::file_name_for(session_id)), json).expect("write");
+    }
+
+    #[test]
+    fn a_directory_judged_by_two_threads_reads_every_entry_once_newest_first() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod 700");
+        let count = SPLIT_SCAN_ENTRIES + 11;
+        let ids: Vec<String> = (0..count).map(|n| format!("ses_{n:032x}")).collect();
+        for id in &ids {
+            write_record(dir.path(), id);
+        }
+        std::fs::write(dir.path().join("ses_bad.json"), "{").expect("write");
+        std::fs::write(dir.path().join("not a name.json"), "{}").expect("write");
+        std::fs::create_dir(dir.path().join("ses_dir.json")).expect("mkdir");
+
+        let cache = RecordCache::default();
+        for _ in 0..2 {
+            let found = scan_shared(dir.path(), &cache).expect("scan");
+            let read: Vec<&str> = found
+                .records
+                .iter()
+                .map(|r| r.session_id.as_str())
+                .collect();
+            let newest_first: Vec<&str> = ids.iter().rev().map(String::as_str).collect();
+            assert_eq!(read, newest_first);
+            let unreadable: Vec<(&str, &Unreadable)> = found
+                .unreadable
+                .iter()
+                .map(|entry| (entry.file_name.as_str(), &entry.why))
+                .collect();
+            assert!(matches!(
+                unreadable[..],
+                [
+                    ("not a name.json", Unreadable::InvalidName),
+                    ("ses_bad.json", Unreadable::Malformed(_)),
+                    ("ses_dir.json", Unreadable::Directory),
+                ]
+            ));
+        }
+    }
 }

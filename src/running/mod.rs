@@ -22,8 +22,9 @@ mod signal;
 mod skills;
 
 pub use dir::{
-    MAX_RECORD_BYTES, Pruned, RecordCache, Scan, Unreadable, UnreadableEntry, list, prune,
-    read_record, running_dir, running_dir_in, scan, scan_cached, still_the_file_read,
+    MAX_RECORD_BYTES, Pruned, RecordCache, Scan, SharedScan, Unreadable, UnreadableEntry, list,
+    prune, read_record, running_dir, running_dir_in, scan, scan_cached, scan_shared,
+    still_the_file_read,
 };
 pub(crate) use dir::{recover_quarantined, remove_unreadable};
 pub use door::{

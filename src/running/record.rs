@@ -8,6 +8,8 @@
 //! - The door's secrets (`door_token`, `credentials`) live only in memory, inside [`Secret`],
 //!   which has no `Serialize` and no `Display` and prints as `[redacted]` in `Debug`. This crate
 //!   cannot write them back out, by construction.
+//! - What a listing encodes of a record is kept with it ([`EncodedOnce`]) only where the record
+//!   is shared and so cannot change; a clone never carries it, and equality ignores it.
 //! - A record becomes visible only whole: [`RunningGuard::write`] stages the bytes in a hidden
 //!   `.tmp` file in the same directory, fsyncs them, and renames the file onto `<session_id>.json`.
 
@@ -15,6 +17,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -151,6 +154,53 @@ pub struct RunningRecord {
     /// The file this record was read from; `None` for a record built in memory.
     #[serde(skip)]
     pub(crate) origin: OriginSlot,
+    /// The record's public fields as listings write them, once made (see [`EncodedOnce`]).
+    #[serde(skip)]
+    pub(crate) encoded: EncodedOnce,
+}
+
+/// Bytes made once from a record's fields and kept with it, so that a record shared read-only
+/// (an `Arc<RunningRecord>` from the scan cache, unchanged while its file is) is encoded once
+/// however many listings show it.
+///
+/// Not part of the record's equality, and never carried by a clone: a clone may be changed,
+/// a shared record cannot be. Fill it only through a shared record.
+#[derive(Default)]
+pub(crate) struct EncodedOnce(OnceLock<Box<[u8]>>);
+
+impl Clone for EncodedOnce {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for EncodedOnce {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for EncodedOnce {}
+
+impl fmt::Debug for EncodedOnce {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EncodedOnce")
+    }
+}
+
+impl RunningRecord {
+    /// The bytes `encode` makes of this record: made on the first call, kept after. Every
+    /// caller must pass the same encoding (there is one: the listing's, in `http::wire`).
+    pub(crate) fn encoded_once<E>(
+        &self,
+        encode: impl FnOnce(&Self) -> Result<Vec<u8>, E>,
+    ) -> Result<&[u8], E> {
+        if let Some(bytes) = self.encoded.0.get() {
+            return Ok(bytes);
+        }
+        let bytes = encode(self)?.into_boxed_slice();
+        Ok(self.encoded.0.get_or_init(|| bytes))
+    }
 }
 
 /// Holds a record's [`Origin`] without taking part in the record's equality.
@@ -232,6 +282,7 @@ impl RunningRecord {
             formation_launcher: None,
             spawned_by: None,
             origin: OriginSlot::default(),
+            encoded: EncodedOnce::default(),
         }
     }
 

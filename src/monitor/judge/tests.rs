@@ -10,8 +10,8 @@ const ABSENT: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3b";
 const OTHER: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3c";
 
 /// A record with a door, as most capsules have.
-fn record(session_id: &str, workdir: &str) -> RunningRecord {
-    RunningRecord::parse(
+fn record(session_id: &str, workdir: &str) -> Arc<RunningRecord> {
+    let record = RunningRecord::parse(
         serde_json::json!({
             "session_id": session_id,
             "url": "127.0.0.1:1",
@@ -26,7 +26,8 @@ fn record(session_id: &str, workdir: &str) -> RunningRecord {
         .to_string()
         .as_bytes(),
     )
-    .expect("a nine-field record parses")
+    .expect("a nine-field record parses");
+    Arc::new(record)
 }
 
 fn live(session_id: &str) -> Reading {
@@ -85,10 +86,10 @@ fn picture_with(readings: &[Reading]) -> Picture {
     picture
 }
 
-fn on_disk_of(readings: &[Reading]) -> HashMap<String, RunningRecord> {
+fn on_disk_of(readings: &[Reading]) -> HashMap<String, Arc<RunningRecord>> {
     readings
         .iter()
-        .map(|r| (r.record.session_id.clone(), r.record.clone()))
+        .map(|r| (r.record.session_id.clone(), Arc::clone(&r.record)))
         .collect()
 }
 
@@ -320,10 +321,10 @@ fn a_door_is_probed_when_new_or_rewritten_or_newly_confirmed_and_never_twice_at_
 #[test]
 fn only_doors_of_processes_that_passed_layers_1_2_are_rechecked() {
     let doorless = Reading {
-        record: RunningRecord {
+        record: Arc::new(RunningRecord {
             url: None,
-            ..record(OTHER, "/tmp/murmur-test")
-        },
+            ..RunningRecord::clone(&record(OTHER, "/tmp/murmur-test"))
+        }),
         ..live(OTHER)
     };
     let unverified = Reading {

@@ -252,3 +252,37 @@ async fn an_exit_swept_with_its_pin_still_reaches_the_watch() {
     );
     child.wait().expect("reap");
 }
+
+/// Readings of many pins at once, with the set of exits and (where a pidfd could not join it)
+/// with a poll of each pin: the same answers, each record in its place.
+#[test]
+fn many_pins_read_at_once_tell_the_exited_from_the_live_with_or_without_the_exited_set() {
+    for with_exited_set in [true, false] {
+        let mut pins = Pins::new();
+        if !with_exited_set {
+            pins.exited_set = None;
+        }
+        let mut children: Vec<Child> = (0..3).map(|_| sleeper()).collect();
+        let records: Vec<Arc<RunningRecord>> = children
+            .iter()
+            .map(|child| Arc::new(record_of(child.id())))
+            .collect();
+        let alive = pins.states(&records);
+        assert!(alive.iter().all(|s| *s == ProcessState::Alive), "{alive:?}");
+        assert_eq!(pins.held(), 3);
+        children[1].kill().expect("kill");
+        wait_for_zombie(children[1].id());
+        let states = pins.pinned_states(&records);
+        assert_eq!(states[0], Some(ProcessState::Alive), "{with_exited_set}");
+        assert!(
+            matches!(states[1], Some(ProcessState::Gone { .. })),
+            "{with_exited_set}: {states:?}"
+        );
+        assert_eq!(states[2], Some(ProcessState::Alive), "{with_exited_set}");
+        assert_eq!(pins.held(), 2, "the exited process's pidfd is closed");
+        for child in &mut children {
+            let _ = child.kill();
+            child.wait().expect("reap");
+        }
+    }
+}
