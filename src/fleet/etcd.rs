@@ -156,6 +156,22 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
+    fn a_call_may_take_a_third_of_the_ttl_and_no_less_than_200_ms() {
+        assert_eq!(
+            request_deadline(Duration::from_secs(15)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            request_deadline(Duration::from_secs(3)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            request_deadline(Duration::from_millis(300)),
+            Duration::from_millis(200)
+        );
+    }
+
+    #[test]
     fn credentials_are_one_line_of_user_colon_password() {
         let pair = |u: &str, p: &str| Ok((u.to_owned(), p.to_owned()));
         assert_eq!(parse_credentials("root:s3cret\n"), pair("root", "s3cret"));

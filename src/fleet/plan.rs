@@ -200,20 +200,20 @@ mod tests {
             max_ops: 128,
             max_bytes: 10,
         };
-        // Each put costs key (1) + value: 4, 4, 20, 4, 4.
+        // Each put costs key (2) + value: 5, 5, 21, 5, 5; the first two fill a batch exactly.
         let wanted = kv(&[
-            ("a", "aaa"),
-            ("b", "bbb"),
-            ("c", &"c".repeat(19)),
-            ("d", "ddd"),
-            ("e", "eee"),
+            ("aa", "aaa"),
+            ("bb", "bbb"),
+            ("cc", &"c".repeat(19)),
+            ("dd", "ddd"),
+            ("ee", "eee"),
         ]);
         let batches = plan(&KeyValues::new(), &wanted, limits);
         let keys: Vec<Vec<&str>> = batches
             .iter()
             .map(|batch| batch.iter().map(key_of).collect())
             .collect();
-        assert_eq!(keys, vec![vec!["a", "b"], vec!["c"], vec!["d", "e"]]);
+        assert_eq!(keys, vec![vec!["aa", "bb"], vec!["cc"], vec!["dd", "ee"]]);
     }
 
     #[test]
