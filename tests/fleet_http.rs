@@ -295,7 +295,7 @@ mod with_etcd {
         let mut client = etcd.client().await;
         let b = OtherHost::join(&mut client, "b", 60).await;
         b.put_session(&mut client, "ses_b1", "live").await;
-        let (server, _watcher) = registry_on(&etcd).await;
+        let (server, watcher) = registry_on(&etcd).await;
 
         until(
             &server,
@@ -376,6 +376,19 @@ mod with_etcd {
             (hosts(&body), sessions(&body)),
             (vec!["c".to_owned()], vec![])
         );
+
+        // A stopped watcher leaves nothing presented as current.
+        watcher.stop();
+        until(
+            &server,
+            "/fleet/sessions",
+            "a stopped watch is unavailable",
+            |s, body| {
+                s == 503
+                    && body["detail"] == "the fleet is unavailable: the fleet watch was stopped"
+            },
+        )
+        .await;
     }
 
     #[tokio::test]

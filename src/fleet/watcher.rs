@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchStream};
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout, timeout_at};
 
 use super::cache::{FleetCache, WatchChange};
@@ -26,22 +26,19 @@ use super::watch_step::{
     Failure, ResponseFacts, WatchDeadlines, WatchStep, read_again_at_once, step_of,
 };
 
-/// The running watcher. Dropping it (or [`FleetWatcher::stop`]) stops the watch.
+/// The running watcher. Dropping it (or [`FleetWatcher::stop`]) stops the watch, and the view
+/// it fed becomes unavailable: nothing follows etcd for it any more.
 #[derive(Debug)]
 pub struct FleetWatcher {
-    task: JoinHandle<()>,
+    /// Dropped to stop: the task ends at its next wait (never inside an update of the view),
+    /// then marks the view unavailable.
+    _stop: oneshot::Sender<()>,
 }
 
 impl FleetWatcher {
-    /// Stop watching. The view keeps what it had; close it apart if it must stop serving.
+    /// Stop watching.
     pub fn stop(self) {
-        self.task.abort();
-    }
-}
-
-impl Drop for FleetWatcher {
-    fn drop(&mut self) {
-        self.task.abort();
+        drop(self);
     }
 }
 
@@ -54,17 +51,22 @@ pub fn start(
     ttl: Duration,
     view: FleetView,
 ) -> FleetWatcher {
-    let task = tokio::spawn(async move {
-        let watcher = Watcher {
-            settings,
-            keys,
-            ttl,
-            deadlines: WatchDeadlines::for_ttl(ttl),
-            view,
-        };
-        watcher.run().await;
+    let watcher = Watcher {
+        settings,
+        keys,
+        ttl,
+        deadlines: WatchDeadlines::for_ttl(ttl),
+        view: view.clone(),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = stopped => {}
+            () = watcher.run() => {}
+        }
+        view.unavailable("the fleet watch was stopped".to_owned());
     });
-    FleetWatcher { task }
+    FleetWatcher { _stop: stop }
 }
 
 struct Watcher {
