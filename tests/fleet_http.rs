@@ -155,7 +155,7 @@ mod with_etcd {
     use serde_json::json;
 
     use super::common::DEADLINE;
-    use super::private_etcd::Etcd;
+    use super::private_etcd::{Etcd, EtcdCluster};
     use super::*;
 
     /// The view's TTL: short, so outages show quickly; the deadlines are fractions of it.
@@ -164,11 +164,16 @@ mod with_etcd {
 
     /// A registry on host `a` whose fleet view follows `etcd`.
     async fn registry_on(etcd: &Etcd) -> (FleetServer, FleetWatcher) {
+        registry_on_endpoints(vec![etcd.endpoint()]).await
+    }
+
+    /// A registry on host `a` whose fleet view follows the etcd at `endpoints`.
+    async fn registry_on_endpoints(endpoints: Vec<String>) -> (FleetServer, FleetWatcher) {
         let view = FleetView::new("a".parse::<HostId>().expect("a host id"));
         // The shared settings carry TLS and credential fields on the publishing branch.
         #[allow(clippy::needless_update)]
         let settings = EtcdSettings {
-            endpoints: vec![etcd.endpoint()],
+            endpoints,
             ..Default::default()
         };
         let watcher = watcher::start(settings, FleetKeys::new(PREFIX), TTL, view.clone());
@@ -204,6 +209,17 @@ mod with_etcd {
         }
 
         async fn put_session(&self, client: &mut Client, session_id: &str, state: &str) {
+            self.try_put_session(client, session_id, state)
+                .await
+                .expect("put a session");
+        }
+
+        async fn try_put_session(
+            &self,
+            client: &mut Client,
+            session_id: &str,
+            state: &str,
+        ) -> Result<(), etcd_client::Error> {
             let entry = json!({
                 "host_id": self.id, "changed_at": "2026-12-01T00:00:00Z",
                 "door_scope": "network", "skills": [{"id": "plan", "tags": []}],
@@ -220,7 +236,7 @@ mod with_etcd {
                     Some(PutOptions::new().with_lease(self.lease)),
                 )
                 .await
-                .expect("put a session");
+                .map(|_| ())
         }
 
         async fn delete_session(&self, client: &mut Client, session_id: &str) {
@@ -279,7 +295,7 @@ mod with_etcd {
         let mut client = etcd.client().await;
         let b = OtherHost::join(&mut client, "b", 60).await;
         b.put_session(&mut client, "ses_b1", "live").await;
-        let (server, _watcher) = registry_on(&etcd).await;
+        let (server, watcher) = registry_on(&etcd).await;
 
         until(
             &server,
@@ -360,6 +376,19 @@ mod with_etcd {
             (hosts(&body), sessions(&body)),
             (vec!["c".to_owned()], vec![])
         );
+
+        // A stopped watcher leaves nothing presented as current.
+        watcher.stop();
+        until(
+            &server,
+            "/fleet/sessions",
+            "a stopped watch is unavailable",
+            |s, body| {
+                s == 503
+                    && body["detail"] == "the fleet is unavailable: the fleet watch was stopped"
+            },
+        )
+        .await;
     }
 
     #[tokio::test]
@@ -495,10 +524,55 @@ mod with_etcd {
         .await;
     }
 
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn a_cluster_whose_leader_is_killed_keeps_the_fleet_served_and_followed() {
+        let mut cluster = EtcdCluster::start(3).await;
+        let mut client = cluster.members[0].client().await;
+        let b = OtherHost::join(&mut client, "b", 60).await;
+        b.put_session(&mut client, "ses_b1", "live").await;
+        let (server, _watcher) = registry_on_endpoints(cluster.endpoints()).await;
+        until(
+            &server,
+            "/fleet/sessions",
+            "the fleet is served",
+            |s, body| s == 200 && sessions(body) == ["ses_b1"],
+        )
+        .await;
+        let mut stream = EventStream::open(&server).await;
+        assert_eq!(stream.next_event().await.1, "snapshot");
+
+        let leader = cluster.leader().await;
+        cluster.members[leader].kill();
+        let survivor = (leader + 1) % 3;
+        let mut client = cluster.members[survivor].client().await;
+        // The write waits for the new leader (each try within the client's deadline).
+        let start = Instant::now();
+        while b
+            .try_put_session(&mut client, "ses_b2", "live")
+            .await
+            .is_err()
+        {
+            // etcd's own election, slow on a loaded machine: a generous deadline of its own.
+            let deadline = DEADLINE * 3;
+            assert!(start.elapsed() < deadline, "the cluster never took a write");
+        }
+        let (_, name, data) = stream.next_event().await;
+        assert_eq!(
+            (name.as_str(), data["session_id"].as_str()),
+            ("session.added", Some("ses_b2")),
+            "the stream went on across the leader change"
+        );
+        let (status, body) = server.get("/fleet/sessions").await;
+        assert_eq!((status, sessions(&body).len()), (200, 2));
+    }
+
     /// `GET /fleet/events` read block by block.
     struct EventStream {
         response: reqwest::Response,
         buffer: String,
+        /// The last block read.
+        last: String,
     }
 
     impl EventStream {
@@ -508,6 +582,7 @@ mod with_etcd {
             Self {
                 response,
                 buffer: String::new(),
+                last: String::new(),
             }
         }
 
@@ -532,7 +607,10 @@ mod with_etcd {
         /// The next event (comments skipped): its id, name and data.
         async fn next_event(&mut self) -> (u64, String, Value) {
             loop {
-                let block = self.next_block().await.expect("the stream goes on");
+                let Some(block) = self.next_block().await else {
+                    panic!("the stream ended; its last words: {:?}", self.last);
+                };
+                self.last = block.clone();
                 let field = |name: &str| {
                     block
                         .lines()
@@ -559,8 +637,10 @@ mod with_etcd {
     }
 }
 
-/// A one-member etcd for these tests: free loopback ports, a private data directory, killed
-/// on drop. Kept private until the shared `tests/common/etcd.rs` is merged (same names).
+/// etcd for these tests, alone or as a cluster: free loopback ports, a private data directory,
+/// killed on drop. Kept private until the shared `tests/common/etcd.rs` is merged (same
+/// names: `Etcd::start`, `endpoint`, `client`, `kill`, `freeze`, `thaw`, `restart`,
+/// `EtcdCluster::start`, `endpoints`, `leader`).
 #[cfg(feature = "fleet")]
 mod private_etcd {
     use std::net::TcpListener;
@@ -575,8 +655,11 @@ mod private_etcd {
     const READY_DEADLINE: Duration = Duration::from_secs(30);
 
     pub struct Etcd {
+        name: String,
         client_port: u16,
         peer_port: u16,
+        /// `name=peer-url,…` of every member of its cluster.
+        initial_cluster: String,
         dir: TempDir,
         child: Option<Child>,
     }
@@ -585,13 +668,9 @@ mod private_etcd {
         /// A one-member etcd, answering.
         pub async fn start() -> Self {
             for _ in 0..5 {
-                let [client_port, peer_port] = free_ports();
-                let mut etcd = Self {
-                    client_port,
-                    peer_port,
-                    dir: temp_dir(),
-                    child: None,
-                };
+                let [client_port, peer_port] = free_port_pairs(1)[0];
+                let initial_cluster = format!("solo=http://127.0.0.1:{peer_port}");
+                let mut etcd = Self::configured("solo", client_port, peer_port, initial_cluster);
                 etcd.spawn();
                 if etcd.wait_ready().await {
                     return etcd;
@@ -600,12 +679,28 @@ mod private_etcd {
             panic!("etcd did not start on free ports in 5 tries")
         }
 
+        fn configured(name: &str, client_port: u16, peer_port: u16, cluster: String) -> Self {
+            Self {
+                name: name.to_owned(),
+                client_port,
+                peer_port,
+                initial_cluster: cluster,
+                dir: temp_dir(),
+                child: None,
+            }
+        }
+
         pub fn endpoint(&self) -> String {
             format!("http://127.0.0.1:{}", self.client_port)
         }
 
         pub async fn client(&self) -> Client {
             connect(&self.endpoint()).await.expect("connect to etcd")
+        }
+
+        /// What the server wrote to stderr so far.
+        pub fn log(&self) -> String {
+            std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
         }
 
         /// `kill -9` and reap.
@@ -638,20 +733,25 @@ mod private_etcd {
         }
 
         fn spawn(&mut self) {
+            let log = std::fs::File::options()
+                .create(true)
+                .append(true)
+                .open(self.dir.path().join("etcd.log"))
+                .expect("open etcd's log");
             let client_url = self.endpoint();
             let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
             let child = Command::new("/usr/bin/etcd")
-                .args(["--name", "solo"])
+                .args(["--name", &self.name])
                 .arg("--data-dir")
                 .arg(self.dir.path().join("data"))
                 .args(["--listen-client-urls", &client_url])
                 .args(["--advertise-client-urls", &client_url])
                 .args(["--listen-peer-urls", &peer_url])
                 .args(["--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &format!("solo={peer_url}")])
+                .args(["--initial-cluster", &self.initial_cluster])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(log)
                 .spawn()
                 .expect("spawn /usr/bin/etcd (Debian: apt-get install etcd-server)");
             self.child = Some(child);
@@ -668,12 +768,18 @@ mod private_etcd {
                     self.child = None;
                     return false;
                 }
+                // A read that needs a quorum: a cluster's member answers once one runs.
                 if let Ok(mut client) = connect(&self.endpoint()).await
                     && client.get("ready", None).await.is_ok()
                 {
                     return true;
                 }
-                assert!(start.elapsed() < READY_DEADLINE, "etcd did not answer");
+                assert!(
+                    start.elapsed() < READY_DEADLINE,
+                    "etcd {} did not answer:\n{}",
+                    self.name,
+                    self.log()
+                );
                 // Paces the polling only.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -687,6 +793,61 @@ mod private_etcd {
         }
     }
 
+    /// Members of one cluster on loopback.
+    pub struct EtcdCluster {
+        pub members: Vec<Etcd>,
+    }
+
+    impl EtcdCluster {
+        /// `size` members, every one answering.
+        pub async fn start(size: usize) -> Self {
+            'attempt: for _ in 0..5 {
+                let ports = free_port_pairs(size);
+                let cluster = (ports.iter().enumerate())
+                    .map(|(i, [_, peer])| format!("m{i}=http://127.0.0.1:{peer}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                let mut members: Vec<Etcd> = (ports.iter().enumerate())
+                    .map(|(i, [client, peer])| {
+                        Etcd::configured(&format!("m{i}"), *client, *peer, cluster.clone())
+                    })
+                    .collect();
+                members.iter_mut().for_each(Etcd::spawn);
+                for member in &mut members {
+                    if !member.wait_ready().await {
+                        eprintln!("etcd {} exited:\n{}", member.name, member.log());
+                        continue 'attempt;
+                    }
+                }
+                return Self { members };
+            }
+            panic!("an etcd cluster did not start on free ports in 5 tries")
+        }
+
+        pub fn endpoints(&self) -> Vec<String> {
+            self.members.iter().map(Etcd::endpoint).collect()
+        }
+
+        /// The index of the leader, as the running members see it.
+        pub async fn leader(&self) -> usize {
+            for member in self.members.iter().filter(|m| m.child.is_some()) {
+                let Ok(status) = member.client().await.status().await else {
+                    continue;
+                };
+                let leader = status.leader();
+                for (i, other) in self.members.iter().enumerate() {
+                    let Ok(status) = other.client().await.status().await else {
+                        continue;
+                    };
+                    if status.header().map(|h| h.member_id()) == Some(leader) {
+                        return i;
+                    }
+                }
+            }
+            panic!("no member names a leader")
+        }
+    }
+
     async fn connect(endpoint: &str) -> Result<Client, etcd_client::Error> {
         let deadline = Duration::from_secs(1);
         let options = ConnectOptions::new()
@@ -695,11 +856,16 @@ mod private_etcd {
         Client::connect([endpoint], Some(options)).await
     }
 
-    fn free_ports() -> [u16; 2] {
-        // Both bound at once, so they differ.
-        let a = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-        let b = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    /// `count` pairs of free ports, all different: every listener is held until all are
+    /// bound (ports let go one call at a time come back from the kernel).
+    fn free_port_pairs(count: usize) -> Vec<[u16; 2]> {
+        let listeners: Vec<TcpListener> = (0..count * 2)
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free port"))
+            .collect();
         let port = |l: &TcpListener| l.local_addr().expect("a bound address").port();
-        [port(&a), port(&b)]
+        listeners
+            .chunks(2)
+            .map(|pair| [port(&pair[0]), port(&pair[1])])
+            .collect()
     }
 }

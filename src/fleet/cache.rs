@@ -5,14 +5,18 @@
 //! could have made, a value of its shape whose `host_id` and `session_id` agree with the key),
 //! as of `revision`; every difference a step makes to it is returned as one [`FleetChange`], in
 //! the order etcd gave them. An entry that does not parse is skipped with a reason, and a key
-//! overwritten with one leaves the cache (its old value is no longer what etcd holds). Pure: no
-//! I/O, no clock.
+//! overwritten with one leaves the cache (its old value is no longer what etcd holds). A
+//! session's `door_token` or `credentials`, should a faulty host publish one, is dropped. Pure:
+//! no I/O, no clock.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::keys::{FleetKey, FleetKeys};
 use super::{HostEntry, HostId, SessionEntry};
+
+/// Record fields that are secrets: never served, whatever a host published.
+const SECRET_FIELDS: [&str; 2] = ["door_token", "credentials"];
 
 /// One change the watch reports, as etcd gives it.
 #[derive(Debug, Clone, Copy)]
@@ -246,8 +250,12 @@ impl FleetCache {
                 Ok(Parsed::Host(id, Arc::new(entry)))
             }
             Some(FleetKey::Session { host, session_id }) => {
-                let entry: SessionEntry = serde_json::from_slice(value)
+                let mut entry: SessionEntry = serde_json::from_slice(value)
                     .map_err(|e| skip(format!("not a session entry: {e}")))?;
+                // Publishers never write these; should a faulty one, they go no further.
+                for secret in SECRET_FIELDS {
+                    entry.session.remove(secret);
+                }
                 if entry.host_id != host.as_str() {
                     return Err(skip(format!("names host {:?}", entry.host_id)));
                 }

@@ -7,8 +7,9 @@
 //! - Silence is noticed within half a TTL, and a fresh read is tried again every sixth of one,
 //!   so a fleet is never served stale past one TTL and is back within one TTL of etcd answering.
 //! - A watch that breaks while following (its member went away) is read again at once, at most
-//!   once a TTL, before the fleet is called unavailable: another member may answer, and that
-//!   read's own deadline (half a TTL) still ends any staleness within one TTL.
+//!   once a TTL: a lone member once, several in turn for up to five sixths of a TTL before the
+//!   fleet is called unavailable (another member answers once the cluster has a leader), so
+//!   staleness still ends within one TTL.
 
 use std::time::Duration;
 
@@ -93,9 +94,22 @@ pub(crate) struct WatchDeadlines {
     pub(crate) silent_after: Duration,
     /// The pause before trying a fresh read again after a failure.
     pub(crate) retry_after: Duration,
+    /// How long members are asked for a read after a watch broke, before the fleet is
+    /// unavailable, when there are several (one is asked once).
+    reread_grace: Duration,
 }
 
 impl WatchDeadlines {
+    /// How long to ask `members` for a read after a watch broke: a lone member is asked once
+    /// (zero), several for as long as a cluster may take to elect a leader within one TTL.
+    pub(crate) fn reread_grace(&self, members: usize) -> Duration {
+        if members > 1 {
+            self.reread_grace
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// The deadlines for `ttl` (`--fleet-ttl`).
     pub(crate) fn for_ttl(ttl: Duration) -> Self {
         // Several notices fit in the silence allowed, so one lost answer is not an outage.
@@ -104,6 +118,9 @@ impl WatchDeadlines {
             progress_every: (ttl / 6).max(floor),
             silent_after: (ttl / 2).max(floor * 3),
             retry_after: (ttl / 6).max(floor),
+            // Room for a cluster's election (a second by default, longer on a loaded machine),
+            // and still within one TTL of the watch breaking.
+            reread_grace: (ttl * 5 / 6).max(floor * 3),
         }
     }
 }
@@ -194,6 +211,17 @@ mod tests {
             // A retry, then a connect and a read (each within a third of the TTL, as
             // `etcd::connect` sets them) fit in one TTL.
             assert!(deadlines.retry_after + ttl / 3 * 2 <= ttl, "{ttl:?}");
+            // After a broken watch, reads are tried more than once, and given up within a TTL.
+            assert!(deadlines.reread_grace(3) < ttl, "{ttl:?}");
+            assert!(
+                deadlines.reread_grace(3) >= deadlines.progress_every * 3,
+                "{ttl:?}"
+            );
+            assert_eq!(
+                deadlines.reread_grace(1),
+                Duration::ZERO,
+                "a lone member: once"
+            );
         }
     }
 }

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchStream};
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout, timeout_at};
 
 use super::cache::{FleetCache, WatchChange};
@@ -26,22 +26,19 @@ use super::watch_step::{
     Failure, ResponseFacts, WatchDeadlines, WatchStep, read_again_at_once, step_of,
 };
 
-/// The running watcher. Dropping it (or [`FleetWatcher::stop`]) stops the watch.
+/// The running watcher. Dropping it (or [`FleetWatcher::stop`]) stops the watch, and the view
+/// it fed becomes unavailable: nothing follows etcd for it any more.
 #[derive(Debug)]
 pub struct FleetWatcher {
-    task: JoinHandle<()>,
+    /// Dropped to stop: the task ends at its next wait (never inside an update of the view),
+    /// then marks the view unavailable.
+    _stop: oneshot::Sender<()>,
 }
 
 impl FleetWatcher {
-    /// Stop watching. The view keeps what it had; close it apart if it must stop serving.
+    /// Stop watching.
     pub fn stop(self) {
-        self.task.abort();
-    }
-}
-
-impl Drop for FleetWatcher {
-    fn drop(&mut self) {
-        self.task.abort();
+        drop(self);
     }
 }
 
@@ -54,17 +51,22 @@ pub fn start(
     ttl: Duration,
     view: FleetView,
 ) -> FleetWatcher {
-    let task = tokio::spawn(async move {
-        let watcher = Watcher {
-            settings,
-            keys,
-            ttl,
-            deadlines: WatchDeadlines::for_ttl(ttl),
-            view,
-        };
-        watcher.run().await;
+    let watcher = Watcher {
+        settings,
+        keys,
+        ttl,
+        deadlines: WatchDeadlines::for_ttl(ttl),
+        view: view.clone(),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = stopped => {}
+            () = watcher.run() => {}
+        }
+        view.unavailable("the fleet watch was stopped".to_owned());
     });
-    FleetWatcher { task }
+    FleetWatcher { _stop: stop }
 }
 
 struct Watcher {
@@ -104,19 +106,77 @@ impl Watcher {
         client: &mut Client,
         last_retry: &mut Option<Instant>,
     ) -> String {
+        let mut stop = self.follow(client).await;
         loop {
-            match self.follow(client).await {
-                Stop::Compacted => tracing::info!("fleet watch compacted: reading again"),
+            stop = match stop {
+                Stop::Compacted => {
+                    tracing::info!("fleet watch compacted: reading again");
+                    self.follow(client).await
+                }
                 Stop::Failed(failure, why) => {
                     let since = last_retry.map(|at: Instant| at.elapsed());
                     if !read_again_at_once(failure, since, self.ttl) {
                         return why;
                     }
                     tracing::info!(%why, "fleet watch broke: reading again at once");
-                    *last_retry = Some(Instant::now());
+                    let now = Instant::now();
+                    *last_retry = Some(now);
+                    let grace = self.deadlines.reread_grace(self.settings.endpoints.len());
+                    match self.read_from_any_member(now + grace).await {
+                        Ok((member, revision)) => {
+                            *client = member;
+                            self.watch_from(client, revision + 1).await
+                        }
+                        Err(why) => return why,
+                    }
                 }
+            };
+        }
+    }
+
+    /// Read the fleet from the first member that answers, each on its own connection, trying
+    /// them in turn until `until` (every one at least once, each within its read deadline): a
+    /// member that went away is not asked again and again, and a cluster electing a leader
+    /// gets the time to.
+    async fn read_from_any_member(&self, until: Instant) -> Result<(Client, i64), String> {
+        let members = self.settings.endpoints.len();
+        // A lone member gets one read within its deadline; several, until `until` only.
+        let cutoff = if members > 1 {
+            until
+        } else {
+            until.max(Instant::now() + self.deadlines.silent_after)
+        };
+        let mut why = String::new();
+        for (tried, endpoint) in self.settings.endpoints.iter().cycle().enumerate() {
+            let now = Instant::now();
+            if now >= cutoff || (tried >= members && now >= until) {
+                break;
+            }
+            if tried >= members && tried % members == 0 {
+                // Paces the rounds after the first, while the cluster elects a leader.
+                let pause = self.deadlines.progress_every;
+                tokio::time::sleep(pause.min(until.saturating_duration_since(now))).await;
+            }
+            let deadline = cutoff.min(Instant::now() + self.deadlines.silent_after);
+            let mut settings = self.settings.clone();
+            settings.endpoints = vec![endpoint.clone()];
+            let mut member = match timeout_at(deadline, connect(&settings, self.ttl)).await {
+                Ok(Ok(member)) => member,
+                Ok(Err(error)) => {
+                    why = format!("cannot connect to etcd at {endpoint}: {error}");
+                    continue;
+                }
+                Err(_) => {
+                    why = format!("etcd at {endpoint} did not answer");
+                    continue;
+                }
+            };
+            match self.read(&mut member, deadline).await {
+                Ok(revision) => return Ok((member, revision)),
+                Err((_, failed)) => why = failed,
             }
         }
+        Err(why)
     }
 
     async fn connect(&self) -> Result<Client, String> {
@@ -135,7 +195,8 @@ impl Watcher {
     /// Read the prefix, hand it to the view, then follow the watch until it fails or is
     /// compacted.
     async fn follow(&self, client: &mut Client) -> Stop {
-        match self.read(client).await {
+        let deadline = Instant::now() + self.deadlines.silent_after;
+        match self.read(client, deadline).await {
             Ok(revision) => self.watch_from(client, revision + 1).await,
             Err((failure, why)) => Stop::Failed(failure, why),
         }
@@ -161,10 +222,10 @@ impl Watcher {
         }
     }
 
-    /// Read every fleet key; the revision read at.
-    async fn read(&self, client: &mut Client) -> Result<i64, (Failure, String)> {
+    /// Read every fleet key, answered by `deadline`; the revision read at.
+    async fn read(&self, client: &mut Client, deadline: Instant) -> Result<i64, (Failure, String)> {
         let get = client.get(self.keys.all(), Some(GetOptions::new().with_prefix()));
-        let mut response = match timeout(self.deadlines.silent_after, get).await {
+        let mut response = match timeout_at(deadline, get).await {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => {
                 let why = format!("cannot read the fleet from etcd: {error}");

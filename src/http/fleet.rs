@@ -22,6 +22,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::Stream;
+use serde::Serialize;
 
 use super::AppState;
 use super::error::{ApiError, Problem};
@@ -33,6 +34,7 @@ use super::wire::SessionState;
 use crate::fleet::cache::FleetChange;
 use crate::fleet::view::{FleetEvent, FleetNext, FleetSnapshot, FleetSubscription};
 use crate::fleet::{HostId, SessionEntry};
+use crate::registry::RegistryError;
 use wire::{
     FleetHosts, FleetQuery, FleetSessionAdded, FleetSessionChanged, FleetSessionRemoved,
     FleetSessions, FleetStreamEvent, HostJoined, HostLeft, published_state, state_of, whole,
@@ -89,7 +91,9 @@ pub async fn fleet_sessions(
         let body = snapshot.encoded(|snapshot| encode(&whole(snapshot)));
         return Ok(json_body(Bytes::copy_from_slice(body.as_bytes())));
     }
-    let body = FleetSessions {
+    json_response(&FleetSessions {
+        revision: snapshot.revision,
+        host_id: snapshot.host_id.as_str(),
         hosts: (snapshot.hosts.iter())
             .filter(|h| keep.host(&h.host_id))
             .map(|h| &**h)
@@ -98,9 +102,7 @@ pub async fn fleet_sessions(
             .filter(|s| keep.session(s))
             .map(|s| &**s)
             .collect(),
-        ..whole(&snapshot)
-    };
-    Ok(json_body(Bytes::from(encode(&body))))
+    })
 }
 
 /// Every host in the fleet: each registry taking part, by id.
@@ -118,13 +120,19 @@ pub async fn fleet_sessions(
 )]
 pub async fn fleet_hosts(State(state): State<AppState>) -> Result<Response, ApiError> {
     let snapshot = state.fleet().current()?;
-    let whole = whole(&snapshot);
-    let body = FleetHosts {
-        revision: whole.revision,
-        host_id: whole.host_id,
-        hosts: whole.hosts,
-    };
-    Ok(json_body(Bytes::from(encode(&body))))
+    json_response(&FleetHosts {
+        revision: snapshot.revision,
+        host_id: snapshot.host_id.as_str(),
+        hosts: snapshot.hosts.iter().map(|h| &**h).collect(),
+    })
+}
+
+/// A 200 with `body` as JSON.
+fn json_response(body: &impl Serialize) -> Result<Response, ApiError> {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => Ok(json_body(Bytes::from(bytes))),
+        Err(e) => Err(RegistryError::Task(format!("encoding the fleet: {e}")).into()),
+    }
 }
 
 /// The stream of changes to the fleet (Server-Sent Events), as `/events` is for this host.

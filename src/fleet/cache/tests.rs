@@ -235,3 +235,16 @@ fn a_fresh_read_replaces_the_cache_with_removals_first_and_no_repeats() {
     assert_eq!(hosts, ["a", "c"]);
     assert_eq!(cache.sessions().count(), 3);
 }
+
+#[test]
+fn secrets_a_faulty_host_published_are_dropped() {
+    let value = br#"{"host_id":"a","changed_at":"t","door_scope":null,"skills":[],
+        "session_id":"ses_1","door_token":"s3cret","credentials":{"k":"v"},"pid":7}"#;
+    let (cache, skipped) =
+        FleetCache::read(keys(), 1, [(&session_key("a", "ses_1")[..], &value[..])]);
+    assert_eq!(skipped, []);
+    let entry = cache.sessions().next().expect("kept");
+    assert_eq!(entry.session.get("door_token"), None);
+    assert_eq!(entry.session.get("credentials"), None);
+    assert_eq!(entry.session["pid"], 7);
+}

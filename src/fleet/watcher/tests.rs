@@ -4,7 +4,7 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use etcd_client::{ConnectOptions, PutOptions};
 
@@ -130,7 +130,8 @@ async fn a_compacted_watch_is_read_again_and_listeners_get_the_differences() {
         deadlines: WatchDeadlines::for_ttl(ttl),
         view: view.clone(),
     };
-    let read_at = watcher.read(&mut client).await.expect("a read");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let read_at = watcher.read(&mut client, deadline).await.expect("a read");
     let (before, mut listener) = view.subscribe().expect("current");
     assert_eq!(before.sessions.len(), 1);
 
