@@ -313,7 +313,7 @@ mod tests {
         )
         .expect("a record parses");
         Reading {
-            record,
+            record: record.into(),
             process: ProcessState::Alive,
             liveness,
         }
