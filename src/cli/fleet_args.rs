@@ -21,7 +21,7 @@ pub(super) struct EtcdArgs {
     #[arg(
         long,
         env = "MURMUR_REGISTRY_FLEET_ETCD",
-        value_name = "URL[,URL…]",
+        value_name = "URL[,URL...]",
         value_delimiter = ','
     )]
     pub(super) fleet_etcd: Vec<String>,

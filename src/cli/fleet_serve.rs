@@ -146,12 +146,13 @@ async fn keep_joining(
     }
 }
 
-/// A reading as the fleet publishes it: the session object `GET /sessions` serves.
+/// A reading as the fleet publishes it: the session object `GET /sessions` serves, and the
+/// skills its verified card lists.
 fn render(reading: &Reading) -> (Map<String, Value>, Vec<Skill>) {
     let session = match serde_json::to_value(SessionView::of(reading)) {
         Ok(Value::Object(session)) => session,
         // A struct of strings and numbers always encodes as an object.
         _ => Map::new(),
     };
-    (session, Vec::new())
+    (session, reading.skills.to_vec())
 }

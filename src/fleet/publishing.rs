@@ -316,6 +316,7 @@ mod tests {
             record: record.into(),
             process: ProcessState::Alive,
             liveness,
+            skills: Default::default(),
         }
     }
 

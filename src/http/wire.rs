@@ -572,6 +572,7 @@ mod tests {
             record: record.into(),
             process: ProcessState::Alive,
             liveness,
+            skills: Default::default(),
         }
     }
 
@@ -621,6 +622,7 @@ mod tests {
             record: Arc::clone(&odd),
             process,
             liveness,
+            skills: Default::default(),
         };
         let gone = "no process holds pid 9 \"quoted\"".to_owned();
         let readings = vec![

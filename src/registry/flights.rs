@@ -20,10 +20,11 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tokio::sync::watch;
 
-use crate::running::{DoorProbe, RunningRecord, Secret};
+use crate::running::{DoorProbe, RunningRecord, Secret, Skill};
 
-/// What one probe answered: `Ok` when the door named the session, else why not (unredacted).
-type Answer = Result<(), String>;
+/// What one probe answered: `Ok` with the card's skills when the door named the session, else
+/// why not (unredacted).
+type Answer = Result<Arc<[Skill]>, String>;
 
 /// Everything a door probe of a record depends on: the record, compared and hashed by its
 /// session id, pid, start token, door address and door token alone.

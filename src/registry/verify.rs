@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::flights::Flight;
 use super::{Registry, blocking};
-use crate::running::{self, Liveness, ProcessState, RunningRecord};
+use crate::running::{self, Liveness, ProcessState, RunningRecord, Skill};
 
 /// One record with what the layers said about it.
 #[derive(Debug, Clone)]
@@ -17,6 +17,9 @@ pub struct Reading {
     pub process: ProcessState,
     /// All three layers; `None` when the door was not probed and layers 1–2 cannot decide.
     pub liveness: Option<Liveness>,
+    /// What the card that verified the session lists (ids and tags only, secrets redacted);
+    /// empty unless the door was probed and named the session.
+    pub skills: Arc<[Skill]>,
 }
 
 /// The door probes in flight at one moment ([`Registry::probes_in_flight`]).
@@ -35,6 +38,7 @@ pub(super) fn lean_reading((record, process): (Arc<RunningRecord>, ProcessState)
         record,
         process,
         liveness,
+        skills: Arc::default(),
     }
 }
 
@@ -48,19 +52,21 @@ struct PendingReading {
 impl PendingReading {
     /// The reading, once the probe (if any) has answered; its reason redacted for this record.
     async fn finish(self) -> Reading {
-        let liveness = match self.verdict {
-            Err(settled) => settled,
+        let (liveness, skills) = match self.verdict {
+            Err(settled) => (settled, Arc::default()),
             Ok(flight) => match flight.answer().await {
-                Ok(()) => Liveness::Live,
-                Err(reason) => Liveness::Unreachable {
-                    reason: running::redact_secrets(reason, &self.record),
-                },
+                Ok(skills) => (Liveness::Live, skills),
+                Err(reason) => {
+                    let reason = running::redact_secrets(reason, &self.record);
+                    (Liveness::Unreachable { reason }, Arc::default())
+                }
             },
         };
         Reading {
             record: self.record,
             process: self.process,
             liveness: Some(liveness),
+            skills,
         }
     }
 }

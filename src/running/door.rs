@@ -22,6 +22,8 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
+use super::skills::{Skill, skills_of};
+
 use super::process::{ProcessState, process_state};
 use super::{RunningRecord, Secret};
 
@@ -209,8 +211,16 @@ impl DoorProbe {
 
     /// [`DoorProbe::probe`] before secrets are taken out of the reason: for a caller that
     /// shares one probe among equal records and redacts each answer with its own record.
-    pub(crate) async fn probe_unredacted(&self, record: &RunningRecord) -> Result<(), String> {
-        self.verified_card(record).await.map(drop)
+    ///
+    /// `Ok` holds the skills the verified card lists (ids and tags, bounded), with the record's
+    /// secrets already redacted: equal records share their secrets, so they can share these.
+    pub(crate) async fn probe_unredacted(
+        &self,
+        record: &RunningRecord,
+    ) -> Result<Arc<[Skill]>, String> {
+        let mut card = self.verified_card(record).await?;
+        redact_secrets_in(&mut card, record);
+        Ok(skills_of(&card).into())
     }
 
     /// The card the door answered, if it names the record's session; else why not (secrets

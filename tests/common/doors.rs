@@ -43,6 +43,11 @@ pub fn a2a_card(session_id: &str) -> Value {
                  "params": {"sessionId": session_id}},
             ],
         },
+        "skills": [
+            {"id": "summarize", "name": "Summarize", "description": "Shortens a text",
+             "tags": ["text", "nlp"]},
+            {"id": "plan", "name": "Plan"},
+        ],
     })
 }
 

@@ -35,6 +35,7 @@ fn live(session_id: &str) -> Reading {
         record: record(session_id, "/tmp/murmur-test"),
         process: ProcessState::Alive,
         liveness: Some(Liveness::Live),
+        skills: Default::default(),
     }
 }
 
@@ -46,6 +47,7 @@ fn gone(session_id: &str) -> Reading {
             reason: reason.clone(),
         },
         liveness: Some(Liveness::Gone { reason }),
+        skills: Default::default(),
     }
 }
 
