@@ -245,7 +245,8 @@ async function connect() {
   }
   if (controller.signal.aborted && stream.controller !== controller) return;
   lost(lastWords ? `The registry ended the stream: ${lastWords.replace(/^stream ended:\s*/, '')}.`
-    : 'The connection to the registry closed.');
+    : 'The connection to the registry closed.',
+  lastWords && model.view === 'fleet' ? 'Fleet stream ended, reconnecting…' : undefined);
 }
 
 // The stream ended or never started: keep the table (marked stale) and try again later, each
@@ -593,7 +594,11 @@ function placeActions(cells, session) {
     cells.kill.remove();
     cells.actions.append(cells.remote);
   }
-  if (!own) cells.remote.textContent = `on ${String(session.host_id ?? 'another host')}`;
+  if (!own) {
+    const host = String(session.host_id ?? 'another host');
+    cells.remote.textContent = `on host ${host}`;
+    cells.remote.title = `Stop and Kill go through host ${host}'s own registry`;
+  }
 }
 
 const STATE_ICONS = { live: '●', unreachable: '◐', gone: '○', unknown: '?' };
