@@ -123,39 +123,7 @@ impl Browser {
             .prefix("murmur-registry-chromium-")
             .tempdir()
             .expect("a browser profile directory");
-        let log = profile.path().join("chromedriver.log");
-        let mut driver = std::os::unix::process::CommandExt::process_group(
-            Command::new(CHROMEDRIVER)
-                .arg("--port=0")
-                .arg(format!("--log-path={}", log.display()))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null()),
-            0,
-        )
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {CHROMEDRIVER}: {e}; {INSTALL_HINT}"));
-        // chromedriver picks a free port itself and says which on stdout.
-        let stdout = driver.stdout.take().expect("chromedriver stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(port) = line
-                    .split("started successfully on port ")
-                    .nth(1)
-                    .and_then(|rest| rest.trim_end_matches('.').parse::<u16>().ok())
-                {
-                    let _ = tx.send(port);
-                }
-            }
-        });
-        let port = match rx.recv_timeout(BROWSER_DEADLINE) {
-            Ok(port) => port,
-            Err(e) => {
-                kill_group(&mut driver);
-                panic!("chromedriver did not say its port ({e})");
-            }
-        };
+        let (driver, port) = start_driver(&profile.path().join("chromedriver.log"));
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(BROWSER_DEADLINE)
@@ -355,6 +323,55 @@ impl Drop for Browser {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// How often chromedriver is started before a start that names no port fails the test.
+const DRIVER_TRIES: usize = 5;
+
+/// chromedriver in a process group of its own, and the port it listens on.
+///
+/// With `--port=0` it sometimes exits at once, saying "IPv4 port not available" (the port it
+/// picked is not free on both loopbacks): 2 starts in 15 on this machine. Such a start is
+/// started again, as an etcd that loses its ports is.
+fn start_driver(log: &Path) -> (Child, u16) {
+    for _ in 0..DRIVER_TRIES {
+        let mut driver = std::os::unix::process::CommandExt::process_group(
+            Command::new(CHROMEDRIVER)
+                .arg("--port=0")
+                .arg(format!("--log-path={}", log.display()))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null()),
+            0,
+        )
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {CHROMEDRIVER}: {e}; {INSTALL_HINT}"));
+        // chromedriver picks a free port itself and says which on stdout.
+        let stdout = driver.stdout.take().expect("chromedriver stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(port) = line
+                    .split("started successfully on port ")
+                    .nth(1)
+                    .and_then(|rest| rest.trim_end_matches('.').parse::<u16>().ok())
+                {
+                    let _ = tx.send(port);
+                }
+            }
+        });
+        match rx.recv_timeout(BROWSER_DEADLINE) {
+            Ok(port) => return (driver, port),
+            // Its stdout closed without a port: it exited, most likely on a port in use.
+            Err(mpsc::RecvTimeoutError::Disconnected) => kill_group(&mut driver),
+            Err(e) => {
+                kill_group(&mut driver);
+                panic!("chromedriver did not say its port ({e})");
+            }
+        }
+    }
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    panic!("chromedriver exited without a port in {DRIVER_TRIES} starts; its log:\n{log}")
 }
 
 /// SIGKILL `child`'s whole process group (it leads one) and reap it.
