@@ -34,8 +34,8 @@
 //! - a capsule started on b appears live, its loopback door marked as reachable only from b;
 //!   a capsule name from b that is markup shows as text; the capsule killed on b disappears;
 //! - Kill on an own row from the fleet view ends the process (SIGKILL) and its row goes;
-//! - etcd killed: the page says the fleet is unavailable in the registry's words and greys the
-//!   last fleet out as possibly not current; etcd back: the fleet is live again by itself;
+//! - etcd frozen (SIGSTOP): the page says the fleet is unavailable in the registry's words and
+//!   greys the last fleet out as possibly not current; etcd thawed: the fleet is live again;
 //! - switching back to this host drops the host column and b's rows.
 //!
 //! Screenshots go to `target/browser/` (`dashboard.png`, `dashboard-narrow.png`,
@@ -326,18 +326,20 @@ impl Drop for Browser {
 }
 
 /// How often chromedriver is started before a start that names no port fails the test.
-const DRIVER_TRIES: usize = 5;
+const DRIVER_TRIES: usize = 10;
 
 /// chromedriver in a process group of its own, and the port it listens on.
 ///
-/// With `--port=0` it sometimes exits at once, saying "IPv4 port not available" (the port it
-/// picked is not free on both loopbacks): 2 starts in 15 on this machine. Such a start is
-/// started again, as an etcd that loses its ports is.
+/// Its port is picked here, below the kernel's ephemeral range: with `--port=0` it picks one
+/// in that range, which it needs free on both loopbacks, and exits ("IPv4 port not available")
+/// when it is not, as on a machine whose other tests hold thousands of listeners there. A
+/// start that exits anyway (the port taken meanwhile) is started again on another port.
 fn start_driver(log: &Path) -> (Child, u16) {
-    for _ in 0..DRIVER_TRIES {
+    for attempt in 0..DRIVER_TRIES {
+        let port = free_driver_port(attempt);
         let mut driver = std::os::unix::process::CommandExt::process_group(
             Command::new(CHROMEDRIVER)
-                .arg("--port=0")
+                .arg(format!("--port={port}"))
                 .arg(format!("--log-path={}", log.display()))
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -346,7 +348,7 @@ fn start_driver(log: &Path) -> (Child, u16) {
         )
         .spawn()
         .unwrap_or_else(|e| panic!("start {CHROMEDRIVER}: {e}; {INSTALL_HINT}"));
-        // chromedriver picks a free port itself and says which on stdout.
+        // chromedriver says on stdout when it listens.
         let stdout = driver.stdout.take().expect("chromedriver stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -372,6 +374,38 @@ fn start_driver(log: &Path) -> (Child, u16) {
     }
     let log = std::fs::read_to_string(log).unwrap_or_default();
     panic!("chromedriver exited without a port in {DRIVER_TRIES} starts; its log:\n{log}")
+}
+
+/// A port below the ephemeral range (where nothing gets one by binding port 0) that is free on
+/// 127.0.0.1 and, where IPv6 is on, on ::1; a different one for each `attempt`.
+fn free_driver_port(attempt: usize) -> u16 {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low: u16 = 10_000;
+    let span = u32::from(ephemeral_low.saturating_sub(low).max(1));
+    let seed = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos())
+        ^ std::process::id().rotate_left(16);
+    let free = |port: u16| {
+        // Both held at once, then let go for chromedriver.
+        let v4 = std::net::TcpListener::bind(("127.0.0.1", port));
+        let v6 = std::net::TcpListener::bind(("::1", port));
+        let v6_free = match &v6 {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::AddrNotAvailable,
+        };
+        v4.is_ok() && v6_free
+    };
+    (0..span)
+        .map(|step| {
+            let offset = (seed.wrapping_add(step * 7919 + attempt as u32 * 104_729)) % span;
+            low + u16::try_from(offset).expect("below the ephemeral range")
+        })
+        .find(|&port| free(port))
+        .expect("a free port below the ephemeral range")
 }
 
 /// SIGKILL `child`'s whole process group (it leads one) and reap it.
@@ -1286,7 +1320,7 @@ mod fleet {
         step!(kill_on_an_own_row_in_the_fleet_view_ends_the_capsule(
             &mut s
         ));
-        step!(etcd_gone_the_fleet_is_not_shown_as_current(&mut s));
+        step!(etcd_frozen_the_fleet_is_not_shown_as_current(&mut s));
         step!(switching_back_shows_this_host_only(&mut s));
         let FleetScene {
             browser,
@@ -1597,9 +1631,11 @@ mod fleet {
             .await;
     }
 
-    /// etcd killed: the page says the fleet is unavailable, in the registry's words, and shows
-    /// the last fleet greyed out as possibly not current; etcd back: live again by itself.
-    async fn etcd_gone_the_fleet_is_not_shown_as_current(s: &mut FleetScene) {
+    /// etcd frozen (SIGSTOP: connections open, nothing answered): the page says the fleet is
+    /// unavailable, in the registry's words, and shows the last fleet greyed out as possibly not
+    /// current; etcd thawed: live again by itself. (Frozen rather than killed: a restart must
+    /// find its ports free again, which a busy machine does not promise.)
+    async fn etcd_frozen_the_fleet_is_not_shown_as_current(s: &mut FleetScene) {
         let FleetScene {
             etcd,
             hostile_id,
@@ -1607,7 +1643,7 @@ mod fleet {
             shots,
             ..
         } = s;
-        etcd.kill();
+        etcd.freeze();
         let banner = browser
             .wait_for(
                 "the page says the fleet is unavailable",
@@ -1628,10 +1664,10 @@ mod fleet {
             "{banner}"
         );
         shots.push(browser.screenshot("dashboard-fleet-unavailable.png").await);
-        etcd.restart().await;
+        etcd.thaw();
         browser
             .wait_for(
-                "the fleet is live again once etcd is back",
+                "the fleet is live again once etcd answers",
                 "return document.getElementById('connection-text').textContent
                          === 'Connected, live (fleet)'
                      && !document.body.classList.contains('stale')
