@@ -1527,7 +1527,8 @@ mod fleet {
                 "const tr = document.querySelector(`tr[data-session-id='${arguments[0]}']`);
                  return { name: tr.querySelector('.capsule-name').textContent,
                           workdir: tr.querySelector('.workdir').textContent,
-                          elements: document.querySelectorAll('#rows img, #rows b, #rows script').length,
+                          elements: document
+                              .querySelectorAll('#rows img, #rows b, #rows script').length,
                           title: document.title };",
                 json!([hostile_id]),
             )
@@ -1546,7 +1547,8 @@ mod fleet {
             .js(
                 &format!(
                     "dispatch('session.added', 'not json');
-                     dispatch('session.added', JSON.stringify({{ host_id: 'b', session: {{ host_id: 'b' }} }}));
+                     dispatch('session.added',
+                         JSON.stringify({{ host_id: 'b', session: {{ host_id: 'b' }} }}));
                      dispatch('session.removed', JSON.stringify({{ host_id: 'b' }}));
                      dispatch('host.left', JSON.stringify({{ host_id: 5 }}));
                      dispatch('host.exploded', JSON.stringify({{ host_id: 'b' }}));

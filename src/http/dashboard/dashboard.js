@@ -628,7 +628,7 @@ function fillRow(row, session) {
   cells.id.textContent = session.session_id;
   cells.door.textContent = session.url == null ? 'no door' : String(session.url);
   cells.door.classList.toggle('none', session.url == null);
-  // A door on loopback answers only on its own host: say so where that is not this one.
+  // A door on loopback answers only on its own host (`door_scope`): say so, naming the host.
   const hostOnly = model.view === 'fleet' && session.door_scope === 'host' && session.url != null;
   cells.doorScope.textContent = hostOnly ? `only from ${host}` : '';
   cells.doorScope.hidden = !hostOnly;
