@@ -12,6 +12,8 @@
 //!   door does not answer (`unreachable`), each with its state in words, the capsule, the door
 //!   and a ticking uptime; the token is in `sessionStorage` and nowhere else, and survives a
 //!   reload;
+//! - without `--fleet-etcd`, the "this host / fleet" switch offers no fleet and says why in the
+//!   registry's words; `#fleet` asked for anyway falls back to this host, saying so;
 //! - the state filter; a narrow (360 px) window without sideways scrolling;
 //! - a capsule name that is markup shows as text;
 //! - Kill, then Escape: nothing happens; Stop, confirmed with the keyboard: the capsule process
@@ -24,10 +26,25 @@
 //! - the registry killed: the page says it is unreachable and reconnecting; the registry back
 //!   on the same port: the page reconnects by itself.
 //!
-//! Screenshots go to `target/browser/` (`dashboard.png`, `dashboard-narrow.png`; `failure.png`
-//! when a wait gives up). Needs `/usr/bin/chromium` and `/usr/bin/chromedriver` (Debian's
-//! `chromium` and `chromium-driver`; `.ci/run` installs them), so plain `cargo test` skips it
-//! (`#[ignore]`); `cargo test -- --include-ignored` runs it.
+//!
+//! A second test (feature `fleet`) walks the fleet view against a real etcd (`/usr/bin/etcd`)
+//! and two registries, hosts a (the page's) and b:
+//! - the switch shows the fleet, live from `/fleet/events`, with a host column; own rows keep
+//!   Stop and Kill, b's rows have none (and no button at all);
+//! - a capsule started on b appears live, its loopback door marked as reachable only from b;
+//!   a capsule name from b that is markup shows as text; the capsule killed on b disappears;
+//! - Kill on an own row from the fleet view ends the process (SIGKILL) and its row goes;
+//! - etcd frozen (SIGSTOP): the page says the fleet is unavailable in the registry's words and
+//!   greys the last fleet out as possibly not current; etcd thawed: the fleet is live again;
+//! - switching back to this host drops the host column and b's rows.
+//!
+//! Screenshots go to `target/browser/` (`dashboard.png`, `dashboard-narrow.png`,
+//! `dashboard-fleet.png`, `dashboard-fleet-narrow.png`, `dashboard-fleet-unavailable.png` and
+//! others; `failure.png` when a wait gives up). Needs `/usr/bin/chromium` and
+//! `/usr/bin/chromedriver` (Debian's `chromium` and `chromium-driver`; `.ci/run` installs them),
+//! and for the fleet test `/usr/bin/etcd` (Debian's `etcd-server`), so plain `cargo test` skips
+//! them (`#[ignore]`); `cargo test -- --include-ignored` runs them (`--features fleet` for the
+//! fleet test).
 //!
 //! Synchronisation is by polling the DOM (or the process) under a deadline, never by sleeping.
 //! chromedriver runs in its own process group; on drop (also when the test fails) the group
@@ -106,39 +123,7 @@ impl Browser {
             .prefix("murmur-registry-chromium-")
             .tempdir()
             .expect("a browser profile directory");
-        let log = profile.path().join("chromedriver.log");
-        let mut driver = std::os::unix::process::CommandExt::process_group(
-            Command::new(CHROMEDRIVER)
-                .arg("--port=0")
-                .arg(format!("--log-path={}", log.display()))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null()),
-            0,
-        )
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {CHROMEDRIVER}: {e}; {INSTALL_HINT}"));
-        // chromedriver picks a free port itself and says which on stdout.
-        let stdout = driver.stdout.take().expect("chromedriver stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(port) = line
-                    .split("started successfully on port ")
-                    .nth(1)
-                    .and_then(|rest| rest.trim_end_matches('.').parse::<u16>().ok())
-                {
-                    let _ = tx.send(port);
-                }
-            }
-        });
-        let port = match rx.recv_timeout(BROWSER_DEADLINE) {
-            Ok(port) => port,
-            Err(e) => {
-                kill_group(&mut driver);
-                panic!("chromedriver did not say its port ({e})");
-            }
-        };
+        let (driver, port) = start_driver(&profile.path().join("chromedriver.log"));
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(BROWSER_DEADLINE)
@@ -340,6 +325,89 @@ impl Drop for Browser {
     }
 }
 
+/// How often chromedriver is started before a start that names no port fails the test.
+const DRIVER_TRIES: usize = 10;
+
+/// chromedriver in a process group of its own, and the port it listens on.
+///
+/// Its port is picked here, below the kernel's ephemeral range: with `--port=0` it picks one
+/// in that range, which it needs free on both loopbacks, and exits ("IPv4 port not available")
+/// when it is not, as on a machine whose other tests hold thousands of listeners there. A
+/// start that exits anyway (the port taken meanwhile) is started again on another port.
+fn start_driver(log: &Path) -> (Child, u16) {
+    for attempt in 0..DRIVER_TRIES {
+        let port = free_driver_port(attempt);
+        let mut driver = std::os::unix::process::CommandExt::process_group(
+            Command::new(CHROMEDRIVER)
+                .arg(format!("--port={port}"))
+                .arg(format!("--log-path={}", log.display()))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null()),
+            0,
+        )
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {CHROMEDRIVER}: {e}; {INSTALL_HINT}"));
+        // chromedriver says on stdout when it listens.
+        let stdout = driver.stdout.take().expect("chromedriver stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(port) = line
+                    .split("started successfully on port ")
+                    .nth(1)
+                    .and_then(|rest| rest.trim_end_matches('.').parse::<u16>().ok())
+                {
+                    let _ = tx.send(port);
+                }
+            }
+        });
+        match rx.recv_timeout(BROWSER_DEADLINE) {
+            Ok(port) => return (driver, port),
+            // Its stdout closed without a port: it exited, most likely on a port in use.
+            Err(mpsc::RecvTimeoutError::Disconnected) => kill_group(&mut driver),
+            Err(e) => {
+                kill_group(&mut driver);
+                panic!("chromedriver did not say its port ({e})");
+            }
+        }
+    }
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    panic!("chromedriver exited without a port in {DRIVER_TRIES} starts; its log:\n{log}")
+}
+
+/// A port below the ephemeral range (where nothing gets one by binding port 0) that is free on
+/// 127.0.0.1 and, where IPv6 is on, on ::1; a different one for each `attempt`.
+fn free_driver_port(attempt: usize) -> u16 {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low: u16 = 10_000;
+    let span = u32::from(ephemeral_low.saturating_sub(low).max(1));
+    let seed = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos())
+        ^ std::process::id().rotate_left(16);
+    let free = |port: u16| {
+        // Both held at once, then let go for chromedriver.
+        let v4 = std::net::TcpListener::bind(("127.0.0.1", port));
+        let v6 = std::net::TcpListener::bind(("::1", port));
+        let v6_free = match &v6 {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::AddrNotAvailable,
+        };
+        v4.is_ok() && v6_free
+    };
+    (0..span)
+        .map(|step| {
+            let offset = (seed.wrapping_add(step * 7919 + attempt as u32 * 104_729)) % span;
+            low + u16::try_from(offset).expect("below the ephemeral range")
+        })
+        .find(|&port| free(port))
+        .expect("a free port below the ephemeral range")
+}
+
 /// SIGKILL `child`'s whole process group (it leads one) and reap it.
 fn kill_group(child: &mut Child) {
     if let Some(pid) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) {
@@ -419,6 +487,19 @@ const ROW_IN_STATE: &str = "
     const tr = document.querySelector(`tr[data-session-id='${arguments[0]}']`);
     return !!tr && tr.querySelector('.badge-text').textContent === arguments[1];";
 
+/// The switch and what it governs: which choice is checked, whether the fleet choice is
+/// disabled, whether the host column shows, the address's hash, the table's title.
+const SWITCH: &str = "
+    const fleet = document.getElementById('scope-fleet');
+    return {
+        host: document.getElementById('scope-host').checked,
+        fleet: fleet.checked,
+        fleetDisabled: fleet.disabled,
+        hostColumn: document.querySelector('th.col-host').getClientRects().length > 0,
+        hash: location.hash,
+        title: document.getElementById('sessions-title').textContent,
+    };";
+
 /// The text of the element `arguments[0]` when it is shown, else null.
 const SHOWN_TEXT: &str = "
     const el = document.querySelector(arguments[0]);
@@ -487,6 +568,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     step!(the_page_parses_awkward_stream_chunks(&mut s));
     step!(a_wrong_token_is_refused_and_not_kept(&mut s));
     step!(the_right_token_shows_the_sessions_live(&mut s));
+    step!(without_a_fleet_the_switch_says_why(&mut s));
     step!(the_state_filter_hides_and_shows_rows(&mut s));
     step!(a_narrow_window_fits_without_sideways_scrolling(&mut s));
     step!(data_is_text_never_markup(&mut s));
@@ -739,6 +821,56 @@ async fn the_right_token_shows_the_sessions_live(s: &mut Scene) {
         .await;
     let login_shown = browser.js(SHOWN_TEXT, json!(["#login"])).await;
     assert!(login_shown.is_null(), "no token prompt after a reload");
+}
+
+/// Without `--fleet-etcd`: the fleet choice is disabled and says why, in the registry's words;
+/// `#fleet` asked for in the address falls back to this host, saying so.
+async fn without_a_fleet_the_switch_says_why(s: &mut Scene) {
+    let Scene {
+        live_id, browser, ..
+    } = s;
+    let note = browser
+        .wait_for(
+            "the switch says there is no fleet",
+            SHOWN_TEXT,
+            json!(["#scope-note"]),
+        )
+        .await;
+    assert!(
+        note.as_str()
+            .is_some_and(|t| t.starts_with("Fleet view off: ")
+                && t.contains("not part of a fleet")
+                && t.contains("--fleet-etcd")),
+        "{note}"
+    );
+    let switch = browser.js(SWITCH, json!([])).await;
+    assert_eq!(
+        switch,
+        json!({ "host": true, "fleet": false, "fleetDisabled": true, "hostColumn": false,
+                "hash": "", "title": "Sessions" }),
+        "{switch}"
+    );
+    browser.js("location.hash = '#fleet';", json!([])).await;
+    let said = browser
+        .wait_for(
+            "#fleet falls back to this host, saying why",
+            "const t = document.getElementById('outcome').textContent;
+             return t.startsWith('The fleet view is off: ') ? t : null;",
+            json!([]),
+        )
+        .await;
+    assert!(
+        said.as_str().is_some_and(|t| t.contains("--fleet-etcd")),
+        "{said}"
+    );
+    browser
+        .wait_for(
+            "this host's table is back",
+            ROW_IN_STATE,
+            json!([live_id, "live"]),
+        )
+        .await;
+    assert_eq!(browser.js(SWITCH, json!([])).await, switch);
 }
 
 /// The filter.
@@ -1094,5 +1226,480 @@ fn restart_on(home: &Home, addr: SocketAddr) -> ServedBinary {
             // Paces the retries only.
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fleet view (feature `fleet`): two registries against a real etcd
+// ---------------------------------------------------------------------------------------------
+
+#[cfg(feature = "fleet")]
+mod fleet {
+    use super::common::etcd::Etcd;
+    use super::*;
+
+    /// A short lease and pass, so the fleet follows quickly; the TTL is three passes and more.
+    const FLEET_TTL: &str = "3s";
+    const EVENTS_INTERVAL: &str = "500ms";
+
+    /// `serve` on `home` as host `host_id` of the fleet on `etcd`.
+    fn serve_in_fleet(home: &Home, etcd: &Etcd, host_id: &str) -> ServedBinary {
+        serve(home, "127.0.0.1:0")
+            .args(["--fleet-etcd", &etcd.endpoint(), "--host-id", host_id])
+            .args([
+                "--fleet-ttl",
+                FLEET_TTL,
+                "--events-interval",
+                EVENTS_INTERVAL,
+            ])
+            .start()
+    }
+
+    /// What the fleet steps share: etcd, host a (the page's registry) with its own capsule,
+    /// host b with the capsules the steps start there, the browser on a's page.
+    struct FleetScene {
+        etcd: Etcd,
+        /// a's own script capsule (no door): live, until a step kills it from the fleet view.
+        own: TestProcess,
+        own_id: String,
+        server_a: ServedBinary,
+        home_b: Home,
+        server_b: ServedBinary,
+        /// A real capsule on b (started by a step), and one whose name is markup.
+        far: Option<CapsuleProcess>,
+        far_id: String,
+        hostile: Option<TestProcess>,
+        hostile_id: String,
+        browser: Browser,
+        shots: Vec<PathBuf>,
+        /// Held for their files: the registries read them.
+        _home_a: Home,
+    }
+
+    /// The row of host `arguments[0]`'s session `arguments[1]`: its host cell, state, capsule,
+    /// door and its note, the buttons in it and what stands in for them; or null.
+    const FLEET_ROW: &str = "
+        const tr = document.querySelector(
+            `tr[data-host-id='${arguments[0]}'][data-session-id='${arguments[1]}']`);
+        if (!tr) return null;
+        const shown = (el) => !!el && !el.hidden && el.getClientRects().length > 0;
+        return {
+            host: tr.querySelector('.host-name').textContent,
+            ownTag: shown(tr.querySelector('.host-tag')),
+            state: tr.querySelector('.badge-text').textContent,
+            capsule: tr.querySelector('.capsule-name').textContent,
+            door: tr.querySelector('.door').textContent,
+            doorScope: shown(tr.querySelector('.door-scope'))
+                ? tr.querySelector('.door-scope').textContent : null,
+            buttons: [...tr.querySelectorAll('button')].filter(shown).map((b) => b.textContent),
+            allButtons: tr.querySelectorAll('button').length,
+            remote: shown(tr.querySelector('.remote-note'))
+                ? tr.querySelector('.remote-note').textContent : null,
+        };";
+
+    /// Whether host `arguments[0]`'s session `arguments[1]` has a row in state `arguments[2]`.
+    const FLEET_ROW_IN_STATE: &str = "
+        const tr = document.querySelector(
+            `tr[data-host-id='${arguments[0]}'][data-session-id='${arguments[1]}']`);
+        return !!tr && tr.querySelector('.badge-text').textContent === arguments[2];";
+
+    /// Whether host `arguments[0]`'s session `arguments[1]` has no row.
+    const FLEET_ROW_GONE: &str = "
+        return document.querySelector(
+            `tr[data-host-id='${arguments[0]}'][data-session-id='${arguments[1]}']`) === null;";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs chromium + chromedriver (/usr/bin; Debian: apt-get install chromium chromium-driver) and etcd (/usr/bin/etcd; Debian: apt-get install etcd-server)"]
+    async fn a_person_switches_to_the_fleet_and_follows_another_host() {
+        let began = Instant::now();
+        let mut s = step!(set_up_fleet());
+        step!(the_switch_shows_the_fleet_with_a_host_column(&mut s));
+        step!(a_capsule_started_on_b_appears_live_without_actions(&mut s));
+        step!(data_from_another_host_is_text_never_markup(&mut s));
+        step!(a_capsule_killed_on_b_disappears_live(&mut s));
+        step!(kill_on_an_own_row_in_the_fleet_view_ends_the_capsule(
+            &mut s
+        ));
+        step!(etcd_frozen_the_fleet_is_not_shown_as_current(&mut s));
+        step!(switching_back_shows_this_host_only(&mut s));
+        let FleetScene {
+            browser,
+            server_a,
+            server_b,
+            shots,
+            ..
+        } = s;
+        browser.quit().await;
+        drop((server_a, server_b));
+        eprintln!(
+            "dashboard fleet browser test: {:.1} s; screenshots: {}",
+            began.elapsed().as_secs_f64(),
+            shots
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+
+    /// etcd; registry a with its own script capsule; registry b, empty; the browser on a's
+    /// page, connected with a's token, showing this host.
+    async fn set_up_fleet() -> FleetScene {
+        let etcd = Etcd::start().await;
+        let home_a = Home::new();
+        let own = TestProcess::sleeping();
+        let own_record = own
+            .record()
+            .no_door()
+            .set("capsule_name", "own-report")
+            .set("capsule_version", "0.9.4")
+            .set("workdir", "/home/ada/work/notes")
+            .set("started_at", started(Duration::from_secs(3 * 3600)));
+        let own_id = own_record.session_id();
+        home_a.write(&own_record);
+        let home_b = Home::new();
+        home_b.running_dir();
+        let server_a = serve_in_fleet(&home_a, &etcd, "a");
+        let server_b = serve_in_fleet(&home_b, &etcd, "b");
+
+        let browser = Browser::launch().await;
+        browser.goto(&server_a.url()).await;
+        browser
+            .wait_for("the token field is shown", SHOWN_TEXT, json!(["#login"]))
+            .await;
+        browser
+            .type_into("#token", &format!("{}{ENTER}", home_a.token()))
+            .await;
+        browser
+            .wait_for(
+                "a's own capsule shows, on this host's view",
+                ROW_IN_STATE,
+                json!([own_id, "live"]),
+            )
+            .await;
+        FleetScene {
+            etcd,
+            own,
+            own_id,
+            server_a,
+            home_b,
+            server_b,
+            far: None,
+            far_id: String::new(),
+            hostile: None,
+            hostile_id: String::new(),
+            browser,
+            shots: Vec::new(),
+            _home_a: home_a,
+        }
+    }
+
+    /// The switch offers the fleet (a has one); chosen, it shows both hosts with a host column.
+    async fn the_switch_shows_the_fleet_with_a_host_column(s: &mut FleetScene) {
+        let FleetScene {
+            own_id, browser, ..
+        } = s;
+        browser
+            .wait_for(
+                "the fleet choice is offered",
+                "return !document.getElementById('scope-fleet').disabled
+                     && document.getElementById('scope-note').hidden;",
+                json!([]),
+            )
+            .await;
+        let before = browser.js(SWITCH, json!([])).await;
+        assert_eq!(
+            before["hostColumn"], false,
+            "no host column on this host's view"
+        );
+        browser.click("label[for='scope-fleet']").await;
+        browser
+            .wait_for(
+                "the fleet view is live, with both hosts",
+                "return document.getElementById('connection-text').textContent
+                         === 'Connected, live (fleet)'
+                     && document.getElementById('summary').textContent.includes('on 2 hosts');",
+                json!([]),
+            )
+            .await;
+        let switch = browser.js(SWITCH, json!([])).await;
+        assert_eq!(
+            switch,
+            json!({ "host": false, "fleet": true, "fleetDisabled": false, "hostColumn": true,
+                    "hash": "#fleet", "title": "Fleet sessions" }),
+            "{switch}"
+        );
+        let header = browser
+            .js(
+                "return document.querySelector('th.col-host').innerText;",
+                json!([]),
+            )
+            .await;
+        assert_eq!(header, "HOST");
+        let own = browser
+            .wait_for("a's own row", FLEET_ROW, json!(["a", own_id]))
+            .await;
+        assert_eq!(own["host"], "a", "{own}");
+        assert_eq!(own["ownTag"], true, "own rows say so: {own}");
+        assert_eq!(own["buttons"], json!(["Stop", "Kill"]), "{own}");
+        assert_eq!(own["remote"], Value::Null, "{own}");
+    }
+
+    /// A real capsule started on b appears on a's page by itself; its row has no actions.
+    async fn a_capsule_started_on_b_appears_live_without_actions(s: &mut FleetScene) {
+        let FleetScene {
+            home_b,
+            own_id,
+            far,
+            far_id,
+            browser,
+            shots,
+            ..
+        } = s;
+        let far = far.insert(CapsuleProcess::single());
+        *far_id = far.session_id();
+        home_b.write(
+            &far.record()
+                .set("capsule_name", "far-researcher")
+                .set("capsule_version", "0.3.1")
+                .set("workdir", "/home/bea/work/papers")
+                .set("started_at", started(Duration::from_secs(47 * 60))),
+        );
+        browser
+            .wait_for(
+                "b's capsule appears live",
+                FLEET_ROW_IN_STATE,
+                json!(["b", far_id, "live"]),
+            )
+            .await;
+        let row = browser.js(FLEET_ROW, json!(["b", far_id])).await;
+        assert_eq!(
+            row,
+            json!({ "host": "b", "ownTag": false, "state": "live", "capsule": "far-researcher",
+                    "door": far.url(), "doorScope": "only from b", "buttons": [],
+                    "allButtons": 0, "remote": "on host b" }),
+            "another host's row: no Stop, no Kill"
+        );
+        let own = browser.js(FLEET_ROW, json!(["a", own_id])).await;
+        assert_eq!(own["buttons"], json!(["Stop", "Kill"]), "{own}");
+        shots.push(browser.screenshot("dashboard-fleet.png").await);
+        browser.resize(360, 800).await;
+        browser
+            .wait_for(
+                "the fleet fits 360 px without sideways scrolling",
+                "const w = document.documentElement;
+                 return window.innerWidth <= 360 && w.scrollWidth <= w.clientWidth;",
+                json!([]),
+            )
+            .await;
+        shots.push(browser.screenshot("dashboard-fleet-narrow.png").await);
+        browser.resize(1280, 800).await;
+    }
+
+    /// What another host publishes is shown as text: a capsule name that is markup stays text.
+    async fn data_from_another_host_is_text_never_markup(s: &mut FleetScene) {
+        let FleetScene {
+            home_b,
+            hostile,
+            hostile_id,
+            browser,
+            ..
+        } = s;
+        let hostile = hostile.insert(TestProcess::sleeping());
+        let hostile_name = "<img src=x onerror=\"document.title='owned'\"><b>bold</b>";
+        let record = hostile
+            .record()
+            .url("127.0.0.1:1")
+            .set("capsule_name", hostile_name)
+            .set("workdir", "/tmp/<script>document.title='owned'</script>")
+            .set("started_at", started(Duration::from_secs(60)));
+        *hostile_id = record.session_id();
+        home_b.write(&record);
+        browser
+            .wait_for(
+                "b's record whose name is markup appears",
+                FLEET_ROW,
+                json!(["b", hostile_id]),
+            )
+            .await;
+        let markup = browser
+            .js(
+                "const tr = document.querySelector(`tr[data-session-id='${arguments[0]}']`);
+                 return { name: tr.querySelector('.capsule-name').textContent,
+                          workdir: tr.querySelector('.workdir').textContent,
+                          elements: document
+                              .querySelectorAll('#rows img, #rows b, #rows script').length,
+                          title: document.title };",
+                json!([hostile_id]),
+            )
+            .await;
+        assert_eq!(
+            markup,
+            json!({ "name": hostile_name, "workdir": "/tmp/<script>document.title='owned'</script>",
+                    "elements": 0, "title": "murmur registry" })
+        );
+        // Events the page cannot use (not JSON, no session id, a host id that is no string, an
+        // unknown name) change nothing.
+        let rows = "return [...document.querySelectorAll('#rows tr')]
+                        .map((tr) => tr.dataset.hostId + '/' + tr.dataset.sessionId);";
+        let before = browser.js(rows, json!([])).await;
+        let after = browser
+            .js(
+                &format!(
+                    "dispatch('session.added', 'not json');
+                     dispatch('session.added',
+                         JSON.stringify({{ host_id: 'b', session: {{ host_id: 'b' }} }}));
+                     dispatch('session.removed', JSON.stringify({{ host_id: 'b' }}));
+                     dispatch('host.left', JSON.stringify({{ host_id: 5 }}));
+                     dispatch('host.exploded', JSON.stringify({{ host_id: 'b' }}));
+                     {rows}"
+                ),
+                json!([]),
+            )
+            .await;
+        assert_eq!(after, before, "unusable events change nothing");
+    }
+
+    /// The capsule killed on b: b's registry finds it gone, and its row goes from a's page.
+    async fn a_capsule_killed_on_b_disappears_live(s: &mut FleetScene) {
+        let FleetScene {
+            own_id,
+            far,
+            far_id,
+            browser,
+            ..
+        } = s;
+        let far = far.as_mut().expect("b's capsule");
+        far.send_signal(9);
+        far.wait_exit(BROWSER_DEADLINE);
+        browser
+            .wait_for(
+                "the capsule killed on b leaves a's page",
+                FLEET_ROW_GONE,
+                json!(["b", far_id]),
+            )
+            .await;
+        assert!(
+            browser
+                .js(FLEET_ROW, json!(["a", own_id]))
+                .await
+                .is_object(),
+            "a's own row stays"
+        );
+    }
+
+    /// Kill on a's own row, from the fleet view: this registry sends SIGKILL, the row goes.
+    async fn kill_on_an_own_row_in_the_fleet_view_ends_the_capsule(s: &mut FleetScene) {
+        let FleetScene {
+            own,
+            own_id,
+            browser,
+            ..
+        } = s;
+        browser
+            .click(&format!(
+                "tr[data-host-id='a'][data-session-id='{own_id}'] button.kill"
+            ))
+            .await;
+        browser
+            .wait_for(
+                "the kill confirmation is open",
+                "return document.getElementById('confirm').open &&
+                        document.getElementById('confirm-title').textContent === 'Kill own-report?';",
+                json!([]),
+            )
+            .await;
+        browser.click("#confirm-ok").await;
+        browser
+            .wait_for(
+                "the kill's outcome is shown",
+                "const t = document.getElementById('outcome').textContent;
+                 return t.startsWith('Sent SIGKILL') && t.includes('own-report') ? t : null;",
+                json!([]),
+            )
+            .await;
+        let status = own.wait_exit(BROWSER_DEADLINE);
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "a's own capsule died of SIGKILL"
+        );
+        browser
+            .wait_for(
+                "the killed own session's row goes",
+                FLEET_ROW_GONE,
+                json!(["a", own_id]),
+            )
+            .await;
+    }
+
+    /// etcd frozen (SIGSTOP: connections open, nothing answered): the page says the fleet is
+    /// unavailable, in the registry's words, and shows the last fleet greyed out as possibly not
+    /// current; etcd thawed: live again by itself. (Frozen rather than killed: a restart must
+    /// find its ports free again, which a busy machine does not promise.)
+    async fn etcd_frozen_the_fleet_is_not_shown_as_current(s: &mut FleetScene) {
+        let FleetScene {
+            etcd,
+            hostile_id,
+            browser,
+            shots,
+            ..
+        } = s;
+        etcd.freeze();
+        let banner = browser
+            .wait_for(
+                "the page says the fleet is unavailable",
+                "const status = document.getElementById('connection-text').textContent;
+                 const banner = document.getElementById('banner-text').textContent;
+                 return status === 'Fleet unavailable, retrying…'
+                     && document.body.classList.contains('stale')
+                     && !document.getElementById('banner').hidden
+                     && document.getElementById('summary').textContent.includes('last known state')
+                     ? banner : null;",
+                json!([]),
+            )
+            .await;
+        assert!(
+            banner.as_str().is_some_and(|t| t
+                .starts_with("The registry cannot serve the fleet: the fleet is unavailable")
+                && t.contains("may no longer be current")),
+            "{banner}"
+        );
+        shots.push(browser.screenshot("dashboard-fleet-unavailable.png").await);
+        etcd.thaw();
+        browser
+            .wait_for(
+                "the fleet is live again once etcd answers",
+                "return document.getElementById('connection-text').textContent
+                         === 'Connected, live (fleet)'
+                     && !document.body.classList.contains('stale')
+                     && document.querySelector(
+                         `tr[data-host-id='b'][data-session-id='${arguments[0]}']`) !== null;",
+                json!([hostile_id]),
+            )
+            .await;
+    }
+
+    /// Back to this host: the host column and b's rows go; a has no capsule left.
+    async fn switching_back_shows_this_host_only(s: &mut FleetScene) {
+        let FleetScene { browser, .. } = s;
+        browser.click("label[for='scope-host']").await;
+        let empty = browser
+            .wait_for(
+                "this host's view, empty",
+                "return document.getElementById('connection-text').textContent === 'Connected, live'
+                     && document.querySelectorAll('#rows tr').length === 0
+                     ? document.getElementById('empty').textContent : null;",
+                json!([]),
+            )
+            .await;
+        assert_eq!(empty, "No capsule sessions are running on this machine.");
+        let switch = browser.js(SWITCH, json!([])).await;
+        assert_eq!(
+            switch,
+            json!({ "host": true, "fleet": false, "fleetDisabled": false, "hostColumn": false,
+                    "hash": "", "title": "Sessions" }),
+            "{switch}"
+        );
     }
 }

@@ -8,8 +8,9 @@
 //! - the page carries no data and no token, and loads nothing from another host;
 //! - the files keep the rules the CSP and the design rely on: no inline script or style, no
 //!   `innerHTML`-like sink, no `eval`, the token never in `localStorage`, a cookie or a URL;
-//! - the accessibility basics: labelled token and filter fields, a real table with scoped
-//!   headers, a live region, a modal dialog for confirmations.
+//! - the accessibility basics: labelled token and filter fields, a labelled "this host / fleet"
+//!   switch, a real table with scoped headers (the host column's too), a live region, a modal
+//!   dialog for confirmations.
 
 mod common;
 
@@ -232,6 +233,13 @@ async fn the_page_has_labels_a_real_table_and_a_live_region() {
         r#"<input id="token" type="password""#,
         r#"<label for="filter">"#,
         r#"<select id="filter">"#,
+        // The "this host / fleet" switch: a labelled group of two labelled radios.
+        r#"<fieldset class="scope">"#,
+        "<legend",
+        r#"<input type="radio" id="scope-host" name="scope" value="host" checked>"#,
+        r#"<label for="scope-host">This host</label>"#,
+        r#"<label for="scope-fleet">Fleet</label>"#,
+        r#"<th scope="col" class="col-host">Host</th>"#,
         "<table",
         "<caption",
         r#"<th scope="col">State</th>"#,

@@ -1,4 +1,5 @@
-// The murmur registry dashboard: the live table of capsule sessions, from GET /events.
+// The murmur registry dashboard: the live table of capsule sessions, from GET /events (this
+// host) or GET /fleet/events (every host of the registry's fleet, with a host column).
 //
 // Rules this file keeps:
 // - The token lives in sessionStorage (this tab only) and travels only in an Authorization
@@ -14,6 +15,10 @@
 // - When the registry cannot serve the stream (a 503 problem, e.g. its running directory is
 //   missing) or ends it (saying why in a last comment line), the page says so in the
 //   registry's own words, keeps the last table greyed out, and retries with its backoff.
+// - The fleet view shows other hosts' sessions as their registries published them: untrusted
+//   data, shown as text like the rest. Stop and Kill exist only on rows of this registry's own
+//   host (the `host_id` of the fleet snapshot), and always go to this registry. A fleet that
+//   cannot be read is shown greyed out as the last one seen, never as the current one.
 'use strict';
 
 const TOKEN_KEY = 'murmur-registry.token';
@@ -22,6 +27,12 @@ const STALL_MS = 45000;
 const BACKOFF_FIRST_MS = 1000;
 const BACKOFF_MAX_MS = 30000;
 const STATES = ['live', 'unreachable', 'gone'];
+// The two views: one registry's own sessions, or its fleet's. The fleet view is `#fleet`.
+const VIEWS = {
+  host: { path: '/events', title: 'Sessions', where: 'on this machine' },
+  fleet: { path: '/fleet/events', title: 'Fleet sessions', where: 'in the fleet' },
+};
+const FLEET_HASH = '#fleet';
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -37,6 +48,11 @@ const ui = {
   token: $('token'),
   sessions: $('sessions'),
   summary: $('summary'),
+  title: $('sessions-title'),
+  caption: $('caption'),
+  scopeHost: $('scope-host'),
+  scopeFleet: $('scope-fleet'),
+  scopeNote: $('scope-note'),
   filter: $('filter'),
   outcome: $('outcome'),
   rows: $('rows'),
@@ -50,12 +66,32 @@ const ui = {
 
 // What the registry last told us, and what this page is doing about it.
 const model = {
-  sessions: new Map(), // session_id -> Session, as the registry sent it
+  view: location.hash === FLEET_HASH ? 'fleet' : 'host',
+  sessions: new Map(), // keyOf(session) -> Session, as the registry sent it
   unreadable: 0,
-  busy: new Map(), // session_id -> 'stop' | 'kill' while a request is in flight
+  busy: new Map(), // keyOf(session) -> 'stop' | 'kill' while a request is in flight
   live: false, // whether the table reflects a stream that is open right now
+  ownHost: null, // fleet view: this registry's host id, as its fleet snapshot names it
+  hosts: new Map(), // fleet view: host_id -> its host entry
 };
-const rows = new Map(); // session_id -> { tr, cells }
+const rows = new Map(); // keyOf(session) -> { tr, cells }
+// Whether this registry serves a fleet: 'unknown' until it says, 'configured' (even while
+// etcd is unreachable) or 'off' (started without --fleet-etcd; `reason` in its words).
+const fleet = { state: 'unknown', reason: '' };
+
+// A session's key in the table: its id on one host; its host and id in the fleet, where two
+// hosts' ids are not known to differ.
+function keyOf(session) {
+  return model.view === 'fleet'
+    ? JSON.stringify([String(session.host_id ?? ''), String(session.session_id)])
+    : session.session_id;
+}
+
+// Whether Stop and Kill belong on this session's row: every row of this host's own view; in
+// the fleet, only the rows of this registry's own host.
+function isOwn(session) {
+  return model.view === 'host' || (model.ownHost !== null && session.host_id === model.ownHost);
+}
 
 // ---------------------------------------------------------------------------------------------
 // The token
@@ -136,6 +172,7 @@ const stream = {
   controller: null, // AbortController of the current connection
   retryTimer: null,
   backoff: BACKOFF_FIRST_MS,
+  askedFleet: false, // whether this connection asked if the registry has a fleet
 };
 
 function disconnect() {
@@ -153,10 +190,11 @@ async function connect() {
   }
   const controller = new AbortController();
   stream.controller = controller;
+  stream.askedFleet = false;
   setConnection('connecting', 'Connecting…');
   let response;
   try {
-    response = await fetch('/events', {
+    response = await fetch(VIEWS[model.view].path, {
       headers: authHeaders({ Accept: 'text/event-stream' }),
       cache: 'no-store',
       credentials: 'omit',
@@ -172,8 +210,19 @@ async function connect() {
     return;
   }
   if (!response.ok || !response.body) {
-    const detail = await problemDetail(response);
-    if (response.status === 503 && detail) {
+    const { type, detail } = await readProblem(response);
+    if (model.view === 'fleet' && response.status === 404) {
+      // No fleet here (any more): say why beside the switch and show this host instead.
+      fleetIs('off', detail || `the registry answered 404 (${type || 'no detail'})`);
+      switchTo('host');
+      announce(`The fleet view is off: ${fleet.reason}.`, 'info');
+      return;
+    }
+    if (model.view === 'fleet' && response.status === 503 && detail) {
+      fleetIs('configured');
+      lost(`The registry cannot serve the fleet: ${detail}.`, 'Fleet unavailable, retrying…',
+        retryAfterMs(response));
+    } else if (response.status === 503 && detail) {
       // Temporary by definition (its running directory is gone, it is overloaded or shutting
       // down): say what the registry says, and keep trying, no sooner than it asks.
       lost(`The registry cannot serve the live view: ${detail}.`, 'Registry unavailable, retrying…',
@@ -186,13 +235,18 @@ async function connect() {
   }
   let lastWords = null;
   try {
-    lastWords = await readEvents(response.body, controller, dispatch);
+    // Only the current connection's events count: a switch of view may leave an old one's
+    // last chunk in flight.
+    lastWords = await readEvents(response.body, controller, (name, data) => {
+      if (stream.controller === controller) dispatch(name, data);
+    });
   } catch {
     // A reset connection, an aborted read or the stall watchdog: handled below.
   }
   if (controller.signal.aborted && stream.controller !== controller) return;
   lost(lastWords ? `The registry ended the stream: ${lastWords.replace(/^stream ended:\s*/, '')}.`
-    : 'The connection to the registry closed.');
+    : 'The connection to the registry closed.',
+  lastWords && model.view === 'fleet' ? 'Fleet stream ended, reconnecting…' : undefined);
 }
 
 // The stream ended or never started: keep the table (marked stale) and try again later, each
@@ -207,7 +261,8 @@ function lost(why, status = 'Registry unreachable, reconnecting…', notBeforeMs
   stream.backoff = Math.min(stream.backoff * 2, BACKOFF_MAX_MS);
   setConnection('down', status);
   showBanner(`${why} Reconnecting automatically (next try in ${Math.ceil(delay / 1000)} s); ` +
-    'the table shows the last state seen.');
+    (model.view === 'fleet' ? 'the table shows the last fleet seen, which may no longer be ' +
+      'current.' : 'the table shows the last state seen.'));
   applyFilter();
   clearTimeout(stream.retryTimer);
   stream.retryTimer = setTimeout(connect, delay);
@@ -225,6 +280,7 @@ function tokenRefused() {
   disconnect();
   setToken(null);
   clearTable();
+  fleetIs('unknown');
   setConnection('refused', 'Token refused');
   showLogin('The registry refused that token. Paste the current one: it may have been ' +
     'mistyped, or rotated with "murmur-registry token --rotate".');
@@ -310,16 +366,33 @@ function dispatch(name, text) {
     case 'session.added':
     case 'session.changed':
       if (payload.session && payload.session.session_id) {
-        const changed = model.sessions.has(payload.session.session_id);
-        model.sessions.set(payload.session.session_id, payload.session);
+        const key = keyOf(payload.session);
+        const changed = model.sessions.has(key);
+        model.sessions.set(key, payload.session);
         render();
-        if (changed) flash(payload.session.session_id);
+        if (changed) flash(key);
       }
       break;
     case 'session.removed':
-      model.sessions.delete(payload.session_id);
-      model.busy.delete(payload.session_id);
+      model.sessions.delete(keyOf(payload));
+      model.busy.delete(keyOf(payload));
       render();
+      break;
+    case 'host.joined':
+      if (model.view === 'fleet' && typeof payload.host_id === 'string') {
+        model.hosts.set(payload.host_id, payload.host || { host_id: payload.host_id });
+        renderSummary();
+      }
+      break;
+    case 'host.left':
+      // The registry sends its sessions' removals first; this makes sure none is left behind.
+      if (model.view === 'fleet' && typeof payload.host_id === 'string') {
+        model.hosts.delete(payload.host_id);
+        for (const [key, session] of model.sessions) {
+          if (session.host_id === payload.host_id) model.sessions.delete(key);
+        }
+        render();
+      }
       break;
     default:
       // An event this page does not know yet: newer registries may add some.
@@ -330,16 +403,87 @@ function dispatch(name, text) {
 function onSnapshot(payload) {
   model.sessions = new Map();
   for (const session of payload.sessions || []) {
-    if (session && session.session_id) model.sessions.set(session.session_id, session);
+    if (session && session.session_id) model.sessions.set(keyOf(session), session);
   }
   model.unreadable = Number(payload.unreadable) || 0;
+  if (model.view === 'fleet') {
+    model.ownHost = typeof payload.host_id === 'string' ? payload.host_id : null;
+    model.hosts = new Map();
+    for (const host of payload.hosts || []) {
+      if (host && typeof host.host_id === 'string') model.hosts.set(host.host_id, host);
+    }
+    fleetIs('configured');
+  }
   model.live = true;
   stream.backoff = BACKOFF_FIRST_MS;
   document.body.classList.remove('stale');
   hideBanner();
   showSessions();
-  setConnection('live', 'Connected, live');
+  setConnection('live', model.view === 'fleet' ? 'Connected, live (fleet)' : 'Connected, live');
   render();
+  if (model.view === 'host' && stream.controller && !stream.askedFleet) {
+    stream.askedFleet = true;
+    askAboutFleet(stream.controller);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The switch: this host, or the fleet
+// ---------------------------------------------------------------------------------------------
+
+// Ask the registry whether it has a fleet (once per connection of the host view), so the
+// switch offers the fleet only when there is one, and says why not when there is none.
+async function askAboutFleet(controller) {
+  let response;
+  try {
+    response = await fetch('/fleet/hosts', {
+      headers: authHeaders({ Accept: 'application/json' }),
+      cache: 'no-store',
+      credentials: 'omit',
+      signal: controller.signal,
+    });
+  } catch {
+    return; // The next connection asks again.
+  }
+  if (response.ok || response.status === 503) {
+    // A fleet whose etcd is unreachable is still a fleet: its view says why it is unavailable.
+    fleetIs('configured');
+  } else if (response.status === 404) {
+    const { type, detail } = await readProblem(response);
+    fleetIs('off', detail || `the registry answered 404 (${type || 'no detail'})`);
+  }
+}
+
+function fleetIs(state, reason = '') {
+  fleet.state = state;
+  fleet.reason = reason;
+  ui.scopeFleet.disabled = state !== 'configured' && model.view !== 'fleet';
+  ui.scopeNote.textContent = state === 'off' ? `Fleet view off: ${reason}.` : '';
+  ui.scopeNote.hidden = state !== 'off';
+}
+
+// Show `view` ('host' or 'fleet'): a fresh table from that view's stream.
+function setView(view) {
+  model.view = view;
+  document.body.classList.toggle('view-fleet', view === 'fleet');
+  ui.scopeHost.checked = view === 'host';
+  ui.scopeFleet.checked = view === 'fleet';
+  ui.scopeFleet.disabled = fleet.state !== 'configured' && view !== 'fleet';
+  ui.title.textContent = VIEWS[view].title;
+  ui.caption.textContent = `Capsule sessions ${VIEWS[view].where}, newest first`;
+  const wanted = view === 'fleet' ? FLEET_HASH : '';
+  if (location.hash !== wanted) {
+    history.replaceState(null, '', location.pathname + location.search + wanted);
+  }
+}
+
+function switchTo(view) {
+  if (view === model.view) return;
+  setView(view);
+  hideBanner();
+  clearTable();
+  stream.backoff = BACKOFF_FIRST_MS;
+  if (getToken()) connect();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -351,6 +495,8 @@ function clearTable() {
   model.unreadable = 0;
   model.busy.clear();
   model.live = false;
+  model.ownHost = null;
+  model.hosts = new Map();
   for (const { tr } of rows.values()) tr.remove();
   rows.clear();
   announce('', 'info');
@@ -385,9 +531,9 @@ function wrap(...children) {
 
 // One row's elements, built once per session and updated in place afterwards, so a button
 // keeps the keyboard focus while events arrive.
-function buildRow(id) {
+function buildRow(key, session) {
   const tr = el('tr');
-  tr.dataset.sessionId = id;
+  tr.dataset.sessionId = session.session_id;
   const cell = (label, className) => {
     const td = el('td', className);
     td.dataset.label = label; // shown as a heading in the narrow, stacked layout
@@ -395,6 +541,10 @@ function buildRow(id) {
     return td;
   };
   const cells = {};
+  // Shown in the fleet view only (the style sheet hides the column otherwise).
+  cells.host = el('span', 'host-name');
+  cells.hostTag = el('span', 'host-tag', 'this host');
+  cell('Host', 'col-host').append(wrap(cells.host, cells.hostTag));
   const state = cell('State', 'col-state');
   cells.badge = el('span', 'badge');
   cells.badgeIcon = el('span', 'badge-icon');
@@ -414,21 +564,41 @@ function buildRow(id) {
   cells.id = el('code', 'session-id');
   cell('Session', 'col-session').append(cells.id);
   cells.door = el('code', 'door');
-  cell('Door', 'col-door').append(cells.door);
+  cells.doorScope = el('span', 'door-scope');
+  cell('Door', 'col-door').append(wrap(cells.door, cells.doorScope));
   cells.pid = el('span', 'mono');
   cell('PID', 'col-pid num').append(cells.pid);
   cells.uptime = el('time', 'uptime');
   cell('Uptime', 'col-uptime').append(cells.uptime);
 
-  const actions = cell('Actions', 'col-actions');
+  cells.actions = cell('Actions', 'col-actions');
   cells.stop = el('button', 'stop', 'Stop');
   cells.stop.type = 'button';
-  cells.stop.addEventListener('click', () => requestAction('stop', id, cells.stop));
+  cells.stop.addEventListener('click', () => requestAction('stop', key, cells.stop));
   cells.kill = el('button', 'kill danger-outline', 'Kill');
   cells.kill.type = 'button';
-  cells.kill.addEventListener('click', () => requestAction('kill', id, cells.kill));
-  actions.append(cells.stop, cells.kill);
+  cells.kill.addEventListener('click', () => requestAction('kill', key, cells.kill));
+  cells.remote = el('span', 'remote-note');
   return { tr, cells };
+}
+
+// Stop and Kill are in the row only when they belong there (see isOwn); another host's row
+// says where its session can be stopped instead, and has no button at all.
+function placeActions(cells, session) {
+  const own = isOwn(session);
+  if (own && !cells.stop.isConnected) {
+    cells.remote.remove();
+    cells.actions.append(cells.stop, cells.kill);
+  } else if (!own && !cells.remote.isConnected) {
+    cells.stop.remove();
+    cells.kill.remove();
+    cells.actions.append(cells.remote);
+  }
+  if (!own) {
+    const host = String(session.host_id ?? 'another host');
+    cells.remote.textContent = `on host ${host}`;
+    cells.remote.title = `Stop and Kill go through host ${host}'s own registry`;
+  }
 }
 
 const STATE_ICONS = { live: '●', unreachable: '◐', gone: '○', unknown: '?' };
@@ -437,6 +607,10 @@ function fillRow(row, session) {
   const { tr, cells } = row;
   const state = stateOf(session);
   tr.dataset.state = state;
+  const host = String(session.host_id ?? '');
+  tr.dataset.hostId = host;
+  cells.host.textContent = host;
+  cells.hostTag.hidden = !(model.view === 'fleet' && host === model.ownHost);
   cells.badge.className = `badge badge-${state}`;
   cells.badgeIcon.textContent = STATE_ICONS[state];
   cells.badgeText.textContent = state;
@@ -454,12 +628,17 @@ function fillRow(row, session) {
   cells.id.textContent = session.session_id;
   cells.door.textContent = session.url == null ? 'no door' : String(session.url);
   cells.door.classList.toggle('none', session.url == null);
+  // A door on loopback answers only on its own host (`door_scope`): say so, naming the host.
+  const hostOnly = model.view === 'fleet' && session.door_scope === 'host' && session.url != null;
+  cells.doorScope.textContent = hostOnly ? `only from ${host}` : '';
+  cells.doorScope.hidden = !hostOnly;
   cells.pid.textContent = String(session.pid ?? '');
   cells.uptime.dateTime = String(session.started_at ?? '');
   cells.uptime.title = session.started_at ? `started ${session.started_at}` : '';
   tickRow(row, session, Date.now());
 
-  const busy = model.busy.get(session.session_id);
+  placeActions(cells, session);
+  const busy = model.busy.get(keyOf(session));
   cells.stop.disabled = Boolean(busy);
   cells.kill.disabled = Boolean(busy);
   cells.stop.textContent = busy === 'stop' ? 'Stopping…' : 'Stop';
@@ -471,14 +650,15 @@ function fillRow(row, session) {
 
 function render() {
   const sessions = [...model.sessions.values()].sort(newestFirst);
-  for (const [id, row] of rows) {
-    if (!model.sessions.has(id)) removeRow(id, row);
+  for (const [key, row] of rows) {
+    if (!model.sessions.has(key)) removeRow(key, row);
   }
   sessions.forEach((session, index) => {
-    let row = rows.get(session.session_id);
+    const key = keyOf(session);
+    let row = rows.get(key);
     if (!row) {
-      row = buildRow(session.session_id);
-      rows.set(session.session_id, row);
+      row = buildRow(key, session);
+      rows.set(key, row);
     }
     fillRow(row, session);
     // Move a row only when it is out of place: moving a node takes the focus from it.
@@ -522,9 +702,9 @@ function applyFilter() {
     ui.empty.hidden = true;
   } else {
     ui.empty.hidden = false;
-    ui.empty.textContent = total === 0
-      ? 'No capsule sessions are running on this machine.'
-      : `No ${wanted} sessions; ${total} hidden by the filter.`;
+    ui.empty.textContent = total > 0 ? `No ${wanted} sessions; ${total} hidden by the filter.`
+      : model.live ? `No capsule sessions are running ${VIEWS[model.view].where}.`
+        : 'Nothing to show until the registry answers.';
   }
   renderSummary(shown);
 }
@@ -534,6 +714,10 @@ function renderSummary(shown) {
   for (const session of model.sessions.values()) counts[stateOf(session)] += 1;
   const total = model.sessions.size;
   const parts = [`${total} ${total === 1 ? 'session' : 'sessions'}`];
+  if (model.view === 'fleet' && model.live) {
+    const hosts = model.hosts.size;
+    parts[0] += ` on ${hosts} ${hosts === 1 ? 'host' : 'hosts'}`;
+  }
   const detail = STATES.filter((s) => counts[s] > 0).map((s) => `${counts[s]} ${s}`);
   if (detail.length > 0) parts.push(detail.join(', '));
   if (model.unreadable > 0) {
@@ -563,8 +747,8 @@ function tickRow(row, session, now) {
 
 function tickAll() {
   const now = Date.now();
-  for (const [id, row] of rows) {
-    const session = model.sessions.get(id);
+  for (const [key, row] of rows) {
+    const session = model.sessions.get(key);
     if (session) tickRow(row, session, now);
   }
 }
@@ -599,15 +783,20 @@ function confirmAction(kind, session) {
   });
 }
 
-async function requestAction(kind, id, button) {
-  const session = model.sessions.get(id);
-  if (!session || model.busy.has(id)) return;
+// `key` names the row; the request names the session by its id, to this registry, and is
+// never sent for another host's session.
+async function requestAction(kind, key, button) {
+  const session = model.sessions.get(key);
+  if (!session || !isOwn(session) || model.busy.has(key)) return;
+  const view = model.view;
   const confirmed = await confirmAction(kind, session);
   // Give the focus back to the button that opened the dialog, if its row is still here.
   if (button.isConnected) button.focus();
-  if (!confirmed) return;
+  // Not if the view changed meanwhile (its keys, and what is own, are another view's).
+  if (!confirmed || model.view !== view) return;
+  const id = session.session_id;
   const name = `${session.capsule_name || 'session'} (${id})`;
-  model.busy.set(id, kind);
+  model.busy.set(key, kind);
   render();
   announce(kind === 'stop' ? `Stopping ${name}…` : `Killing ${name}…`, 'info');
   const path = `/sessions/${encodeURIComponent(id)}/` + (kind === 'stop' ? 'stop' : 'signal');
@@ -622,7 +811,7 @@ async function requestAction(kind, id, button) {
   try {
     response = await fetch(path, init);
   } catch {
-    finishAction(id);
+    finishAction(key);
     announce(`Could not reach the registry to ${kind} ${name}. Nothing was confirmed.`, 'error');
     return;
   }
@@ -631,7 +820,7 @@ async function requestAction(kind, id, button) {
     return;
   }
   const body = await readJson(response);
-  finishAction(id);
+  finishAction(key);
   if (response.ok) {
     announce(describeSuccess(kind, name, body), 'ok');
   } else {
@@ -642,8 +831,8 @@ async function requestAction(kind, id, button) {
   }
 }
 
-function finishAction(id) {
-  model.busy.delete(id);
+function finishAction(key) {
+  model.busy.delete(key);
   render();
 }
 
@@ -671,9 +860,11 @@ async function readJson(response) {
   }
 }
 
-async function problemDetail(response) {
+// A problem answer's `type` (its last word, e.g. `fleet-not-configured`) and `detail`.
+async function readProblem(response) {
   const body = await readJson(response);
-  return body && typeof body.detail === 'string' ? body.detail : '';
+  const text = (field) => (body && typeof body[field] === 'string' ? body[field] : '');
+  return { type: text('type').split(':').pop(), detail: text('detail') };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -705,6 +896,7 @@ ui.forget.addEventListener('click', () => {
   disconnect();
   setToken(null);
   clearTable();
+  fleetIs('unknown');
   setConnection('idle', 'Not connected');
   showLogin();
 });
@@ -715,6 +907,15 @@ ui.retry.addEventListener('click', () => {
 });
 
 ui.filter.addEventListener('change', applyFilter);
+
+for (const radio of [ui.scopeHost, ui.scopeFleet]) {
+  radio.addEventListener('change', () => {
+    if (radio.checked) switchTo(radio.value);
+  });
+}
+window.addEventListener('hashchange', () => {
+  switchTo(location.hash === FLEET_HASH ? 'fleet' : 'host');
+});
 
 ui.dialogOk.addEventListener('click', () => ui.dialog.close('ok'));
 ui.dialogCancel.addEventListener('click', () => ui.dialog.close('cancel'));
@@ -729,6 +930,8 @@ window.addEventListener('online', () => {
 });
 
 setInterval(tickAll, 1000);
+
+setView(model.view);
 
 if (getToken()) {
   connect();
