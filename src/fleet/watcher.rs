@@ -7,9 +7,13 @@
 //!   connection, a failed or ended watch, or etcd silent for [`WatchDeadlines::silent_after`]
 //!   makes it unavailable (saying why) at once, so a stale fleet is never served as current.
 //! - After a failure a fresh read is tried every [`WatchDeadlines::retry_after`], on a new
-//!   connection; a compaction, and a watch that broke while following (its member went away),
-//!   are a fresh read at once on the same one (see [`read_again_at_once`]). A fresh read replaces the whole
-//!   cache, so nothing that left meanwhile survives it.
+//!   connection to the next member; a compaction is a fresh read at once on the same one, and
+//!   a watch that broke while following (its member went away) a fresh read at once on the
+//!   next member (see [`read_again_at_once`]). A fresh read replaces the whole cache, so
+//!   nothing that left meanwhile survives it.
+//! - Each connection asks one member: a channel balanced over every member kept sending the
+//!   fresh reads to a dead one, so one member's loss made the fleet unavailable for longer
+//!   than a TTL.
 //! - Every wait on etcd has a deadline; the task never panics and ends only when stopped.
 
 use std::time::Duration;
@@ -87,42 +91,56 @@ enum Stop {
 impl Watcher {
     async fn run(self) {
         let mut last_retry = None;
+        // Which member the next connection asks: after any failure, the next one.
+        let mut turn = 0;
         loop {
-            let why = match self.connect().await {
+            let failed = match self.connect(turn).await {
                 Ok(mut client) => self.follow_until_failed(&mut client, &mut last_retry).await,
-                Err(why) => why,
+                Err(why) => Some(why),
             };
-            self.view.unavailable(why);
-            tokio::time::sleep(self.deadlines.retry_after).await;
+            turn = turn.wrapping_add(1);
+            if let Some(why) = failed {
+                self.view.unavailable(why);
+                tokio::time::sleep(self.deadlines.retry_after).await;
+            }
         }
     }
 
-    /// Follow the fleet on `client`, reading again after a compaction or a broken watch (see
-    /// [`read_again_at_once`]); why it failed.
+    /// Follow the fleet on `client`, reading again after a compaction; why it failed, or
+    /// `None` for a broken watch to read again at once on the next member (see
+    /// [`read_again_at_once`]).
     async fn follow_until_failed(
         &self,
         client: &mut Client,
         last_retry: &mut Option<Instant>,
-    ) -> String {
+    ) -> Option<String> {
         loop {
             match self.follow(client).await {
                 Stop::Compacted => tracing::info!("fleet watch compacted: reading again"),
                 Stop::Failed(failure, why) => {
                     let since = last_retry.map(|at: Instant| at.elapsed());
                     if !read_again_at_once(failure, since, self.ttl) {
-                        return why;
+                        return Some(why);
                     }
                     tracing::info!(%why, "fleet watch broke: reading again at once");
                     *last_retry = Some(Instant::now());
+                    return None;
                 }
             }
         }
     }
 
-    async fn connect(&self) -> Result<Client, String> {
-        let endpoints = self.settings.endpoints.join(",");
+    /// A client of the `turn`-th member (round the list).
+    async fn connect(&self, turn: usize) -> Result<Client, String> {
+        let all = &self.settings.endpoints;
+        let one = all.get(turn % all.len().max(1)).cloned();
+        let settings = EtcdSettings {
+            endpoints: one.into_iter().collect(),
+            ..self.settings.clone()
+        };
+        let endpoints = settings.endpoints.join(",");
         // `connect` bounds its own wait; this bounds it again should a resolver hang.
-        match timeout(self.ttl, connect(&self.settings, self.ttl)).await {
+        match timeout(self.ttl, connect(&settings, self.ttl)).await {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(error)) => Err(format!("cannot connect to etcd at {endpoints}: {error}")),
             Err(_) => Err(format!(
