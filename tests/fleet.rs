@@ -20,7 +20,8 @@
 //! - a second registry claiming a live host id exits 1 after waiting about one TTL, naming the
 //!   id, and the holder is untouched;
 //! - a three-member cluster whose leader is killed: publishing and reading go on, no host
-//!   leaves.
+//!   leaves, and a reader unavailable during the election is back within a TTL; a follower
+//!   killed (the first endpoint each registry is given) is noticed by no reader.
 //!
 //! Every test needs `/usr/bin/etcd` (Debian's `etcd-server`) and the `fleet` feature, so each is
 //! ignored by plain `cargo test`. Waiting is by polling the registries (or reading their
