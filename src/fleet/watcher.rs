@@ -89,11 +89,15 @@ enum Stop {
 impl Watcher {
     async fn run(self) {
         let mut last_retry = None;
+        // Which member the next connection asks: after any failure, the next one. A client
+        // given every member spreads its requests over them, dead ones included.
+        let mut turn = 0;
         loop {
-            let why = match self.connect().await {
+            let why = match self.connect(turn).await {
                 Ok(mut client) => self.follow_until_failed(&mut client, &mut last_retry).await,
                 Err(why) => why,
             };
+            turn = turn.wrapping_add(1);
             self.view.unavailable(why);
             tokio::time::sleep(self.deadlines.retry_after).await;
         }
@@ -179,10 +183,17 @@ impl Watcher {
         Err(why)
     }
 
-    async fn connect(&self) -> Result<Client, String> {
-        let endpoints = self.settings.endpoints.join(",");
+    /// A client of the `turn`-th member (round the list).
+    async fn connect(&self, turn: usize) -> Result<Client, String> {
+        let all = &self.settings.endpoints;
+        let one = all.get(turn % all.len().max(1)).cloned();
+        let settings = EtcdSettings {
+            endpoints: one.into_iter().collect(),
+            ..self.settings.clone()
+        };
+        let endpoints = settings.endpoints.join(",");
         // `connect` bounds its own wait; this bounds it again should a resolver hang.
-        match timeout(self.ttl, connect(&self.settings, self.ttl)).await {
+        match timeout(self.ttl, connect(&settings, self.ttl)).await {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(error)) => Err(format!("cannot connect to etcd at {endpoints}: {error}")),
             Err(_) => Err(format!(
