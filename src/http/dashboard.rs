@@ -2,8 +2,9 @@
 //!
 //! Invariants kept here:
 //! - The page is static bytes fixed at build time: it carries no session data and no token, so
-//!   it is served without auth. Everything it shows it fetches itself, from `/events` and the
-//!   sessions endpoints, with the token the person pastes (kept in `sessionStorage` only).
+//!   it is served without auth. Everything it shows it fetches itself, from `/events`, the
+//!   sessions endpoints and `/fleet/*`, with the token the person pastes (kept in
+//!   `sessionStorage` only).
 //! - Nothing is fetched from another host and nothing runs inline: every response here carries
 //!   a Content-Security-Policy that allows scripts, styles and connections to this origin only
 //!   (plus `data:` images), forbids framing, `<base>` and form submission, and is never cached.
