@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::{Method, Request, header};
 use hyper_util::rt::TokioIo;
@@ -129,15 +130,6 @@ struct DoorAddress<'a> {
     port: u16,
     /// `host:port` as the record wrote it (brackets around an IPv6 literal), for `Host`.
     authority: &'a str,
-}
-
-/// Stops a spawned task when dropped, so an abandoned probe leaves nothing running.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl Default for DoorProbe {
@@ -310,45 +302,52 @@ async fn fetch_card(
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|_| "closed the connection before answering".to_owned())?;
-    let _connection = AbortOnDrop(tokio::spawn(async move {
-        let _ = connection.await;
-    }));
-    let builder = Request::builder()
-        .header(header::HOST, address.authority)
-        .header(header::USER_AGENT, USER_AGENT)
-        .header("A2A-Version", "1.0");
-    let request = match door_token {
-        Some(token) => builder
-            .method(Method::POST)
-            .uri("/")
-            .header(header::AUTHORIZATION, format!("Bearer {}", token.expose()))
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from_static(EXTENDED_CARD_REQUEST))),
-        None => builder
-            .method(Method::GET)
-            .uri("/.well-known/agent-card.json")
-            .body(Full::new(Bytes::new())),
+    let exchange = std::pin::pin!(async move {
+        let builder = Request::builder()
+            .header(header::HOST, address.authority)
+            .header(header::USER_AGENT, USER_AGENT)
+            .header("A2A-Version", "1.0");
+        let request = match door_token {
+            Some(token) => builder
+                .method(Method::POST)
+                .uri("/")
+                .header(header::AUTHORIZATION, format!("Bearer {}", token.expose()))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from_static(EXTENDED_CARD_REQUEST))),
+            None => builder
+                .method(Method::GET)
+                .uri("/.well-known/agent-card.json")
+                .body(Full::new(Bytes::new())),
+        }
+        .map_err(|_| "could not be asked: the request is malformed".to_owned())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|_| "closed the connection without a valid HTTP answer".to_owned())?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("answered HTTP {}", status.as_u16()));
+        }
+        Limited::new(response.into_body(), MAX_CARD_BYTES)
+            .collect()
+            .await
+            .map(|collected| collected.to_bytes())
+            .map_err(|e| {
+                if e.is::<LengthLimitError>() {
+                    format!("answered more than {MAX_CARD_BYTES} bytes")
+                } else {
+                    "broke off its answer".to_owned()
+                }
+            })
+    });
+    // The connection is driven here, beside the exchange, not in a task of its own: a probe is
+    // one request, and a task per probe cost more than the request (idle rechecks). A
+    // connection that ends first has handed over all it read; the exchange then finishes (or
+    // fails) on that. Dropping the connection closes the socket.
+    match future::select(exchange, connection).await {
+        future::Either::Left((answer, _connection)) => answer,
+        future::Either::Right((_ended, exchange)) => exchange.await,
     }
-    .map_err(|_| "could not be asked: the request is malformed".to_owned())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|_| "closed the connection without a valid HTTP answer".to_owned())?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(format!("answered HTTP {}", status.as_u16()));
-    }
-    Limited::new(response.into_body(), MAX_CARD_BYTES)
-        .collect()
-        .await
-        .map(|collected| collected.to_bytes())
-        .map_err(|e| {
-            if e.is::<LengthLimitError>() {
-                format!("answered more than {MAX_CARD_BYTES} bytes")
-            } else {
-                "broke off its answer".to_owned()
-            }
-        })
 }
 
 const USER_AGENT: &str = concat!("murmur-registry/", env!("CARGO_PKG_VERSION"));
