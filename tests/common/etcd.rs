@@ -53,7 +53,7 @@ impl Etcd {
 
     async fn start_solo(tls: Option<TestCerts>) -> Self {
         for _ in 0..PORT_RETRIES {
-            let [client_port, peer_port] = free_ports();
+            let [client_port, peer_port] = free_port_pairs(1)[0];
             let name = "solo".to_owned();
             let initial_cluster = format!("{name}=http://127.0.0.1:{peer_port}");
             let mut etcd = Self::configured(name, client_port, peer_port, initial_cluster);
@@ -225,7 +225,7 @@ impl EtcdCluster {
     /// `size` members forming one cluster, every one answering.
     pub async fn start(size: usize) -> Self {
         'attempt: for _ in 0..PORT_RETRIES {
-            let ports: Vec<[u16; 2]> = (0..size).map(|_| free_ports()).collect();
+            let ports = free_port_pairs(size);
             let initial_cluster = ports
                 .iter()
                 .enumerate()
@@ -317,13 +317,18 @@ async fn answers(endpoint: &str, certs: Option<&TestCerts>) -> bool {
     }
 }
 
-/// Two loopback ports nothing listened on a moment ago.
-fn free_ports() -> [u16; 2] {
-    // Both bound at once, so they differ.
-    let a = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    let b = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+/// `count` pairs of loopback ports nothing listened on a moment ago, all different: every
+/// listener is held until all are bound (ports let go one call at a time come back from the
+/// kernel, and a cluster's members would clash).
+fn free_port_pairs(count: usize) -> Vec<[u16; 2]> {
+    let listeners: Vec<TcpListener> = (0..count * 2)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a free port"))
+        .collect();
     let port = |l: &TcpListener| l.local_addr().expect("a bound address").port();
-    [port(&a), port(&b)]
+    listeners
+        .chunks(2)
+        .map(|pair| [port(&pair[0]), port(&pair[1])])
+        .collect()
 }
 
 /// A private CA and, signed by it, a server certificate for `127.0.0.1` and a client
