@@ -88,7 +88,7 @@ async fn write_simulated_hosts(client: &mut Client) {
 
 /// A session entry as a registry publishes it (checked to parse as one).
 fn session_entry(host_id: &str, session_id: &str, index: usize) -> Value {
-    let live = index % NOT_LIVE_EVERY != 0;
+    let live = !index.is_multiple_of(NOT_LIVE_EVERY);
     let (state, reason, skills) = if live {
         let skills = json!([{"id": "summarize", "tags": ["text", "en"]},
             {"id": format!("plan-{}", index % 7), "tags": ["planning"]}]);

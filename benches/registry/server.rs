@@ -77,6 +77,8 @@ impl Server {
     }
 
     /// `kill -9` the registry and reap it.
+    // Only the fleet scenario kills a registry.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     pub fn kill(&mut self) {
         self.served.kill();
     }
