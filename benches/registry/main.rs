@@ -34,6 +34,13 @@ mod binaries;
 mod door_host;
 mod event_listener;
 mod figures;
+mod fleet;
+#[cfg(feature = "fleet")]
+mod fleet_departure;
+#[cfg(feature = "fleet")]
+mod fleet_listing;
+#[cfg(feature = "fleet")]
+mod fleet_publishing;
 mod idle_listener;
 mod kill_to_removed;
 mod lean;
@@ -53,9 +60,18 @@ mod threaded_process;
 mod served;
 #[path = "../../tests/common/steps.rs"]
 mod steps;
+// The fleet scenario's etcd is started exactly as the fleet tests start theirs.
+#[cfg(feature = "fleet")]
+#[allow(dead_code)]
+#[path = "../../tests/common/etcd.rs"]
+mod etcd;
+/// The private temporary directory `etcd` keeps its data in.
+#[cfg(feature = "fleet")]
+use records::private_temp_dir as temp_dir;
 
 use binaries::Binaries;
 use figures::{Row, load_average, print_header};
+use fleet::fleet_figures;
 use idle_listener::idle_with_one_listener;
 use kill_to_removed::sigkill_to_removed;
 use lean::lean_path_throughput_and_memory;
@@ -84,7 +100,7 @@ fn main() {
         return;
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
-    // `--only many,slow,poll,lean,kill,idle,threads,decade` runs some scenarios.
+    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet` runs some scenarios.
     let only: Vec<String> = args
         .iter()
         .position(|a| a == "--only")
@@ -133,6 +149,9 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
     }
     if wanted("decade") {
         step!(ten_thousand_records(&mut rows, &binaries));
+    }
+    if wanted("fleet") {
+        step!(fleet_figures(&mut rows));
     }
 
     println!();

@@ -41,6 +41,11 @@ impl Server {
 
     /// `binary serve` on `running_dir`, with every other setting at its default.
     pub fn start_binary(binary: &Path, running_dir: &Path) -> Self {
+        Self::start_with(binary, running_dir, &[])
+    }
+
+    /// `binary serve` on `running_dir` with `extra` flags (the fleet's, say).
+    pub fn start_with(binary: &Path, running_dir: &Path, extra: &[String]) -> Self {
         let home = private_temp_dir();
         let token_file = home.path().join("token");
         let mut cmd = Command::new(binary);
@@ -50,6 +55,7 @@ impl Server {
             .arg(running_dir)
             .arg("--token-file")
             .arg(&token_file)
+            .args(extra)
             .env("HOME", home.path())
             .env("RUST_LOG", "warn");
         // A thousand records are read before the first line; allow for a loaded machine.
@@ -68,6 +74,13 @@ impl Server {
             token,
             _home: home,
         }
+    }
+
+    /// `kill -9` the registry and reap it.
+    // Only the fleet scenario kills a registry.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    pub fn kill(&mut self) {
+        self.served.kill();
     }
 
     pub fn cpu(&self) -> Duration {

@@ -6,8 +6,9 @@
 //! as of `revision`; every difference a step makes to it is returned as one [`FleetChange`], in
 //! the order etcd gave them. An entry that does not parse is skipped with a reason, and a key
 //! overwritten with one leaves the cache (its old value is no longer what etcd holds). A
-//! session's `door_token` or `credentials`, should a faulty host publish one, is dropped. Pure:
-//! no I/O, no clock.
+//! session's `door_token` or `credentials`, should a faulty host publish one, is dropped. Each
+//! session is held with its JSON encoding, made once when it is read, so an answer of any subset
+//! of the fleet is a concatenation, not a re-encoding. Pure: no I/O, no clock.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,13 +79,22 @@ pub struct FleetCache {
     keys: FleetKeys,
     revision: i64,
     hosts: BTreeMap<HostId, Arc<HostEntry>>,
-    sessions: BTreeMap<(HostId, String), Arc<SessionEntry>>,
+    sessions: BTreeMap<(HostId, String), CachedSession>,
+}
+
+/// A session as the cache holds it: the entry, and its serde JSON encoding made when it was read.
+#[derive(Debug, Clone)]
+pub struct CachedSession {
+    /// The entry.
+    pub entry: Arc<SessionEntry>,
+    /// `serde_json::to_string(&*entry)`, byte for byte.
+    pub json: Arc<str>,
 }
 
 /// A parsed entry, ready to store.
 enum Parsed {
     Host(HostId, Arc<HostEntry>),
-    Session(HostId, String, Arc<SessionEntry>),
+    Session(HostId, String, CachedSession),
 }
 
 impl FleetCache {
@@ -128,6 +138,11 @@ impl FleetCache {
 
     /// Every session, by host and session id.
     pub fn sessions(&self) -> impl ExactSizeIterator<Item = &Arc<SessionEntry>> {
+        self.sessions.values().map(|cached| &cached.entry)
+    }
+
+    /// Every session with its encoding, by host and session id.
+    pub fn cached_sessions(&self) -> impl ExactSizeIterator<Item = &CachedSession> {
         self.sessions.values()
     }
 
@@ -184,8 +199,9 @@ impl FleetCache {
                 changes.push(FleetChange::HostJoined(Arc::clone(entry)));
             }
         }
-        for (key, entry) in &newer.sessions {
-            match self.sessions.get(key) {
+        for (key, cached) in &newer.sessions {
+            let entry = &cached.entry;
+            match self.sessions.get(key).map(|old| &old.entry) {
                 None => changes.push(FleetChange::SessionAdded(Arc::clone(entry))),
                 Some(old) if old != entry => changes.push(FleetChange::SessionChanged {
                     old: Arc::clone(old),
@@ -209,9 +225,14 @@ impl FleetCache {
         &mut self,
         host: HostId,
         id: String,
-        entry: Arc<SessionEntry>,
+        cached: CachedSession,
     ) -> Option<FleetChange> {
-        match self.sessions.insert((host, id), Arc::clone(&entry)) {
+        let entry = Arc::clone(&cached.entry);
+        match self
+            .sessions
+            .insert((host, id), cached)
+            .map(|old| old.entry)
+        {
             None => Some(FleetChange::SessionAdded(entry)),
             Some(old) if old == entry => None,
             Some(old) => Some(FleetChange::SessionChanged { old, now: entry }),
@@ -262,7 +283,14 @@ impl FleetCache {
                 if entry.session.get("session_id").and_then(|v| v.as_str()) != Some(&session_id) {
                     return Err(skip("its session_id is not its key's".to_owned()));
                 }
-                Ok(Parsed::Session(host, session_id, Arc::new(entry)))
+                // Infallible for this shape (string keys, JSON values), but never assumed.
+                let json = serde_json::to_string(&entry)
+                    .map_err(|e| skip(format!("cannot be encoded: {e}")))?;
+                let cached = CachedSession {
+                    entry: Arc::new(entry),
+                    json: json.into(),
+                };
+                Ok(Parsed::Session(host, session_id, cached))
             }
         }
     }

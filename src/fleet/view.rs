@@ -50,10 +50,17 @@ pub struct FleetSnapshot {
     pub hosts: Vec<Arc<HostEntry>>,
     /// Every session, newest first (then by host and session id).
     pub sessions: Vec<Arc<SessionEntry>>,
+    /// Each session's JSON, as the cache made it: `session_json[i]` encodes `sessions[i]`.
+    session_json: Vec<Arc<str>>,
     encoded: OnceLock<String>,
 }
 
 impl FleetSnapshot {
+    /// Every session with its JSON encoding (made once, when it was read), newest first.
+    pub fn sessions_with_json(&self) -> impl Iterator<Item = (&SessionEntry, &str)> {
+        (self.sessions.iter().map(|s| &**s)).zip(self.session_json.iter().map(|j| &**j))
+    }
+
     /// Its wire form, made by `encode` once however many listeners send it.
     pub fn encoded(&self, encode: impl FnOnce(&Self) -> String) -> &str {
         self.encoded.get_or_init(|| encode(self))
@@ -347,15 +354,19 @@ impl ViewState {
 
 /// The picture of `cache` including change `id`.
 fn snapshot_of(cache: &FleetCache, id: u64, own: &HostId) -> FleetSnapshot {
-    let mut sessions: Vec<_> = cache.sessions().cloned().collect();
+    let mut cached: Vec<_> = cache.cached_sessions().collect();
     // Stable: equal start times keep the cache's host and session order.
-    sessions.sort_by(|a, b| started_at(b).cmp(started_at(a)));
+    cached.sort_by(|a, b| started_at(&b.entry).cmp(started_at(&a.entry)));
+    let (sessions, session_json) = (cached.into_iter())
+        .map(|c| (Arc::clone(&c.entry), Arc::clone(&c.json)))
+        .unzip();
     FleetSnapshot {
         id,
         revision: cache.revision(),
         host_id: own.clone(),
         hosts: cache.hosts().cloned().collect(),
         sessions,
+        session_json,
         encoded: OnceLock::new(),
     }
 }

@@ -26,6 +26,9 @@ use super::watch_step::{
     Failure, ResponseFacts, WatchDeadlines, WatchStep, read_again_at_once, step_of,
 };
 
+/// The largest read of the fleet taken in: far above 10 hosts × 1,000 sessions (about 6 MiB).
+const MAX_READ_BYTES: usize = 256 << 20;
+
 /// The running watcher. Dropping it (or [`FleetWatcher::stop`]) stops the watch, and the view
 /// it fed becomes unavailable: nothing follows etcd for it any more.
 #[derive(Debug)]
@@ -235,7 +238,9 @@ impl Watcher {
 
     /// Read every fleet key, answered by `deadline`; the revision read at.
     async fn read(&self, client: &mut Client, deadline: Instant) -> Result<i64, (Failure, String)> {
-        let get = client.get(self.keys.all(), Some(GetOptions::new().with_prefix()));
+        // A fleet of thousands of sessions outgrows gRPC's default 4 MiB message.
+        let mut kv = client.kv_client().max_decoding_message_size(MAX_READ_BYTES);
+        let get = kv.get(self.keys.all(), Some(GetOptions::new().with_prefix()));
         let mut response = match timeout_at(deadline, get).await {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => {

@@ -37,7 +37,8 @@ use crate::fleet::{HostId, SessionEntry};
 use crate::registry::RegistryError;
 use wire::{
     FleetHosts, FleetQuery, FleetSessionAdded, FleetSessionChanged, FleetSessionRemoved,
-    FleetSessions, FleetStreamEvent, HostJoined, HostLeft, published_state, state_of, whole,
+    FleetSessions, FleetStreamEvent, HostJoined, HostLeft, published_state, sessions_json,
+    state_of,
 };
 
 /// The tag of the fleet endpoints in the OpenAPI spec.
@@ -87,22 +88,12 @@ pub async fn fleet_sessions(
     let keep = Filter::of(&query)?;
     let snapshot = state.fleet().current()?;
     if keep.is_everything() {
-        // Encoded once per picture, shared with the streams' snapshots.
-        let body = snapshot.encoded(|snapshot| encode(&whole(snapshot)));
+        // Made once per picture, shared with the streams' snapshots.
+        let body = snapshot.encoded(whole);
         return Ok(json_body(Bytes::copy_from_slice(body.as_bytes())));
     }
-    json_response(&FleetSessions {
-        revision: snapshot.revision,
-        host_id: snapshot.host_id.as_str(),
-        hosts: (snapshot.hosts.iter())
-            .filter(|h| keep.host(&h.host_id))
-            .map(|h| &**h)
-            .collect(),
-        sessions: (snapshot.sessions.iter())
-            .filter(|s| keep.session(s))
-            .map(|s| &**s)
-            .collect(),
-    })
+    let body = sessions_json(&snapshot, |h| keep.host(&h.host_id), |s| keep.session(s));
+    Ok(json_body(Bytes::from(body)))
 }
 
 /// Every host in the fleet: each registry taking part, by id.
@@ -206,7 +197,12 @@ fn snapshot_event(snapshot: &FleetSnapshot) -> SseEvent {
     SseEvent::default()
         .id(snapshot.id.to_string())
         .event(EventName::Snapshot.as_str())
-        .data(snapshot.encoded(|snapshot| encode(&whole(snapshot))))
+        .data(snapshot.encoded(whole))
+}
+
+/// The whole fleet's JSON: a snapshot's data, and the unfiltered `GET /fleet/sessions`.
+fn whole(snapshot: &FleetSnapshot) -> String {
+    sessions_json(snapshot, |_| true, |_| true)
 }
 
 fn sse_event(event: &Arc<FleetEvent>) -> SseEvent {

@@ -188,3 +188,49 @@ async fn a_compacted_watch_is_read_again_and_listeners_get_the_differences() {
     assert!(now.revision >= latest, "{} < {latest}", now.revision);
     following.abort();
 }
+
+/// A fleet larger than gRPC's default 4 MiB message is read whole, not refused.
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_fleet_larger_than_four_mib_is_read() {
+    let etcd = SoloEtcd::start().await;
+    let mut client = etcd.client().await;
+    let keys = FleetKeys::new("/large");
+    let b: HostId = "b".parse().expect("a host id");
+    const SESSIONS: usize = 1_000;
+    for batch in 0..SESSIONS / 100 {
+        let puts: Vec<_> = (batch * 100..(batch + 1) * 100)
+            .map(|i| {
+                let id = format!("ses_{i}");
+                let mut value: serde_json::Value =
+                    serde_json::from_str(&session("b", &id, "live")).expect("JSON");
+                value["workdir"] = "w".repeat(5_000).into();
+                etcd_client::TxnOp::put(keys.session(&b, &id), value.to_string(), None)
+            })
+            .collect();
+        client
+            .txn(etcd_client::Txn::new().and_then(puts))
+            .await
+            .expect("a transaction");
+    }
+    let ttl = Duration::from_secs(3);
+    let view = FleetView::new("a".parse().expect("a host id"));
+    let watcher = Watcher {
+        // The shared settings carry TLS and credential fields on the publishing branch.
+        #[allow(clippy::needless_update)]
+        settings: EtcdSettings {
+            endpoints: vec![etcd.endpoint.clone()],
+            ..Default::default()
+        },
+        keys,
+        ttl,
+        deadlines: WatchDeadlines::for_ttl(ttl),
+        view: view.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    watcher
+        .read(&mut client, deadline)
+        .await
+        .expect("a read of about 5 MB");
+    assert_eq!(view.current().expect("current").sessions.len(), SESSIONS);
+}

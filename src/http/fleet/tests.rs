@@ -253,3 +253,69 @@ async fn the_stream_sends_the_snapshot_then_changes_then_why_it_ended() {
     );
     assert_eq!(events.len(), 3, "{text}");
 }
+
+/// Every filter's answer is, byte for byte, serde's encoding of the sessions it keeps: the
+/// cached per-session encodings are exactly what re-encoding the entries would give.
+#[tokio::test]
+async fn every_answer_is_byte_for_byte_the_serde_encoding_of_what_it_keeps() {
+    let view = fleet_of_two();
+    // A value with escapes, non-ASCII text and a secret the cache drops.
+    let mut odd: Value = json(
+        &String::from_utf8(sample::session("b", "ses_b2", 4, "unreachable", "x").1).expect("utf-8"),
+    );
+    odd["workdir"] = "/w/\"quoted\"\\ünï\tcode/\u{1F600}".into();
+    odd["door_token"] = "secret".into();
+    let (key, value) = (
+        b"/p/sessions/b/ses_b2".to_vec(),
+        odd.to_string().into_bytes(),
+    );
+    view.apply([(
+        43,
+        WatchChange::Put {
+            key: &key,
+            value: &value,
+        },
+    )]);
+    let (state, token, _home) = state_with(view.clone());
+    let snapshot = view.current().expect("current");
+    for query in [
+        "",
+        "status=live",
+        "status=gone,unreachable",
+        "status=unreachable",
+        "host=a",
+        "host=b,c",
+        "skill=summarize",
+        "skill=tag",
+        "host=a&status=live&skill=plan",
+        "skill=none",
+    ] {
+        let (status, body) = get(&state, &token, "GET", &format!("/fleet/sessions?{query}")).await;
+        assert_eq!(status, StatusCode::OK, "{query}");
+        let keep = Filter::of(
+            &axum::extract::Query::try_from_uri(&format!("/?{query}").parse().expect("a uri"))
+                .expect("a query")
+                .0,
+        )
+        .expect("a filter");
+        let want = serde_json::to_string(&FleetSessions {
+            revision: snapshot.revision,
+            host_id: snapshot.host_id.as_str(),
+            hosts: (snapshot.hosts.iter())
+                .filter(|h| keep.host(&h.host_id))
+                .map(|h| &**h)
+                .collect(),
+            sessions: (snapshot.sessions.iter())
+                .filter(|s| keep.session(s))
+                .map(|s| &**s)
+                .collect(),
+        })
+        .expect("encodes");
+        assert_eq!(body, want, "{query}");
+        assert!(!body.contains("secret"), "{query}");
+    }
+    assert!(
+        snapshot.encoded(whole).contains("ünï"),
+        "the snapshot's data is the same encoding"
+    );
+}

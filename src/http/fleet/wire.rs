@@ -13,6 +13,7 @@ use utoipa::openapi::schema::Schema;
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::super::event_stream::{EventName, one_event_schema};
+use super::super::events::encode;
 use super::super::wire::{SessionState, SessionView};
 use crate::fleet::view::FleetSnapshot;
 use crate::fleet::{DoorScope, HostEntry, SessionEntry};
@@ -142,14 +143,50 @@ pub struct FleetQuery {
     pub skill: Option<String>,
 }
 
-/// The body of a snapshot: the whole fleet, unfiltered.
-pub(super) fn whole(snapshot: &FleetSnapshot) -> FleetSessions<'_> {
-    FleetSessions {
+/// The JSON of `GET /fleet/sessions` (and a snapshot's data) keeping the hosts and sessions the
+/// predicates accept: byte for byte `FleetSessions`' serde encoding, but each session's part is
+/// the encoding its cache made when it was read, so no filter re-encodes the fleet.
+pub(super) fn sessions_json(
+    snapshot: &FleetSnapshot,
+    keep_host: impl Fn(&HostEntry) -> bool,
+    keep_session: impl Fn(&SessionEntry) -> bool,
+) -> String {
+    let hosts: Vec<&HostEntry> = (snapshot.hosts.iter().map(|h| &**h))
+        .filter(|h| keep_host(h))
+        .collect();
+    let sessions = (snapshot.sessions_with_json()).filter(|(entry, _)| keep_session(entry));
+    let head = encode(&FleetSessions {
         revision: snapshot.revision,
         host_id: snapshot.host_id.as_str(),
-        hosts: snapshot.hosts.iter().map(|h| &**h).collect(),
-        sessions: snapshot.sessions.iter().map(|s| &**s).collect(),
+        hosts: hosts.clone(),
+        sessions: Vec::new(),
+    });
+    // `sessions` is the last field: its empty list closes the object, so the kept sessions'
+    // encodings go between the brackets.
+    let Some(head) = head.strip_suffix("[]}") else {
+        tracing::error!("the fleet's head is not as expected: encoding it whole");
+        return encode(&FleetSessions {
+            revision: snapshot.revision,
+            host_id: snapshot.host_id.as_str(),
+            hosts,
+            sessions: sessions.map(|(entry, _)| entry).collect(),
+        });
+    };
+    // At most every session: one allocation.
+    let most: usize = (snapshot.sessions_with_json())
+        .map(|(_, json)| json.len() + 1)
+        .sum();
+    let mut body = String::with_capacity(head.len() + most + 2);
+    body.push_str(head);
+    body.push('[');
+    for (i, (_, json)) in sessions.enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(json);
     }
+    body.push_str("]}");
+    body
 }
 
 /// A fleet session's state, as its host judged it.
