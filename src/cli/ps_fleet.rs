@@ -24,9 +24,8 @@ pub(super) async fn fleet_ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
     let keys = FleetKeys::new(args.etcd.prefix()?);
     let settings = args.etcd.settings(endpoints.clone());
     let read = async {
-        let mut client = crate::fleet::etcd::connect(&settings, crate::fleet::DEFAULT_TTL).await?;
-        let options = etcd_client::GetOptions::new().with_prefix();
-        client.get(keys.all(), Some(options)).await
+        let client = crate::fleet::etcd::connect(&settings, crate::fleet::DEFAULT_TTL).await?;
+        crate::fleet::etcd::read_fleet(&client, &keys).await
     };
     let mut response = read
         .await

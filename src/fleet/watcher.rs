@@ -14,20 +14,17 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchStream};
+use etcd_client::{Client, EventType, WatchOptions, WatchStream};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout, timeout_at};
 
 use super::cache::{FleetCache, WatchChange};
-use super::etcd::{EtcdSettings, connect};
+use super::etcd::{EtcdSettings, connect, read_fleet};
 use super::keys::FleetKeys;
 use super::view::FleetView;
 use super::watch_step::{
     Failure, ResponseFacts, WatchDeadlines, WatchStep, read_again_at_once, step_of,
 };
-
-/// The largest read of the fleet taken in: far above 10 hosts × 1,000 sessions (about 6 MiB).
-const MAX_READ_BYTES: usize = 256 << 20;
 
 /// The running watcher. Dropping it (or [`FleetWatcher::stop`]) stops the watch, and the view
 /// it fed becomes unavailable: nothing follows etcd for it any more.
@@ -238,10 +235,7 @@ impl Watcher {
 
     /// Read every fleet key, answered by `deadline`; the revision read at.
     async fn read(&self, client: &mut Client, deadline: Instant) -> Result<i64, (Failure, String)> {
-        // A fleet of thousands of sessions outgrows gRPC's default 4 MiB message.
-        let mut kv = client.kv_client().max_decoding_message_size(MAX_READ_BYTES);
-        let get = kv.get(self.keys.all(), Some(GetOptions::new().with_prefix()));
-        let mut response = match timeout_at(deadline, get).await {
+        let mut response = match timeout_at(deadline, read_fleet(client, &self.keys)).await {
             Ok(Ok(response)) => response,
             Ok(Err(error)) => {
                 let why = format!("cannot read the fleet from etcd: {error}");
