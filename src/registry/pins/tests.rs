@@ -253,6 +253,42 @@ async fn an_exit_swept_with_its_pin_still_reaches_the_watch() {
     child.wait().expect("reap");
 }
 
+/// Without a watch, a swept exit is nobody's to hand over: nothing is kept for it (kept, the
+/// list would only grow). With one, a pin swept while its process lives hands over no exit.
+#[tokio::test]
+async fn a_sweep_hands_over_exits_only_to_a_watch_and_only_real_ones() {
+    let mut gone = sleeper();
+    let gone_record = record_of(gone.id());
+    let pins = Arc::new(Pins::new());
+    assert_eq!(pins.state(&gone_record), ProcessState::Alive);
+    gone.kill().expect("kill");
+    wait_for_zombie(gone.id());
+    for _ in 0..3 {
+        pins.sweep();
+    }
+    assert_eq!(pins.held(), 0, "the premise: swept");
+    assert!(
+        pins.take_closed_exits().is_empty(),
+        "no watch, nothing kept"
+    );
+    gone.wait().expect("reap");
+
+    let mut live = sleeper();
+    let live_record = record_of(live.id());
+    let _exits = watch(&pins);
+    assert_eq!(pins.state(&live_record), ProcessState::Alive);
+    for _ in 0..3 {
+        pins.sweep();
+    }
+    assert_eq!(pins.held(), 0, "the premise: swept");
+    assert!(
+        pins.take_closed_exits().is_empty(),
+        "a live process swept is not an exit"
+    );
+    live.kill().expect("kill");
+    live.wait().expect("reap");
+}
+
 /// Readings of many pins at once, with the set of exits and (where a pidfd could not join it)
 /// with a poll of each pin: the same answers, each record in its place.
 #[test]
