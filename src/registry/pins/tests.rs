@@ -273,6 +273,24 @@ async fn a_sweep_hands_over_exits_only_to_a_watch_and_only_real_ones() {
     );
     gone.wait().expect("reap");
 
+    // A reading that finds its pin exited, with no watch: nothing kept either.
+    let mut read = sleeper();
+    let read_record = record_of(read.id());
+    assert_eq!(pins.state(&read_record), ProcessState::Alive);
+    read.kill().expect("kill");
+    wait_for_zombie(read.id());
+    let records = [Arc::new(read_record)];
+    let states = pins.pinned_states(&records);
+    assert!(
+        matches!(states.as_slice(), [Some(ProcessState::Gone { .. })]),
+        "{states:?}"
+    );
+    assert!(
+        pins.take_closed_exits().is_empty(),
+        "read without a watch: nothing kept"
+    );
+    read.wait().expect("reap");
+
     let mut live = sleeper();
     let live_record = record_of(live.id());
     let _exits = watch(&pins);
