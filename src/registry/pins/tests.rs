@@ -229,6 +229,20 @@ async fn an_exit_a_reading_saw_first_still_reaches_the_watch() {
     child.wait().expect("reap");
 }
 
+/// Kill `child` and wait until it is a zombie (exited, not reaped).
+fn kill_to_zombie(child: &mut Child) {
+    child.kill().expect("kill");
+    wait_for_zombie(child.id());
+}
+
+/// Sweep until no pin is named in the last two passes: every pin is dropped.
+fn sweep_until_unnamed(pins: &Pins) {
+    for _ in 0..3 {
+        pins.sweep();
+    }
+    assert_eq!(pins.held(), 0, "the premise: swept");
+}
+
 /// A pin swept while its process's exit is unread hands the exit to the watch.
 #[tokio::test]
 async fn an_exit_swept_with_its_pin_still_reaches_the_watch() {
@@ -237,12 +251,8 @@ async fn an_exit_swept_with_its_pin_still_reaches_the_watch() {
     let pins = Arc::new(Pins::new());
     assert_eq!(pins.state(&record), ProcessState::Alive);
     let mut exits = watch(&pins);
-    child.kill().expect("kill");
-    wait_for_zombie(child.id());
-    for _ in 0..3 {
-        pins.sweep();
-    }
-    assert_eq!(pins.held(), 0, "the premise: swept");
+    kill_to_zombie(&mut child);
+    sweep_until_unnamed(&pins);
     let exited = tokio::time::timeout(std::time::Duration::from_secs(30), exits.next())
         .await
         .expect("the exit reaches the watch");
@@ -261,12 +271,8 @@ async fn a_sweep_hands_over_exits_only_to_a_watch_and_only_real_ones() {
     let gone_record = record_of(gone.id());
     let pins = Arc::new(Pins::new());
     assert_eq!(pins.state(&gone_record), ProcessState::Alive);
-    gone.kill().expect("kill");
-    wait_for_zombie(gone.id());
-    for _ in 0..3 {
-        pins.sweep();
-    }
-    assert_eq!(pins.held(), 0, "the premise: swept");
+    kill_to_zombie(&mut gone);
+    sweep_until_unnamed(&pins);
     assert!(
         pins.take_closed_exits().is_empty(),
         "no watch, nothing kept"
@@ -277,8 +283,7 @@ async fn a_sweep_hands_over_exits_only_to_a_watch_and_only_real_ones() {
     let mut read = sleeper();
     let read_record = record_of(read.id());
     assert_eq!(pins.state(&read_record), ProcessState::Alive);
-    read.kill().expect("kill");
-    wait_for_zombie(read.id());
+    kill_to_zombie(&mut read);
     let records = [Arc::new(read_record)];
     let states = pins.pinned_states(&records);
     assert!(
@@ -295,10 +300,7 @@ async fn a_sweep_hands_over_exits_only_to_a_watch_and_only_real_ones() {
     let live_record = record_of(live.id());
     let _exits = watch(&pins);
     assert_eq!(pins.state(&live_record), ProcessState::Alive);
-    for _ in 0..3 {
-        pins.sweep();
-    }
-    assert_eq!(pins.held(), 0, "the premise: swept");
+    sweep_until_unnamed(&pins);
     assert!(
         pins.take_closed_exits().is_empty(),
         "a live process swept is not an exit"
