@@ -34,7 +34,7 @@ pub(super) struct EtcdArgs {
     /// Client certificate (PEM) to present to etcd; needs --fleet-key-file.
     #[arg(long, value_name = "FILE", requires = "fleet_key_file")]
     pub(super) fleet_cert_file: Option<PathBuf>,
-    /// Private key (PEM) of --fleet-cert-file; kept private (0600) like the token.
+    /// Private key (PEM) of --fleet-cert-file.
     #[arg(long, value_name = "FILE", requires = "fleet_cert_file")]
     pub(super) fleet_key_file: Option<PathBuf>,
     /// File holding etcd's `username:password` on one line, private (0600) like the token.
@@ -69,12 +69,10 @@ impl EtcdArgs {
     }
 
     /// The endpoints, each checked to be an `http://` or `https://` URL with a host.
+    // Only a build with the fleet reads these (and `prefix`, `host_id`): without it, the fleet
+    // is refused first ([`no_fleet_in_this_build`]). Kept in every build, with their tests.
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     pub(super) fn endpoints(&self) -> anyhow::Result<Vec<String>> {
-        if !cfg!(feature = "fleet") {
-            bail!(
-                "--fleet-etcd needs the fleet: this build has none; build with `cargo build --release --features fleet` (needs protoc: apt-get install protobuf-compiler)"
-            );
-        }
         self.fleet_etcd
             .iter()
             .filter(|url| !url.trim().is_empty())
@@ -97,7 +95,6 @@ impl EtcdArgs {
     }
 
     /// The prefix, which must be an absolute key path.
-    // Only a build with the fleet reads these: without it, `--fleet-etcd` is refused first.
     #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     pub(super) fn prefix(&self) -> anyhow::Result<&str> {
         let prefix = self.fleet_prefix.trim_end_matches('/');
@@ -122,6 +119,15 @@ impl EtcdArgs {
             credentials_file: self.fleet_credentials_file.clone(),
         }
     }
+}
+
+/// Why `what` (`--fleet-etcd`, `ps --fleet`) is refused by a build without the fleet, and how
+/// to get one.
+#[cfg_attr(feature = "fleet", allow(dead_code))]
+pub(super) fn no_fleet_in_this_build(what: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what} needs the fleet: this build has none; build with `cargo build --release --features fleet` (needs protoc: apt-get install protobuf-compiler)"
+    )
 }
 
 impl FleetArgs {
@@ -202,19 +208,20 @@ mod tests {
     fn endpoints_are_urls_or_the_build_says_what_it_lacks() {
         let args = parse(&["--fleet-etcd", "http://127.0.0.1:2379,https://e2:2379/"]);
         assert!(args.enabled());
-        let answer = args.etcd.endpoints();
-        if cfg!(feature = "fleet") {
-            assert_eq!(
-                answer.expect("valid"),
-                ["http://127.0.0.1:2379", "https://e2:2379/"]
-            );
-            for bad in ["127.0.0.1:2379", "http://", "http://a/b", "ftp://a:1"] {
-                let error = parse(&["--fleet-etcd", bad]).etcd.endpoints().unwrap_err();
-                assert!(error.to_string().contains("--fleet-etcd"), "{bad}: {error}");
-            }
-        } else {
-            assert!(answer.unwrap_err().to_string().contains("--features fleet"));
+        assert_eq!(
+            args.etcd.endpoints().expect("valid"),
+            ["http://127.0.0.1:2379", "https://e2:2379/"]
+        );
+        for bad in ["127.0.0.1:2379", "http://", "http://a/b", "ftp://a:1"] {
+            let error = parse(&["--fleet-etcd", bad]).etcd.endpoints().unwrap_err();
+            assert!(error.to_string().contains("--fleet-etcd"), "{bad}: {error}");
         }
+        let refused = no_fleet_in_this_build("--fleet-etcd").to_string();
+        assert!(
+            refused.starts_with("--fleet-etcd needs the fleet"),
+            "{refused}"
+        );
+        assert!(refused.contains("--features fleet"), "{refused}");
     }
 
     #[test]

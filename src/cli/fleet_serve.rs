@@ -2,8 +2,10 @@
 //! its lease and serves every host's from a watch.
 //!
 //! Invariants:
-//! - The local API never waits on etcd: a registry that cannot reach etcd at start serves
-//!   anyway (its `/fleet/*` answers 503 saying why) and keeps trying to join in the background.
+//! - The local API never waits on a lost etcd: a registry that cannot reach etcd at start
+//!   serves anyway once its first try has failed (at most a third of the TTL), its `/fleet/*`
+//!   answering 503 saying why, and keeps trying to join in the background. Before it serves it
+//!   waits only for that first try, or for a held host id to lapse (a restart after `kill -9`).
 //! - A host id that another live lease holds (after waiting one TTL for it to lapse) refuses
 //!   the start: two registries must never publish as one host.
 //! - SIGTERM revokes the lease before the server's graceful end, so the host leaves at once.

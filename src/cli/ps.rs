@@ -121,9 +121,8 @@ pub(super) fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> 
 
 /// `ps --fleet` in a build without the fleet: refused, saying which feature to build with.
 #[cfg(not(feature = "fleet"))]
-async fn fleet_ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
-    args.etcd.endpoints()?;
-    anyhow::bail!("ps --fleet needs a build with the fleet (--features fleet)")
+async fn fleet_ps(_args: &PsArgs) -> anyhow::Result<ExitCode> {
+    Err(super::fleet_args::no_fleet_in_this_build("ps --fleet"))
 }
 
 /// `HH:MM:SS` since `started_at`, with `Nd ` in front past a day; `-` when unknown.

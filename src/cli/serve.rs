@@ -147,7 +147,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let fleet = FleetConfig::from_args(&args.fleet, args.events_interval)?;
     #[cfg(not(feature = "fleet"))]
     if args.fleet.enabled() {
-        args.fleet.etcd.endpoints()?;
+        return Err(super::fleet_args::no_fleet_in_this_build("--fleet-etcd"));
     }
     raise_open_files_limit();
     let registry = Registry::new(resolve_running_dir(&args.dir)?, args.probe.door_probe());

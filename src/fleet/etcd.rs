@@ -4,8 +4,10 @@
 //! Invariants: no call to etcd can wait longer than its deadline, and a connection that goes
 //! silent (a frozen or partitioned server) is noticed by HTTP/2 keepalive within a third of
 //! the lease's TTL, so neither publishing nor reading ever rests on a dead connection. The
-//! password is read only from a file only this user can read (checked as the token file is:
-//! no symlink, a regular file of ours, mode 0600 or narrower), never from a flag.
+//! password is read only from a file only this user can read (no symlink, a regular file of
+//! ours, mode 0600 or narrower: the token file's own checks, its directory's apart), never
+//! from a flag. The files are read at each connection, so a file mended while the registry
+//! runs is taken at its next try.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

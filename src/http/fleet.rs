@@ -53,7 +53,8 @@ const FLEET_404: &str = "This registry is not part of a fleet: it was started wi
 const FLEET_503: &str = "Unavailable for now: etcd cannot be reached, or the fleet is not read \
     yet (`fleet-unavailable`, saying why; never a stale fleet; back within one `--fleet-ttl` of \
     etcd answering), too many requests in flight (`overloaded`, with Retry-After), or the token \
-    file is unusable (`token-file-unusable`)";
+    file is unusable (`token-file-unusable`), or the registry is shutting down \
+    (`events-unavailable`)";
 const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions` \
     (`fleet-unavailable`, `overloaded`, `token-file-unusable`), the registry is shutting down \
     (`events-unavailable`), or as many event streams are open as `--max-event-streams` allows \

@@ -369,10 +369,12 @@ impl Pins {
     pub(super) fn watching(&self, started: bool) {
         if started {
             self.watches.fetch_add(1, Ordering::AcqRel);
-        } else {
-            self.watches.fetch_sub(1, Ordering::AcqRel);
+        } else if self.watches.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The last watch left; under the lock readings push under, and only if no watch
+            // started meanwhile (it would be owed what is kept).
+            let mut table = self.lock();
             if self.watches.load(Ordering::Acquire) == 0 {
-                self.lock().closed_exits.clear();
+                table.closed_exits.clear();
             }
         }
     }
