@@ -126,14 +126,23 @@ fn every_script_names_every_subcommand_and_flag() {
     }
     for shell in ["bash", "zsh", "fish"] {
         let text = script(&home, shell);
+        // Whole words, so `--fleet` is not found inside `--fleet-etcd`, nor `install` inside
+        // `uninstall`.
+        let words: std::collections::HashSet<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+            .collect();
         for sub in &subcommands {
-            assert!(text.contains(sub.as_str()), "{shell} script lacks {sub}");
+            assert!(words.contains(sub.as_str()), "{shell} script lacks {sub}");
         }
         for (path, flags) in &tree {
             for flag in flags {
-                let bare = flag.trim_start_matches('-');
                 // Fish names a flag without its dashes (`-l timeout`).
-                let named = text.contains(flag.as_str()) || text.contains(&format!("-l {bare}"));
+                let named = if shell == "fish" {
+                    text.contains(&format!("-l {}", flag.trim_start_matches('-')))
+                        || words.contains(flag.as_str())
+                } else {
+                    words.contains(flag.as_str())
+                };
                 assert!(named, "{shell} script lacks {flag} of {path:?}");
             }
         }
@@ -484,7 +493,10 @@ fn man_prints_a_page_naming_every_subcommand() {
     }
     assert!(page.is_ascii(), "man reads a page in the C locale too");
     let top = binary(home.path(), &["--help"]);
-    for sub in commands_in_help(&top.stdout) {
+    top.assert_success();
+    let subcommands = commands_in_help(&top.stdout);
+    assert!(subcommands.len() >= 9, "{subcommands:?}");
+    for sub in subcommands {
         assert!(
             page.contains(&format!("murmur\\-registry\\-{sub}(1)")),
             "{sub} not named:\n{page}"

@@ -310,8 +310,8 @@ mod with_etcd {
         assert_eq!(hosts(&body), ["b"]);
         assert_eq!(body["sessions"][0]["host_id"], "b");
         assert_eq!(body["sessions"][0]["door_scope"], "network");
-        let (_, body) = server.get("/fleet/sessions?host=c").await;
-        assert_eq!(sessions(&body), Vec::<String>::new());
+        let (status, body) = server.get("/fleet/sessions?host=c").await;
+        assert_eq!((status, sessions(&body)), (200, Vec::<String>::new()));
         let (status, body) = server.get("/fleet/hosts").await;
         assert_eq!((status, hosts(&body)), (200, vec!["b".to_owned()]));
 
@@ -449,8 +449,8 @@ mod with_etcd {
         let took = until(
             &server,
             "/fleet/sessions",
-            "the fleet is current again",
-            |s, _| s == 200,
+            "the fleet is current again, without the session dropped meanwhile",
+            |s, body| s == 200 && !sessions(body).iter().any(|id| id == "ses_b2"),
         )
         .await;
         assert!(
