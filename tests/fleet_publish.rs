@@ -169,6 +169,12 @@ async fn a_claim_succeeds_once_a_holder_that_stopped_renewing_lapses() {
         start.elapsed()
     );
     let mut client = etcd.client().await;
+    // It waited for the lapse, not took the key over while the old lease lived.
+    let old = client
+        .lease_time_to_live(old_lease, None)
+        .await
+        .expect("ask for the old lease");
+    assert!(old.ttl() <= 0, "the old lease still lives: {}", old.ttl());
     let keys = keys_in(&mut client).await;
     let lease = successor.lease_id().expect("a lease");
     assert_ne!(lease, old_lease);
