@@ -602,10 +602,22 @@ fn read_entry(
     file_name: &str,
     stem: &str,
 ) -> Result<RunningRecord, EntryError> {
+    let me = rustix::process::geteuid().as_raw();
+    read_entry_retried(dir_fd, dir, file_name, stem, me).map(|(record, _)| record)
+}
+
+/// [`read_entry_seen`] again while a new version replaced the entry mid-read (it is whole).
+fn read_entry_retried(
+    dir_fd: &OwnedFd,
+    dir: &Path,
+    file_name: &str,
+    stem: &str,
+    me: u32,
+) -> Result<(RunningRecord, SeenFile), EntryError> {
     const ATTEMPTS: usize = 8;
     let mut attempt = 1;
     loop {
-        match read_entry_once(dir_fd, dir, file_name, stem) {
+        match read_entry_seen(dir_fd, dir, file_name, stem, me) {
             Err(EntryError::Unreadable(Unreadable::Replaced)) if attempt < ATTEMPTS => attempt += 1,
             read => return read,
         }
@@ -628,23 +640,18 @@ fn read_entry_cached(
     {
         return (Ok(Arc::clone(&cached.record)), Some(Arc::clone(cached)));
     }
-    const ATTEMPTS: usize = 8;
-    let mut attempt = 1;
-    loop {
-        match read_entry_seen(dir_fd, dir, file_name, stem) {
-            Err(EntryError::Unreadable(Unreadable::Replaced)) if attempt < ATTEMPTS => attempt += 1,
-            Ok((record, seen)) => {
-                let record = Arc::new(record);
-                let cached = seen.is_settled().then(|| {
-                    Arc::new(Cached {
-                        seen,
-                        record: Arc::clone(&record),
-                    })
-                });
-                return (Ok(record), cached);
-            }
-            Err(why) => return (Err(why), None),
+    match read_entry_retried(dir_fd, dir, file_name, stem, me) {
+        Ok((record, seen)) => {
+            let record = Arc::new(record);
+            let cached = seen.is_settled().then(|| {
+                Arc::new(Cached {
+                    seen,
+                    record: Arc::clone(&record),
+                })
+            });
+            (Ok(record), cached)
         }
+        Err(why) => (Err(why), None),
     }
 }
 
@@ -665,24 +672,16 @@ fn judge_entry(dir_fd: &OwnedFd, file_name: &str, me: u32) -> Result<rustix::fs:
     Ok(before)
 }
 
-fn read_entry_once(
-    dir_fd: &OwnedFd,
-    dir: &Path,
-    file_name: &str,
-    stem: &str,
-) -> Result<RunningRecord, EntryError> {
-    read_entry_seen(dir_fd, dir, file_name, stem).map(|(record, _)| record)
-}
-
 /// One attempt at reading the entry; also answers the identity of the file that was read.
 fn read_entry_seen(
     dir_fd: &OwnedFd,
     dir: &Path,
     file_name: &str,
     stem: &str,
+    me: u32,
 ) -> Result<(RunningRecord, SeenFile), EntryError> {
     let io = |e: Errno| Unreadable::Io(std::io::Error::from(e).to_string());
-    let before = judge_entry(dir_fd, file_name, rustix::process::geteuid().as_raw())?;
+    let before = judge_entry(dir_fd, file_name, me)?;
     let fd = rustix::fs::openat(
         dir_fd,
         file_name,
