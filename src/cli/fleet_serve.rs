@@ -83,23 +83,21 @@ impl FleetMember {
         let view = FleetView::new(options.host_id.clone());
         let state = state.with_fleet(view.clone());
         let watcher = watcher::start(settings.clone(), options.keys.clone(), options.ttl, view);
-        let publishing = Arc::new(Mutex::new(None));
-        let monitor = state.events().clone();
-        let joining = match publishing::start(&settings, options.clone(), monitor.clone(), render)
-            .await
-        {
-            Ok(started) => {
-                tracing::info!(host_id = %options.host_id, "joined the fleet");
-                *publishing.lock().await = Some(started);
-                None
-            }
+        let joiner = Joiner {
+            settings,
+            options,
+            monitor: state.events().clone(),
+            slot: Arc::new(Mutex::new(None)),
+        };
+        let publishing = Arc::clone(&joiner.slot);
+        let joining = match joiner.try_join().await {
+            Ok(()) => None,
             Err(StartError::Publish(taken @ PublishError::HostIdTaken { .. })) => {
                 return Err(taken.into());
             }
             Err(error) => {
                 tracing::warn!(%error, "cannot join the fleet yet; serving this host meanwhile and trying again");
-                let slot = Arc::clone(&publishing);
-                Some(tokio::spawn(keep_joining(settings, options, monitor, slot)))
+                Some(tokio::spawn(joiner.keep_trying()))
             }
         };
         let member = Self {
@@ -127,23 +125,38 @@ impl FleetMember {
     }
 }
 
-/// Try to join every third of a TTL until it works; a taken host id is logged and retried (the
-/// other registry may leave), never published over.
-async fn keep_joining(
+/// What joining takes, and where the publishing goes once it has.
+struct Joiner {
     settings: EtcdSettings,
     options: PublishOptions,
     monitor: crate::monitor::Monitor,
     slot: Arc<Mutex<Option<Publishing>>>,
-) {
-    loop {
-        tokio::time::sleep(options.ttl / 3).await;
-        match publishing::start(&settings, options.clone(), monitor.clone(), render).await {
-            Ok(started) => {
-                tracing::info!(host_id = %options.host_id, "joined the fleet");
-                *slot.lock().await = Some(started);
-                return;
+}
+
+impl Joiner {
+    /// Claim the host id and start publishing; on success the publishing is in the slot.
+    async fn try_join(&self) -> Result<(), StartError> {
+        let started = publishing::start(
+            &self.settings,
+            self.options.clone(),
+            self.monitor.clone(),
+            render,
+        )
+        .await?;
+        tracing::info!(host_id = %self.options.host_id, "joined the fleet");
+        *self.slot.lock().await = Some(started);
+        Ok(())
+    }
+
+    /// Try to join every third of a TTL until it works; a taken host id is logged and retried
+    /// (the other registry may leave), never published over.
+    async fn keep_trying(self) {
+        loop {
+            tokio::time::sleep(self.options.ttl / 3).await;
+            match self.try_join().await {
+                Ok(()) => return,
+                Err(error) => tracing::warn!(%error, "cannot join the fleet yet; trying again"),
             }
-            Err(error) => tracing::warn!(%error, "cannot join the fleet yet; trying again"),
         }
     }
 }
