@@ -31,14 +31,6 @@ pub enum EventName {
 }
 
 impl EventName {
-    /// The names `/events` sends, in the order its schema lists them.
-    pub const ALL: [Self; 4] = [
-        Self::Snapshot,
-        Self::SessionAdded,
-        Self::SessionChanged,
-        Self::SessionRemoved,
-    ];
-
     /// The name as sent.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -50,18 +42,6 @@ impl EventName {
             Self::HostLeft => "host.left",
         }
     }
-
-    /// The component schema of the JSON in this event's `data` on `/events`.
-    fn data_schema(self) -> Cow<'static, str> {
-        match self {
-            Self::Snapshot => SessionList::name(),
-            Self::SessionAdded => SessionAdded::name(),
-            Self::SessionChanged => SessionChanged::name(),
-            Self::SessionRemoved => SessionRemoved::name(),
-            // Not sent on `/events`.
-            Self::HostJoined | Self::HostLeft => Cow::Borrowed(""),
-        }
-    }
 }
 
 /// One event of `GET /events` as a client parses it: `id`, `event`, and `data` (one line of
@@ -71,7 +51,13 @@ pub struct StreamEvent;
 
 impl PartialSchema for StreamEvent {
     fn schema() -> RefOr<Schema> {
-        one_event_schema(EventName::ALL.map(|name| (name, name.data_schema())))
+        // The names `/events` sends, in the order its schema lists them, with their data.
+        one_event_schema([
+            (EventName::Snapshot, SessionList::name()),
+            (EventName::SessionAdded, SessionAdded::name()),
+            (EventName::SessionChanged, SessionChanged::name()),
+            (EventName::SessionRemoved, SessionRemoved::name()),
+        ])
     }
 }
 
