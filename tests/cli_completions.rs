@@ -236,6 +236,7 @@ fn session_ids_without_a_running_directory_lists_nothing_and_creates_nothing() {
     );
     assert!(dir_snapshot(home.path()).is_empty(), "nothing created");
 
+    // Without HOME the password database's home is read: root's here, which holds no records.
     let mut cmd = Command::new(BIN);
     cmd.env_clear().arg("session-ids");
     let done = run(cmd);

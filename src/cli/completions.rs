@@ -5,8 +5,8 @@
 //! Invariants kept here:
 //! - Printing a script reads nothing and writes nothing but stdout.
 //! - `session-ids` only lists the names in the default running directory: it opens no record,
-//!   creates, changes or removes nothing, signals nothing and asks no door. A missing `HOME`
-//!   or directory lists nothing: a completion must stay quiet.
+//!   creates, changes or removes nothing, signals nothing and asks no door. A home that cannot
+//!   be named or a missing directory lists nothing: a completion must stay quiet.
 
 use std::process::ExitCode;
 

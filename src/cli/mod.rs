@@ -146,11 +146,17 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// The user's home: `HOME`, as murmur reads it, so both name the same `~/.murmur`; only when
+/// it is unset or empty, the password database's entry for this user (through `dirs`).
 fn home() -> anyhow::Result<PathBuf> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
-        .context("HOME is not set; set it, or pass --running-dir / --token-file")
+        .or_else(dirs::home_dir)
+        .context(
+            "HOME is not set and this user has no home in the password database; set HOME, or \
+             pass --running-dir / --token-file",
+        )
 }
 
 /// The running directory: `--running-dir` if given (created 0700 if missing, refused if others
