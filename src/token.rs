@@ -11,18 +11,15 @@
 //! - Rotation replaces the file atomically (staged, fsynced, renamed); a running server notices
 //!   the new file on its next request and from then on accepts only the new token.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rustix::fs::{FileType, Mode, OFlags};
-use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::private_fs::{
-    FileIdentity, PrivateDirError, WiderMode, create_atomically, fill_random, hold_private_dir,
-    open_dir, write_atomically,
+    FileIdentity, PrivateDirError, PrivateFileProblem, WiderMode, create_atomically, fill_random,
+    hold_private_dir, open_dir, read_private_file, write_atomically,
 };
 
 /// How many random bytes a token holds (256 bits).
@@ -290,46 +287,21 @@ fn read_checked(path: &Path) -> Result<(String, Stamp), TokenError> {
         "remove it (rm {}) so a fresh one is created, or point --token-file elsewhere",
         path.display()
     );
-    let fd = match rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::LOOP) => return Err(insecure("it is a symlink", &remove_it)),
-        Err(e) => return Err(io_error(path, e.into())),
-    };
-    let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(path, e.into()))?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(insecure("it is not a regular file", &remove_it));
-    }
-    let me = rustix::process::geteuid().as_raw();
-    if stat.st_uid != me {
-        return Err(insecure(
-            &format!(
-                "it is owned by uid {}, not by this user (uid {me})",
-                stat.st_uid
-            ),
-            &remove_it,
-        ));
-    }
-    if stat.st_mode & 0o077 != 0 {
-        return Err(insecure(
-            &format!(
-                "its mode {:04o} lets group or others at it, so the token may be known",
-                stat.st_mode & 0o7777
-            ),
-            &remove_it,
-        ));
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::from(fd)
-        .take(MAX_TOKEN_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| io_error(path, e))?;
-    if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
-        return Err(insecure("it is too large to be a token file", &remove_it));
-    }
+    let (bytes, stat) = read_private_file(path, MAX_TOKEN_FILE_BYTES).map_err(|problem| {
+        let problem = match problem {
+            PrivateFileProblem::Io(e) => return io_error(path, e),
+            PrivateFileProblem::Symlink => "it is a symlink".to_owned(),
+            PrivateFileProblem::NotRegular => "it is not a regular file".to_owned(),
+            PrivateFileProblem::ForeignOwner { owner, me } => {
+                format!("it is owned by uid {owner}, not by this user (uid {me})")
+            }
+            PrivateFileProblem::OpenToOthers { mode } => {
+                format!("its mode {mode:04o} lets group or others at it, so the token may be known")
+            }
+            PrivateFileProblem::TooLarge => "it is too large to be a token file".to_owned(),
+        };
+        insecure(&problem, &remove_it)
+    })?;
     let token = String::from_utf8(bytes)
         .map_err(|_| insecure("it is not text", &remove_it))?
         .trim()

@@ -5,18 +5,16 @@
 //! silent (a frozen or partitioned server) is noticed by HTTP/2 keepalive within a third of
 //! the lease's TTL, so neither publishing nor reading ever rests on a dead connection. The
 //! password is read only from a file only this user can read (no symlink, a regular file of
-//! ours, mode 0600 or narrower: the token file's own checks, its directory's apart), never
+//! ours, mode 0600 or narrower: `private_fs::read_private_file`, as the token file), never
 //! from a flag. The files are read at each connection, so a file mended while the registry
 //! runs is taken at its next try.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::keys::FleetKeys;
+use crate::private_fs::{PrivateFileProblem, read_private_file};
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
-use rustix::fs::{FileType, Mode, OFlags};
-use rustix::io::Errno;
 
 /// Credentials files larger than this are not credentials files.
 const MAX_CREDENTIALS_FILE_BYTES: u64 = 4096;
@@ -135,40 +133,22 @@ fn parse_credentials(text: &str) -> Result<(String, String), &'static str> {
 /// The text of a file only this user can read: not a symlink, a regular file of ours, no bit
 /// for group or others, small, UTF-8. Refused otherwise, naming the file and what is wrong.
 fn read_private_text(path: &Path) -> Result<String, String> {
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
-    let fd = match rustix::fs::open(path, flags | OFlags::CLOEXEC, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(Errno::LOOP) => return Err(in_file(path, "it is a symlink; name the file itself")),
-        Err(e) => return Err(in_file(path, &std::io::Error::from(e).to_string())),
-    };
-    let stat = rustix::fs::fstat(&fd).map_err(|e| in_file(path, &e.to_string()))?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(in_file(path, "it is not a regular file"));
-    }
-    let me = rustix::process::geteuid().as_raw();
-    if stat.st_uid != me {
-        let owner = format!(
-            "it is owned by uid {}, not by this user (uid {me})",
-            stat.st_uid
-        );
-        return Err(in_file(path, &owner));
-    }
-    if stat.st_mode & 0o077 != 0 {
-        let mode = format!(
-            "its mode {:04o} lets group or others read it, so the password may be known: \
-             chmod 600 it (and change the password)",
-            stat.st_mode & 0o7777
-        );
-        return Err(in_file(path, &mode));
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::from(fd)
-        .take(MAX_CREDENTIALS_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| in_file(path, &e.to_string()))?;
-    if bytes.len() as u64 > MAX_CREDENTIALS_FILE_BYTES {
-        return Err(in_file(path, "it is too large to be a credentials file"));
-    }
+    let (bytes, _) = read_private_file(path, MAX_CREDENTIALS_FILE_BYTES).map_err(|problem| {
+        let problem = match problem {
+            PrivateFileProblem::Io(e) => e.to_string(),
+            PrivateFileProblem::Symlink => "it is a symlink; name the file itself".to_owned(),
+            PrivateFileProblem::NotRegular => "it is not a regular file".to_owned(),
+            PrivateFileProblem::ForeignOwner { owner, me } => {
+                format!("it is owned by uid {owner}, not by this user (uid {me})")
+            }
+            PrivateFileProblem::OpenToOthers { mode } => format!(
+                "its mode {mode:04o} lets group or others read it, so the password may be \
+                 known: chmod 600 it (and change the password)"
+            ),
+            PrivateFileProblem::TooLarge => "it is too large to be a credentials file".to_owned(),
+        };
+        in_file(path, &problem)
+    })?;
     String::from_utf8(bytes).map_err(|_| in_file(path, "it is not text"))
 }
 
