@@ -4,6 +4,8 @@
 //! here once:
 //! - Directories are opened with `O_NOFOLLOW` and checked and fixed through that descriptor,
 //!   so what is checked is what is fixed.
+//! - A secret is read only from a regular file of ours with no bit for group or others, judged
+//!   on the descriptor it is then read from.
 //! - A file is replaced atomically: staged under a hidden, random, exclusive name in the same
 //!   directory (mode 0600 whatever the umask), fsynced, renamed into place, directory fsynced.
 //! - A file is removed only while it is provably the one the caller judged: it is first renamed
