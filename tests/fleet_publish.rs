@@ -30,6 +30,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use common::etcd::{Etcd, EtcdCluster, TestCerts};
 use common::{
     CapsuleProcess, DEADLINE, DoorMode, DoorServer, RecordJson, Rejection, session_id, temp_dir,
@@ -65,8 +67,23 @@ async fn claim(etcd: &Etcd, host: &str, ttl: Duration) -> Result<Publisher, Publ
     Publisher::claim(etcd.client().await, &options(host, ttl)).await
 }
 
-/// `n` sessions as a step hands them over, keyed by session id.
-fn sessions(host: &str, n: usize) -> BTreeMap<String, SessionEntry> {
+/// `n` sessions as a step hands them over: each entry encoded, keyed by session id.
+fn sessions(host: &str, n: usize) -> BTreeMap<String, Bytes> {
+    encoded(&entries(host, n))
+}
+
+fn encoded(entries: &BTreeMap<String, SessionEntry>) -> BTreeMap<String, Bytes> {
+    entries
+        .iter()
+        .map(|(id, entry)| {
+            let value = serde_json::to_vec(entry).expect("an entry encodes");
+            (id.clone(), Bytes::from(value))
+        })
+        .collect()
+}
+
+/// `n` sessions' entries, keyed by session id.
+fn entries(host: &str, n: usize) -> BTreeMap<String, SessionEntry> {
     (0..n)
         .map(|i| {
             let session_id = format!("ses_{i:032x}");
@@ -187,7 +204,8 @@ async fn a_pass_with_nothing_changed_writes_nothing_and_renews_once() {
     let etcd = Etcd::start().await;
     let mut client = etcd.client().await;
     let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
-    let three = sessions("a", 3);
+    let three_entries = entries("a", 3);
+    let three = encoded(&three_entries);
     let first = publisher.step(&three).await.expect("first step");
     assert_eq!((first.txns, first.puts, first.keepalives), (1, 3, 1));
     let before = revision(&mut client).await;
@@ -205,13 +223,16 @@ async fn a_pass_with_nothing_changed_writes_nothing_and_renews_once() {
         "a quiet pass wrote nothing"
     );
     // One session changes, one goes: one transaction of two writes.
-    let mut changed = three.clone();
+    let mut changed = three_entries.clone();
     let first_id = changed.keys().next().cloned().expect("a session");
     changed.remove(&first_id);
     if let Some(entry) = changed.values_mut().next() {
         entry.changed_at = "2026-12-01T00:00:01Z".to_owned();
     }
-    let report = publisher.step(&changed).await.expect("changed step");
+    let report = publisher
+        .step(&encoded(&changed))
+        .await
+        .expect("changed step");
     assert_eq!((report.txns, report.puts, report.deletes), (1, 1, 1));
     assert_eq!(revision(&mut client).await, before + 1);
     assert_eq!(keys_in(&mut client).await.len(), 1 + 2);

@@ -8,8 +8,11 @@
 
 use std::collections::BTreeMap;
 
-/// Keys and their values, as etcd holds them under this registry's lease.
-pub type KeyValues = BTreeMap<String, Vec<u8>>;
+use bytes::Bytes;
+
+/// Keys and their values, as etcd holds them under this registry's lease. A value is shared,
+/// not copied, between what is wanted, what is written and what is published.
+pub type KeyValues = BTreeMap<String, Bytes>;
 
 /// One write of a transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +22,7 @@ pub enum Write {
         /// The key.
         key: String,
         /// Its new value.
-        value: Vec<u8>,
+        value: Bytes,
     },
     /// Remove `key`.
     Delete {
@@ -125,14 +128,14 @@ mod tests {
     fn kv(pairs: &[(&str, &str)]) -> KeyValues {
         pairs
             .iter()
-            .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+            .map(|(k, v)| (k.to_string(), Bytes::copy_from_slice(v.as_bytes())))
             .collect()
     }
 
     fn put(key: &str, value: &str) -> Write {
         Write::Put {
             key: key.to_owned(),
-            value: value.as_bytes().to_vec(),
+            value: Bytes::copy_from_slice(value.as_bytes()),
         }
     }
 
@@ -177,7 +180,7 @@ mod tests {
     #[test]
     fn a_thousand_new_keys_take_as_few_transactions_as_the_op_limit_allows() {
         let wanted: KeyValues = (0..1000)
-            .map(|i| (format!("k{i:04}"), b"v".to_vec()))
+            .map(|i| (format!("k{i:04}"), Bytes::from_static(b"v")))
             .collect();
         let batches = plan(&KeyValues::new(), &wanted, TxnLimits::default());
         assert_eq!(batches.len(), 1000_usize.div_ceil(128));

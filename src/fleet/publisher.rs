@@ -13,7 +13,7 @@
 //! - Errors are returned, never panicked on; a step that fails leaves `published` true, so
 //!   the next step picks up where it stopped.
 
-use std::collections::BTreeMap;
+use bytes::Bytes;
 use std::time::{Duration, Instant, SystemTime};
 
 use etcd_client::{
@@ -23,7 +23,7 @@ use etcd_client::{
 use super::etcd::request_deadline;
 use super::keys::FleetKeys;
 use super::plan::{self, KeyValues, TxnLimits, Write};
-use super::{HostEntry, HostId, SessionEntry};
+use super::{HostEntry, HostId};
 
 /// How late etcd may be in revoking a lapsed lease: it looks for expired leases on a tick
 /// (500 ms in etcd 3.4), so a holder killed just before a claim may outlive its TTL by that.
@@ -128,7 +128,7 @@ pub struct Publisher {
     keys: FleetKeys,
     host_id: HostId,
     ttl: Duration,
-    host_value: Vec<u8>,
+    host_value: Bytes,
     limits: TxnLimits,
     /// `None` once the lease is known gone, until a step replaces it.
     lease: Option<Lease>,
@@ -150,7 +150,7 @@ impl Publisher {
             keys: options.keys.clone(),
             host_id: options.host_id.clone(),
             ttl: options.ttl,
-            host_value: serde_json::to_vec(&host)?,
+            host_value: serde_json::to_vec(&host)?.into(),
             limits: TxnLimits::default(),
             lease: None,
             published: KeyValues::new(),
@@ -189,15 +189,17 @@ impl Publisher {
         self.lease.as_ref().map(|lease| lease.id)
     }
 
-    /// Make etcd hold `sessions` (by session id) and the host key, then renew the lease.
+    /// Make etcd hold `sessions` (session id → its [`SessionEntry`](super::SessionEntry) as JSON) and the host key,
+    /// then renew the lease.
     ///
     /// Writes only what changed, in as few transactions as etcd's limits allow; a lost lease
-    /// is replaced (claimed again, without waiting) and everything put again.
-    pub async fn step(
+    /// is replaced (claimed again, without waiting) and everything put again. The values are
+    /// taken encoded so that a pass encodes only the entries that changed.
+    pub async fn step<'a>(
         &mut self,
-        sessions: &BTreeMap<String, SessionEntry>,
+        sessions: impl IntoIterator<Item = (&'a String, &'a Bytes)>,
     ) -> Result<StepReport, PublishError> {
-        let wanted = self.wanted(sessions)?;
+        let wanted = self.wanted(sessions);
         let mut report = StepReport::default();
         match self.publish_and_renew(&wanted, &mut report).await {
             Err(error) if error.is_lease_lost() => {
@@ -230,17 +232,14 @@ impl Publisher {
     }
 
     /// Every key this registry wants in etcd, with its value.
-    fn wanted(
-        &self,
-        sessions: &BTreeMap<String, SessionEntry>,
-    ) -> Result<KeyValues, serde_json::Error> {
+    fn wanted<'a>(&self, sessions: impl IntoIterator<Item = (&'a String, &'a Bytes)>) -> KeyValues {
         let mut wanted = KeyValues::new();
         wanted.insert(self.keys.host(&self.host_id), self.host_value.clone());
-        for (session_id, entry) in sessions {
+        for (session_id, value) in sessions {
             let key = self.keys.session(&self.host_id, session_id);
-            wanted.insert(key, serde_json::to_vec(entry)?);
+            wanted.insert(key, value.clone());
         }
-        Ok(wanted)
+        wanted
     }
 
     async fn publish_and_renew(
@@ -269,7 +268,7 @@ impl Publisher {
                 .map(|write| match write {
                     Write::Put { key, value } => TxnOp::put(
                         key.as_str(),
-                        value.as_slice(),
+                        &value[..],
                         Some(PutOptions::new().with_lease(id)),
                     ),
                     Write::Delete { key } => TxnOp::delete(key.as_str(), None),
@@ -335,7 +334,7 @@ impl Publisher {
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(
                 key.as_str(),
-                self.host_value.as_slice(),
+                &self.host_value[..],
                 Some(PutOptions::new().with_lease(id)),
             )]);
         let taken = self.client.txn(txn).await?.succeeded();

@@ -2,11 +2,11 @@
 //! verification loop makes progress.
 //!
 //! It holds a subscription to the monitor for life, so the loop runs (and prunes gone records)
-//! whether or not anyone listens to `/events`; it keeps one [`SessionEntry`] per session from
-//! the subscription's snapshot and events, and each time the loop completes a periodic pass
-//! ([`Monitor::steps`]) it hands them to the [`Publisher`], which writes what changed and renews
-//! the lease. So the lease proves progress: a loop that hangs stops renewing, and the host
-//! drops out within one TTL.
+//! whether or not anyone listens to `/events`; it keeps one [`SessionEntry`] per session,
+//! encoded once when it changes, from the subscription's snapshot and events, and each time the
+//! loop completes a periodic pass ([`Monitor::steps`]) it hands them to the [`Publisher`], which
+//! writes what changed and renews the lease. So the lease proves progress: a loop that hangs
+//! stops renewing, and the host drops out within one TTL.
 //!
 //! Invariants:
 //! - A step reads only what the subscription delivered: it never waits on a door.
@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::mem::Discriminant;
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -200,7 +201,7 @@ impl Driver {
 
 /// One publishing step, its failure logged: the next pass tries again.
 async fn step(publisher: &mut Publisher, entries: &Entries) {
-    match publisher.step(&entries.sessions).await {
+    match publisher.step(entries.encoded()).await {
         Ok(report) => tracing::debug!(?report, "fleet: published"),
         Err(error) => tracing::warn!(%error, "fleet: publishing failed; retrying at the next pass"),
     }
@@ -217,12 +218,19 @@ fn verdict_of(reading: &Reading) -> Verdict {
     reading.liveness.as_ref().map(std::mem::discriminant)
 }
 
-/// The entries to publish, by session id, and each one's verdict.
+/// The entries to publish, by session id.
 struct Entries {
     host_id: String,
     render: Render,
-    sessions: BTreeMap<String, SessionEntry>,
-    verdicts: BTreeMap<String, Verdict>,
+    sessions: BTreeMap<String, Published>,
+}
+
+/// One session as published: its [`SessionEntry`] encoded once, when it was put, so a pass
+/// that changes nothing encodes nothing; and what its `changed_at` follows.
+struct Published {
+    value: Bytes,
+    changed_at: String,
+    verdict: Verdict,
 }
 
 impl Entries {
@@ -231,20 +239,24 @@ impl Entries {
             host_id,
             render,
             sessions: BTreeMap::new(),
-            verdicts: BTreeMap::new(),
         }
+    }
+
+    /// Each session's encoded entry, by session id: what a step hands the publisher.
+    fn encoded(&self) -> impl Iterator<Item = (&String, &Bytes)> {
+        self.sessions
+            .iter()
+            .map(|(id, published)| (id, &published.value))
     }
 
     /// Replace everything with `readings`, keeping the `changed_at` of unchanged verdicts.
     fn replace(&mut self, readings: &[Reading], now: &str) {
         let mut old = std::mem::take(&mut self.sessions);
-        let old_verdicts = std::mem::take(&mut self.verdicts);
         for reading in readings {
-            let session_id = &reading.record.session_id;
-            let kept = old
-                .remove(session_id)
-                .filter(|_| old_verdicts.get(session_id) == Some(&verdict_of(reading)));
-            let changed_at = kept.map_or_else(|| now.to_owned(), |entry| entry.changed_at);
+            let changed_at = match old.remove(&reading.record.session_id) {
+                Some(kept) if kept.verdict == verdict_of(reading) => kept.changed_at,
+                _ => now.to_owned(),
+            };
             self.put(reading, changed_at);
         }
     }
@@ -254,17 +266,14 @@ impl Entries {
         match change {
             EventKind::Added(reading) => self.put(reading, now.to_owned()),
             EventKind::Changed { now: reading, .. } => {
-                let session_id = &reading.record.session_id;
-                let same = self.verdicts.get(session_id) == Some(&verdict_of(reading));
-                let changed_at = match self.sessions.get(session_id) {
-                    Some(entry) if same => entry.changed_at.clone(),
+                let changed_at = match self.sessions.get(&reading.record.session_id) {
+                    Some(kept) if kept.verdict == verdict_of(reading) => kept.changed_at.clone(),
                     _ => now.to_owned(),
                 };
                 self.put(reading, changed_at);
             }
             EventKind::Removed { session_id, .. } => {
                 self.sessions.remove(session_id);
-                self.verdicts.remove(session_id);
             }
         }
     }
@@ -279,9 +288,22 @@ impl Entries {
             skills,
             session,
         };
-        self.verdicts
-            .insert(session_id.clone(), verdict_of(reading));
-        self.sessions.insert(session_id, entry);
+        match serde_json::to_vec(&entry) {
+            Ok(value) => {
+                let published = Published {
+                    value: value.into(),
+                    changed_at: entry.changed_at,
+                    verdict: verdict_of(reading),
+                };
+                self.sessions.insert(session_id, published);
+            }
+            // Not for these types (string keys, plain values); if it ever were, the session
+            // is left out rather than published stale.
+            Err(error) => {
+                tracing::warn!(%error, session_id, "fleet: a session entry cannot be encoded");
+                self.sessions.remove(&session_id);
+            }
+        }
     }
 }
 
@@ -338,6 +360,11 @@ mod tests {
         Entries::new("h1".into(), render)
     }
 
+    /// The entry as etcd will hold it.
+    fn entry(entries: &Entries, session_id: &str) -> SessionEntry {
+        serde_json::from_slice(&entries.sessions[session_id].value).expect("an entry decodes")
+    }
+
     fn unreachable() -> Option<Liveness> {
         Some(Liveness::Unreachable {
             reason: "door timed out".into(),
@@ -354,13 +381,13 @@ mod tests {
             ],
             "t0",
         );
-        let a = &entries.sessions[A];
+        let a = &entry(&entries, A);
         assert_eq!(a.host_id, "h1");
         assert_eq!(a.changed_at, "t0");
         assert_eq!(a.door_scope, Some(DoorScope::Host));
         assert_eq!(a.session["session_id"], A);
         assert_eq!(a.skills[0].id, "plan");
-        assert_eq!(entries.sessions[B].door_scope, None);
+        assert_eq!(entry(&entries, B).door_scope, None);
     }
 
     #[test]
@@ -370,22 +397,22 @@ mod tests {
             &EventKind::Added(reading(A, Some("10.0.0.1:9"), Some(Liveness::Live))),
             "t0",
         );
-        assert_eq!(entries.sessions[A].door_scope, Some(DoorScope::Network));
+        assert_eq!(entry(&entries, A).door_scope, Some(DoorScope::Network));
         // Rewritten, still live: the date stays.
         let rewritten = EventKind::Changed {
             old: Liveness::Live,
             now: reading(A, Some("127.0.0.1:9"), Some(Liveness::Live)),
         };
         entries.apply(&rewritten, "t1");
-        assert_eq!(entries.sessions[A].changed_at, "t0");
-        assert_eq!(entries.sessions[A].door_scope, Some(DoorScope::Host));
+        assert_eq!(entry(&entries, A).changed_at, "t0");
+        assert_eq!(entry(&entries, A).door_scope, Some(DoorScope::Host));
         // Unreachable: the date moves; another reason for the same verdict does not move it.
         let frozen = EventKind::Changed {
             old: Liveness::Live,
             now: reading(A, Some("127.0.0.1:9"), unreachable()),
         };
         entries.apply(&frozen, "t2");
-        assert_eq!(entries.sessions[A].changed_at, "t2");
+        assert_eq!(entry(&entries, A).changed_at, "t2");
         let other_reason = reading(
             A,
             Some("127.0.0.1:9"),
@@ -400,7 +427,7 @@ mod tests {
             },
             "t3",
         );
-        assert_eq!(entries.sessions[A].changed_at, "t2");
+        assert_eq!(entry(&entries, A).changed_at, "t2");
         entries.apply(
             &EventKind::Removed {
                 session_id: A.into(),
@@ -409,7 +436,7 @@ mod tests {
             },
             "t4",
         );
-        assert!(entries.sessions.is_empty() && entries.verdicts.is_empty());
+        assert!(entries.sessions.is_empty());
     }
 
     #[test]
@@ -424,9 +451,9 @@ mod tests {
         );
         entries.replace(&[reading(A, Some("127.0.0.1:9"), unreachable())], "t1");
         assert_eq!(entries.sessions.len(), 1);
-        assert_eq!(entries.sessions[A].changed_at, "t1");
+        assert_eq!(entry(&entries, A).changed_at, "t1");
         entries.replace(&[reading(A, Some("127.0.0.1:9"), unreachable())], "t2");
-        assert_eq!(entries.sessions[A].changed_at, "t1");
+        assert_eq!(entry(&entries, A).changed_at, "t1");
     }
 
     #[test]
@@ -436,7 +463,7 @@ mod tests {
             &[reading(A, Some("127.0.0.1:9"), Some(Liveness::Live))],
             "t0",
         );
-        let text = serde_json::to_string(&entries.sessions[A]).expect("encodes");
+        let text = String::from_utf8_lossy(&entries.sessions[A].value);
         assert!(!text.contains("secret"), "{text}");
     }
 
