@@ -12,7 +12,6 @@ use serde_json::Value;
 
 use super::ps::{PsArgs, table, uptime};
 use crate::fleet::SessionEntry;
-use crate::fleet::cache::FleetCache;
 use crate::fleet::keys::FleetKeys;
 
 /// `ps --fleet`: every host's sessions as etcd holds them.
@@ -27,13 +26,9 @@ pub(super) async fn fleet_ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
         let client = crate::fleet::etcd::connect(&settings, crate::fleet::DEFAULT_TTL).await?;
         crate::fleet::etcd::read_fleet(&client, &keys).await
     };
-    let mut response = read
+    let (cache, skipped) = read
         .await
         .with_context(|| format!("cannot read the fleet from etcd at {}", endpoints.join(",")))?;
-    let revision = response.header().map_or(0, |header| header.revision());
-    let kvs = response.take_kvs();
-    let (cache, skipped) =
-        FleetCache::read(keys, revision, kvs.iter().map(|kv| (kv.key(), kv.value())));
     for skipped in skipped {
         eprintln!("skipped: {} — {}", skipped.key, skipped.why);
     }

@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::cache::{FleetCache, Skipped};
 use super::keys::FleetKeys;
 use crate::private_fs::{PrivateFileProblem, read_private_file};
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
@@ -39,20 +40,26 @@ pub struct EtcdSettings {
 /// The largest read of the fleet taken in: far above 10 hosts × 1,000 sessions (about 6 MiB).
 const MAX_FLEET_READ_BYTES: usize = 256 << 20;
 
-/// Every key under `keys`' prefix, in one read: what the watcher and `ps --fleet` start from.
+/// Every entry under `keys`' prefix, in one read: the cache at the revision read, and the
+/// entries it skipped. What the watcher and `ps --fleet` start from.
 pub async fn read_fleet(
     client: &Client,
     keys: &FleetKeys,
-) -> Result<etcd_client::GetResponse, etcd_client::Error> {
+) -> Result<(FleetCache, Vec<Skipped>), etcd_client::Error> {
     // A fleet of thousands of sessions outgrows gRPC's default 4 MiB message.
     let mut kv = client
         .kv_client()
         .max_decoding_message_size(MAX_FLEET_READ_BYTES);
-    kv.get(
-        keys.all(),
-        Some(etcd_client::GetOptions::new().with_prefix()),
-    )
-    .await
+    let mut response = kv
+        .get(
+            keys.all(),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await?;
+    let revision = response.header().map_or(0, |header| header.revision());
+    let kvs = response.take_kvs();
+    let entries = kvs.iter().map(|kv| (kv.key(), kv.value()));
+    Ok(FleetCache::read(keys.clone(), revision, entries))
 }
 
 /// A client for `settings`, whose deadlines fit a lease of `ttl`.

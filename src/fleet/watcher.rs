@@ -18,7 +18,7 @@ use etcd_client::{Client, EventType, WatchOptions, WatchStream};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout, timeout_at};
 
-use super::cache::{FleetCache, WatchChange};
+use super::cache::WatchChange;
 use super::etcd::{EtcdSettings, connect, read_fleet};
 use super::keys::FleetKeys;
 use super::view::FleetView;
@@ -235,21 +235,15 @@ impl Watcher {
 
     /// Read every fleet key, answered by `deadline`; the revision read at.
     async fn read(&self, client: &mut Client, deadline: Instant) -> Result<i64, (Failure, String)> {
-        let mut response = match timeout_at(deadline, read_fleet(client, &self.keys)).await {
-            Ok(Ok(response)) => response,
+        let (cache, skipped) = match timeout_at(deadline, read_fleet(client, &self.keys)).await {
+            Ok(Ok(read)) => read,
             Ok(Err(error)) => {
                 let why = format!("cannot read the fleet from etcd: {error}");
                 return Err((Failure::Refused, why));
             }
             Err(_) => return Err((Failure::Silent, self.silent())),
         };
-        let revision = response.header().map_or(0, |h| h.revision());
-        let kvs = response.take_kvs();
-        let (cache, skipped) = FleetCache::read(
-            self.keys.clone(),
-            revision,
-            kvs.iter().map(|kv| (kv.key(), kv.value())),
-        );
+        let revision = cache.revision();
         for skipped in skipped {
             tracing::warn!(key = %skipped.key, why = %skipped.why, "fleet entry skipped");
         }
