@@ -1,5 +1,6 @@
 //! `ps --fleet` through the real binary: every host's sessions read straight from etcd, with a
-//! HOST column, no server asked and nothing pruned.
+//! HOST column, no server asked and nothing pruned. And `serve`'s fleet files: one that cannot
+//! be used refuses the start, naming it, before etcd is asked anything.
 //!
 //! The etcd test needs `/usr/bin/etcd` (Debian's `etcd-server`) and the `fleet` feature; it is
 //! ignored by plain `cargo test`.
@@ -30,6 +31,43 @@ fn ps_fleet_without_etcd_says_what_it_needs() {
         !home.path().join(".murmur").exists(),
         "ps --fleet touched HOME"
     );
+}
+
+/// A credentials file others can read, or a CA file that is not there, refuses the start at
+/// once (no etcd listens at the endpoint: nothing was asked of it), naming the file.
+#[cfg(feature = "fleet")]
+#[test]
+fn serve_refuses_fleet_files_it_cannot_use() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let home = Home::new();
+    let credentials = home.path().join("etcd-credentials");
+    std::fs::write(&credentials, "registry:hunter2\n").expect("write the credentials");
+    std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let missing_ca = home.path().join("no-such-ca.pem");
+    let serve = |flag: &str, file: &std::path::Path| {
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["serve", "--bind", "127.0.0.1:0"])
+            .args(["--fleet-etcd", "http://127.0.0.1:9", "--host-id", "h1"])
+            .arg(flag)
+            .arg(file);
+        run(cmd)
+    };
+
+    let done = serve("--fleet-credentials-file", &credentials);
+    done.assert_failure();
+    let named = credentials.display().to_string();
+    assert!(
+        done.stderr.contains(&named) && done.stderr.contains("chmod 600"),
+        "{}",
+        done.stderr
+    );
+    assert!(!done.stderr.contains("hunter2"), "{}", done.stderr);
+
+    let done = serve("--fleet-ca-file", &missing_ca);
+    done.assert_failure();
+    let named = missing_ca.display().to_string();
+    assert!(done.stderr.contains(&named), "{}", done.stderr);
 }
 
 #[cfg(feature = "fleet")]

@@ -38,7 +38,8 @@ pub(super) struct FleetConfig {
 }
 
 impl FleetConfig {
-    /// The fleet the flags ask for, `None` without `--fleet-etcd`; contradictions refused.
+    /// The fleet the flags ask for, `None` without `--fleet-etcd`; contradictions, and TLS or
+    /// credentials files that cannot be used, refused.
     pub(super) fn from_args(args: &FleetArgs, interval: Duration) -> anyhow::Result<Option<Self>> {
         if !args.enabled() {
             return Ok(None);
@@ -53,8 +54,12 @@ impl FleetConfig {
         {
             bail!("--advertise-url {url:?} must be an http:// or https:// URL");
         }
+        let settings = etcd.settings(endpoints);
+        if let Err(why) = crate::fleet::etcd::check_files(&settings) {
+            bail!(why);
+        }
         Ok(Some(Self {
-            settings: etcd.settings(endpoints),
+            settings,
             options: PublishOptions {
                 keys: FleetKeys::new(etcd.prefix()?),
                 host_id: args.host_id()?,

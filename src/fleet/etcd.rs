@@ -78,12 +78,27 @@ pub async fn connect(settings: &EtcdSettings, ttl: Duration) -> Result<Client, e
         options = options.with_tls(tls);
     }
     if let Some(path) = &settings.credentials_file {
-        let (user, password) = read_private_text(path)
-            .and_then(|text| parse_credentials(&text).map_err(|why| in_file(path, why)))
-            .map_err(etcd_client::Error::InvalidArgs)?;
+        let (user, password) = credentials(path).map_err(etcd_client::Error::InvalidArgs)?;
         options = options.with_user(user, password);
     }
     Client::connect(settings.endpoints.clone(), Some(options)).await
+}
+
+/// Read the TLS and credentials files `settings` name, as [`connect`] will, so that a start
+/// with a file that cannot be used is refused at once, naming it, instead of retried for ever.
+/// (Each connection still reads them again: a file mended later is taken at the next try.)
+pub fn check_files(settings: &EtcdSettings) -> Result<(), String> {
+    tls_options(settings)?;
+    if let Some(path) = &settings.credentials_file {
+        credentials(path)?;
+    }
+    Ok(())
+}
+
+/// The username and password in the credentials file at `path`.
+fn credentials(path: &Path) -> Result<(String, String), String> {
+    let text = read_private_text(path)?;
+    parse_credentials(&text).map_err(|why| in_file(path, why))
 }
 
 /// How long any one call to etcd may take under a lease of `ttl`: a third of it (at least
