@@ -98,9 +98,11 @@ impl HttpMetrics {
     }
 }
 
-/// The registry's figures for Prometheus. Needs the bearer token; probes nothing: sessions by
-/// state are those of the registry's last verified listing (its time is
-/// `murmur_registry_last_listing_timestamp_seconds`).
+/// The registry's figures for Prometheus.
+///
+/// Needs the bearer token. A scrape probes nothing: sessions by state are those of the
+/// registry's last verified listing (made at `murmur_registry_last_listing_timestamp_seconds`);
+/// counters run from the registry's start.
 #[utoipa::path(
     get, path = PATH, tag = "service",
     security(("bearer" = [])),
