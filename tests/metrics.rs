@@ -631,3 +631,86 @@ async fn promtool_accepts_the_exposition() {
         "{said}\n{text}"
     );
 }
+
+/// Scrape a served binary until `done` holds of its exposition, failing after [`DEADLINE`].
+#[cfg(feature = "fleet")]
+async fn scrape_until(
+    base: &str,
+    token: &str,
+    what: &str,
+    done: impl Fn(&exposition::Exposition) -> bool,
+) -> exposition::Exposition {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let text = client
+            .get(format!("{base}/metrics"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("the registry answers")
+            .text()
+            .await
+            .expect("the text");
+        let parsed = exposition::parse(&text).unwrap_or_else(|why| panic!("{why}\n{text}"));
+        if done(&parsed) {
+            return parsed;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(feature = "fleet")]
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn the_fleet_figures_follow_the_lease() {
+    use common::binary::{Home, User, registry};
+    use common::etcd::Etcd;
+    let mut etcd = Etcd::start().await;
+    let home = Home::new();
+    let mut command = registry(home.path(), User::Me);
+    command.args(["serve", "--bind", "127.0.0.1:0", "--fleet-etcd"]);
+    command.arg(etcd.endpoint());
+    command.args([
+        "--host-id",
+        "m1",
+        "--fleet-ttl",
+        "3s",
+        "--events-interval",
+        "200ms",
+    ]);
+    let server = ServedBinary::spawn(command);
+    let base = format!("http://{}", server.addr);
+    let token = home.token();
+    let joined = scrape_until(&base, &token, "the lease held and the host seen", |e| {
+        e.type_of("murmur_registry_fleet_hosts").is_some()
+            && e.value("murmur_registry_fleet_hosts", &[]) == 1.0
+            && e.value("murmur_registry_fleet_lease_held", &[]) == 1.0
+    })
+    .await;
+    let published = joined.value("murmur_registry_fleet_last_publish_timestamp_seconds", &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64();
+    assert!(
+        published > now - 60.0 && published <= now + 1.0,
+        "{published} vs {now}"
+    );
+    assert_eq!(
+        joined.type_of("murmur_registry_fleet_lease_held"),
+        Some("gauge")
+    );
+    // Passes go on publishing.
+    scrape_until(&base, &token, "a later publish", |e| {
+        e.value("murmur_registry_fleet_last_publish_timestamp_seconds", &[]) > published
+    })
+    .await;
+    // etcd gone: the next step cannot renew, and the lease is no longer counted on.
+    etcd.kill();
+    scrape_until(&base, &token, "the lease no longer held", |e| {
+        e.value("murmur_registry_fleet_lease_held", &[]) == 0.0
+    })
+    .await;
+}

@@ -24,6 +24,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use super::AppState;
 use super::responses::GateProblems;
 use super::server::LoadFigures;
+use crate::fleet::PublishFigures;
 use crate::registry::DURATION_BUCKETS;
 
 /// The path of the exposition.
@@ -60,6 +61,7 @@ pub struct HttpMetrics {
     requests: Family<RequestLabels, Counter>,
     durations: Durations,
     load: Arc<LoadFigures>,
+    fleet_publishing: Arc<PublishFigures>,
 }
 
 impl Default for HttpMetrics {
@@ -68,6 +70,7 @@ impl Default for HttpMetrics {
             requests: Family::default(),
             durations: Family::new_with_constructor(duration_histogram),
             load: Arc::default(),
+            fleet_publishing: Arc::default(),
         }
     }
 }
@@ -95,6 +98,11 @@ impl HttpMetrics {
     /// The accept loop's load figures, shared with it.
     pub fn load(&self) -> &Arc<LoadFigures> {
         &self.load
+    }
+
+    /// How publishing to the fleet stands, shared with the publishing (feature `fleet`).
+    pub fn fleet_publishing(&self) -> &Arc<PublishFigures> {
+        &self.fleet_publishing
     }
 }
 

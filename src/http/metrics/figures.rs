@@ -13,7 +13,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use serde::Serialize;
 
-use crate::fleet::FleetView;
+use crate::fleet::{FleetView, PublishFigures};
 use crate::http::AppState;
 use crate::http::server::ShedCause;
 use crate::http::wire::{Outcome, SessionState};
@@ -207,7 +207,28 @@ fn load(encoder: &mut DescriptorEncoder, state: &AppState) -> Fmt {
     )
 }
 
-fn fleet(encoder: &mut DescriptorEncoder, fleet: &FleetView) -> Fmt {
+/// The fleet's figures, for a registry started with `--fleet-etcd`: its publishing always, the
+/// hosts once the view has been read from etcd.
+fn fleet(encoder: &mut DescriptorEncoder, fleet: &FleetView, publishing: &PublishFigures) -> Fmt {
+    if fleet.own_host().is_none() {
+        return Ok(());
+    }
+    single(
+        encoder,
+        "fleet_lease_held",
+        "Whether this registry holds its fleet lease in etcd (1) or not (0), as of its last step.",
+        if publishing.lease_held() { 1.0 } else { 0.0 },
+    )?;
+    let last = publishing
+        .last_published()
+        .and_then(|at| at.duration_since(UNIX_EPOCH).ok())
+        .map_or(0.0, |since| since.as_secs_f64());
+    single(
+        encoder,
+        "fleet_last_publish_timestamp_seconds",
+        "When this registry last published its picture to etcd (Unix time; 0 before the first).",
+        last,
+    )?;
     let Some(hosts) = fleet.current().ok().map(|snapshot| snapshot.hosts.len()) else {
         return Ok(());
     };
@@ -225,6 +246,7 @@ impl Collector for Figures {
         listing(&mut encoder, &self.state.registry().tally().last_listing())?;
         registry_counts(&mut encoder, self.state.registry())?;
         load(&mut encoder, &self.state)?;
-        fleet(&mut encoder, self.state.fleet())
+        let publishing = self.state.metrics().fleet_publishing();
+        fleet(&mut encoder, self.state.fleet(), publishing)
     }
 }
