@@ -47,7 +47,7 @@ pub use removal::{Removal, RemovalCause};
 pub use signal::{RecordFate, SignalKind, SignalReport};
 pub use stop::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome, StopReport};
 pub use tally::{
-    ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DURATION_BUCKETS, DurationFigures, Durations,
+    ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DURATION_BUCKETS, DurationFigures,
     ListingFigures, ProbeEnd, Tally,
 };
 pub use verify::{ProbesInFlight, Reading};

@@ -85,7 +85,7 @@ pub struct ListingFigures {
 
 /// A histogram of durations: a count per bucket of [`DURATION_BUCKETS`] and one for longer.
 #[derive(Debug, Default)]
-pub struct Durations {
+struct Durations {
     buckets: [AtomicU64; DURATION_BUCKETS.len() + 1],
     sum_nanos: AtomicU64,
     count: AtomicU64,
@@ -104,7 +104,7 @@ pub struct DurationFigures {
 
 impl Durations {
     /// Count one duration.
-    pub fn observe(&self, took: Duration) {
+    fn observe(&self, took: Duration) {
         let seconds = took.as_secs_f64();
         let bucket = DURATION_BUCKETS
             .iter()
@@ -118,7 +118,7 @@ impl Durations {
 
     /// The histogram now. Read without a lock: a scrape racing an observation may see it in
     /// the count and not yet in its bucket, which the next scrape settles.
-    pub fn figures(&self) -> DurationFigures {
+    fn figures(&self) -> DurationFigures {
         let bounds = DURATION_BUCKETS.iter().copied().chain([f64::INFINITY]);
         DurationFigures {
             buckets: bounds
