@@ -24,6 +24,7 @@ mod prune;
 mod removal;
 mod signal;
 mod stop;
+mod tally;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -45,6 +46,10 @@ pub use prune::{PruneOutcome, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
 pub use signal::{RecordFate, SignalKind, SignalReport};
 pub use stop::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome, StopReport};
+pub use tally::{
+    ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DURATION_BUCKETS, DurationFigures,
+    ListingFigures, ProbeEnd, Tally,
+};
 pub use verify::{ProbesInFlight, Reading};
 
 /// The registry over one running directory.
@@ -58,19 +63,28 @@ pub struct Registry {
     passes: Arc<SharedPasses<PassResult>>,
     stopping: StopsInProgress,
     removals: RemovalNotes,
+    /// What it probed, removed, signalled and stopped, for `/metrics`.
+    tally: Arc<Tally>,
 }
 
 impl Registry {
     /// A registry over `dir` (normally [`running::running_dir`]'s answer), probing with `door`.
     pub fn new(dir: impl Into<PathBuf>, door: DoorProbe) -> Self {
+        let tally = Arc::new(Tally::default());
         Self {
             door,
             flights: Flights::default(),
             reader: PassReader::new(dir.into()),
             passes: Arc::default(),
             stopping: StopsInProgress::default(),
-            removals: RemovalNotes::default(),
+            removals: RemovalNotes::counting_in(Arc::clone(&tally)),
+            tally,
         }
+    }
+
+    /// The registry's own counts (probes, removals, signals, stops, its last verified listing).
+    pub fn tally(&self) -> &Tally {
+        &self.tally
     }
 
     /// The running directory this registry reads.

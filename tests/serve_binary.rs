@@ -246,9 +246,10 @@ fn the_authorization_header_is_never_logged() {
         !log.contains(wrong),
         "a presented (wrong) token appears in the log:\n{log}"
     );
-    // The requests were traced by method and path; neither headers nor queries are logged.
+    // The requests were traced by method and route template; neither headers nor queries are
+    // logged.
     assert!(
-        log.contains("path=/sessions"),
+        log.contains("route=/sessions"),
         "the request was not traced at all:\n{log}"
     );
     assert!(

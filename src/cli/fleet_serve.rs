@@ -93,6 +93,7 @@ impl FleetMember {
             options,
             monitor: state.events().clone(),
             slot: Arc::new(Mutex::new(None)),
+            figures: Arc::clone(state.metrics().fleet_publishing()),
         };
         let publishing = Arc::clone(&joiner.slot);
         let joining = match joiner.try_join().await {
@@ -136,16 +137,19 @@ struct Joiner {
     options: PublishOptions,
     monitor: crate::monitor::Monitor,
     slot: Arc<Mutex<Option<Publishing>>>,
+    /// Where the publishing keeps how it stands, for `/metrics`.
+    figures: Arc<crate::fleet::PublishFigures>,
 }
 
 impl Joiner {
     /// Claim the host id and start publishing; on success the publishing is in the slot.
     async fn try_join(&self) -> Result<(), StartError> {
-        let started = publishing::start(
+        let started = publishing::start_counting(
             &self.settings,
             self.options.clone(),
             self.monitor.clone(),
             render,
+            Arc::clone(&self.figures),
         )
         .await?;
         tracing::info!(host_id = %self.options.host_id, "joined the fleet");

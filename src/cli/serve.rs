@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::fleet_args::FleetArgs;
 #[cfg(feature = "fleet")]
@@ -75,10 +75,24 @@ pub(super) struct ServeArgs {
     /// `/events` stream nobody reads) before its connection is closed.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
     write_stall_timeout: Duration,
+    /// How log lines are written to stderr: `text` for people, `json` (one object per line)
+    /// for a log shipper. Neither ever holds a header, a token or a query string.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(flatten)]
     probe: ProbeArgs,
     #[command(flatten)]
     fleet: FleetArgs,
+}
+
+/// The form of the log on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// One line per event for people: time, level, target, message, fields.
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the event's
+    /// fields (for a request: `method`, `route`, `status`, `latency_ms`).
+    Json,
 }
 
 /// How doors are probed: the deadlines of one probe and how many may run at once.
@@ -118,7 +132,7 @@ fn probe_deadline(text: &str) -> Result<Duration, String> {
 pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // First, while this is the only thread (see `heap`).
     crate::heap::return_freed_memory();
-    init_tracing();
+    init_tracing(args.log_format);
     if !args.bind.ip().is_loopback() && !args.allow_remote {
         bail!(
             "refusing to listen on {}: it is not a loopback address; pass --allow-remote to expose the registry beyond this machine",
@@ -309,14 +323,24 @@ pub fn raise_open_files_limit() {
     }
 }
 
-fn init_tracing() {
+/// Log to stderr in `format`, at `RUST_LOG`'s levels (default `info`).
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => log.with_ansi(std::io::stderr().is_terminal()).init(),
+        // Fields at the top level beside `message`, and no span: a shipper reads one flat
+        // object, and a request's span would only repeat its access line.
+        LogFormat::Json => log
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
 }
 
 /// A future that resolves on SIGINT or SIGTERM; both handlers are installed before it returns.

@@ -18,6 +18,7 @@
 pub mod cache;
 #[cfg(feature = "fleet")]
 pub mod etcd;
+mod figures;
 mod host_id;
 pub mod keys;
 pub mod model;
@@ -35,6 +36,7 @@ mod watch_step;
 #[cfg(feature = "fleet")]
 pub mod watcher;
 
+pub use figures::PublishFigures;
 pub use host_id::{HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};
 pub use view::{FleetUnavailable, FleetView};

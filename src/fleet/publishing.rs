@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::mem::Discriminant;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -27,7 +28,7 @@ use tokio::task::JoinHandle;
 use super::etcd::{self, EtcdSettings};
 pub use super::publisher::PublishOptions;
 use super::publisher::{PublishError, Publisher};
-use super::{DoorScope, SessionEntry};
+use super::{DoorScope, PublishFigures, SessionEntry};
 use crate::monitor::{EventKind, Monitor, Next, SubscribeError, Subscription};
 use crate::registry::Reading;
 use crate::running::{Liveness, Skill};
@@ -99,13 +100,26 @@ pub async fn start(
     monitor: Monitor,
     render: Render,
 ) -> Result<Publishing, StartError> {
+    start_counting(settings, options, monitor, render, Arc::default()).await
+}
+
+/// [`start`], keeping how the publishing stands (lease held, last publish) in `figures`.
+pub async fn start_counting(
+    settings: &EtcdSettings,
+    options: PublishOptions,
+    monitor: Monitor,
+    render: Render,
+    figures: Arc<PublishFigures>,
+) -> Result<Publishing, StartError> {
     let client = etcd::connect(settings, options.ttl)
         .await
         .map_err(PublishError::from)?;
     let mut publisher = Publisher::claim(client, &options).await?;
+    figures.set_lease_held(true);
     let subscription = match monitor.subscribe().await {
         Ok(subscription) => subscription,
         Err(error) => {
+            figures.set_lease_held(false);
             if let Err(leaving) = publisher.leave().await {
                 tracing::debug!(error = %leaving, "revoking the fleet lease after a failed start");
             }
@@ -115,7 +129,7 @@ pub async fn start(
     let mut entries = Entries::new(options.host_id.to_string(), render);
     entries.replace(&subscription.snapshot.readings, &now());
     // The picture is published at once, not a pass later; a failure is retried by the next.
-    step(&mut publisher, &entries).await;
+    step(&mut publisher, &entries, &figures).await;
     let (stop, stopped) = oneshot::channel();
     let driver = Driver {
         publisher,
@@ -123,6 +137,7 @@ pub async fn start(
         monitor,
         subscription,
         retry: options.ttl / 3,
+        figures,
     };
     Ok(Publishing {
         stop: Some(stop),
@@ -138,6 +153,7 @@ struct Driver {
     subscription: Subscription,
     /// How long to wait before subscribing again after the directory could not be read.
     retry: Duration,
+    figures: Arc<PublishFigures>,
 }
 
 impl Driver {
@@ -163,10 +179,11 @@ impl Driver {
                     if passed.is_err() {
                         break;
                     }
-                    step(&mut self.publisher, &self.entries).await;
+                    step(&mut self.publisher, &self.entries, &self.figures).await;
                 }
             }
         }
+        self.figures.set_lease_held(false);
         self.publisher.leave().await
     }
 
@@ -200,10 +217,18 @@ impl Driver {
 }
 
 /// One publishing step, its failure logged: the next pass tries again.
-async fn step(publisher: &mut Publisher, entries: &Entries) {
+async fn step(publisher: &mut Publisher, entries: &Entries, figures: &PublishFigures) {
     match publisher.step(entries.encoded()).await {
-        Ok(report) => tracing::debug!(?report, "fleet: published"),
-        Err(error) => tracing::warn!(%error, "fleet: publishing failed; retrying at the next pass"),
+        Ok(report) => {
+            figures.published();
+            tracing::debug!(?report, "fleet: published");
+        }
+        Err(error) => {
+            // Not renewed: etcd may drop the lease before the next step, so it is not counted
+            // on.
+            figures.set_lease_held(false);
+            tracing::warn!(%error, "fleet: publishing failed; retrying at the next pass");
+        }
     }
 }
 

@@ -3,14 +3,15 @@
 //! Invariants kept here:
 //! - Routes and the OpenAPI spec come from the same `utoipa_axum` routers, so a route cannot
 //!   exist undocumented, nor a documented one be missing.
-//! - Layer order, outermost first: credentials headers are marked sensitive before the trace
-//!   layer (which logs only method, path, status and latency, never a query or a header); the
-//!   Host/Origin gate answers 403 before any other work; error responses are reshaped into
+//! - Layer order, outermost first: credentials headers are marked sensitive before the access
+//!   record (`access`: method, route template, status and latency, counted and logged; never a
+//!   raw path, a query or a header); the Host/Origin gate answers 403 before any other work; error responses are reshaped into
 //!   problems; the bearer check guards every route but `/healthz`, `/openapi.json` and the
 //!   dashboard's static files (`/`, `/dashboard.js`, `/dashboard.css`), which carry no data.
 //! - Nothing here touches `/proc` or the running directory itself: all of that goes through
 //!   [`crate::registry::Registry`].
 
+mod access;
 pub mod auth;
 mod body;
 pub mod dashboard;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod event_stream;
 pub mod events;
 pub mod fleet;
+pub mod metrics;
 pub mod responses;
 mod routes;
 pub mod server;
@@ -36,7 +38,6 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -48,6 +49,7 @@ use crate::registry::Registry;
 use crate::token::TokenStore;
 use auth::HostPolicy;
 use error::{ApiError, Problem, ProblemType};
+use metrics::HttpMetrics;
 pub use server::{ServeLimits, serve_router};
 
 /// Request bodies larger than this are refused with 413.
@@ -69,6 +71,7 @@ struct Shared {
     tokens: TokenStore,
     hosts: HostPolicy,
     cors_origins: Vec<String>,
+    metrics: HttpMetrics,
 }
 
 impl AppState {
@@ -91,6 +94,7 @@ impl AppState {
                 tokens,
                 hosts: HostPolicy::new(bound, allow_hosts, allow_origins),
                 cors_origins: allow_origins.to_vec(),
+                metrics: HttpMetrics::default(),
             }),
             fleet: FleetView::not_configured(),
         }
@@ -126,6 +130,11 @@ impl AppState {
     /// The Host/Origin policy.
     pub fn host_policy(&self) -> &HostPolicy {
         &self.inner.hosts
+    }
+
+    /// The HTTP side's figures for `/metrics` (requests, and the accept loop's load).
+    pub fn metrics(&self) -> &HttpMetrics {
+        &self.inner.metrics
     }
 }
 
@@ -194,6 +203,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(fleet::fleet_sessions))
         .routes(routes!(fleet::fleet_hosts))
         .routes(routes!(fleet::fleet_events))
+        .routes(routes!(metrics::metrics))
 }
 
 fn public_routes() -> OpenApiRouter<AppState> {
@@ -257,19 +267,12 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             auth::check_host,
         ))
-        .layer(
-            // Method, path, status and latency only: a query string or a header may carry a
-            // token a client put in the wrong place, and neither is ever logged.
-            TraceLayer::new_for_http()
-                .make_span_with(|request: &Request| {
-                    tracing::debug_span!(
-                        "request",
-                        method = %request.method(),
-                        path = %request.uri().path(),
-                    )
-                })
-                .on_response(DefaultOnResponse::new().level(tracing::Level::DEBUG)),
-        )
+        // Method, route template, status and latency only: a query string or a header may
+        // carry a token a client put in the wrong place, and neither is ever logged.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            access::record,
+        ))
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
             header::COOKIE,
@@ -301,12 +304,13 @@ pub async fn serve_with(
 ) -> std::io::Result<()> {
     let events = state.events().clone();
     let fleet = state.fleet().clone();
+    let load = std::sync::Arc::clone(state.metrics().load());
     let shutdown = async move {
         shutdown.await;
         events.close();
         fleet.close();
     };
-    server::serve_router(listener, app(state), limits, shutdown).await
+    server::serve_router_counting(listener, app(state), limits, load, shutdown).await
 }
 
 /// The registry's own health.

@@ -16,6 +16,8 @@
 //!   The CLI keeps this cap below `max_connections`, so streams never hold every connection.
 //! - A peer that takes nothing written for [`ServeLimits::write_stall_timeout`] is closed
 //!   (`write_stall`), stream place and queued events with it.
+//! - Every 503 given for load, and every open stream, is counted in [`LoadFigures`] (see
+//!   `load`) for `/metrics`: these answers never reach the router's middleware.
 //! - Shutdown closes the listener, then idle connections; in-flight requests finish; whatever
 //!   is left after [`ServeLimits::shutdown_grace`] is dropped.
 
@@ -42,8 +44,10 @@ use tokio::task::JoinSet;
 use super::error::{Problem, ProblemType};
 use super::routes::{RouteClass, class_of};
 use crate::registry::MAX_STOP_TIMEOUT;
+pub use load::{LoadFigures, ShedCause};
 use write_stall::WriteStallGuard;
 
+mod load;
 mod write_stall;
 
 /// The limits the accept loop enforces. [`Default`] gives the values `serve` uses.
@@ -117,7 +121,18 @@ pub async fn serve_router(
     limits: ServeLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let gate = Arc::new(Gate::new(limits));
+    serve_router_counting(listener, router, limits, Arc::default(), shutdown).await
+}
+
+/// [`serve_router`], counting what is refused for load (and the open streams) in `load`.
+pub(super) async fn serve_router_counting(
+    listener: TcpListener,
+    router: Router,
+    limits: ServeLimits,
+    load: Arc<LoadFigures>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let gate = Arc::new(Gate::new(limits, load));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -143,6 +158,7 @@ pub async fn serve_router(
                 connections.spawn(serve_connection(stream, router, slot, stop, limits));
             }
             None => {
+                gate.load.shed(ShedCause::MaxConnections);
                 connections.spawn(shed(stream));
             }
         }
@@ -285,6 +301,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
         let mut router = self.router.clone();
         Box::pin(async move {
             let Some(flight) = slot.begin_request() else {
+                slot.gate.load.shed(ShedCause::MaxInFlight);
                 // The connection goes back to waiting once the answer is written.
                 return Ok(close(
                     overloaded_problem().into_response(),
@@ -299,6 +316,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
                 match slot.gate.begin_stream() {
                     Some(stream) => Some(stream),
                     None => {
+                        slot.gate.load.shed(ShedCause::MaxEventStreams);
                         drop(flight);
                         let limit = limits.max_event_streams.max(1);
                         return Ok(close(
@@ -359,6 +377,7 @@ fn close(mut response: Response, slot: &Arc<Slot>, retry_after: Option<HeaderVal
 struct Gate {
     limits: ServeLimits,
     state: Mutex<GateState>,
+    load: Arc<LoadFigures>,
 }
 
 #[derive(Default)]
@@ -373,10 +392,11 @@ struct GateState {
 }
 
 impl Gate {
-    fn new(limits: ServeLimits) -> Self {
+    fn new(limits: ServeLimits, load: Arc<LoadFigures>) -> Self {
         Self {
             limits,
             state: Mutex::new(GateState::default()),
+            load,
         }
     }
 
@@ -419,6 +439,7 @@ impl Gate {
             return None;
         }
         state.streams += 1;
+        self.load.stream_opened();
         Some(StreamPlace { gate: self.clone() })
     }
 }
@@ -432,6 +453,7 @@ impl Drop for StreamPlace {
     fn drop(&mut self) {
         let mut state = self.gate.lock();
         state.streams = state.streams.saturating_sub(1);
+        self.gate.load.stream_closed();
     }
 }
 

@@ -428,7 +428,10 @@ pub async fn stop_session(
     let stopping = {
         let state = state.clone();
         let id = id.clone();
-        tokio::spawn(async move { state.registry().stop(&id, timeout).await })
+        tokio::spawn(async move {
+            let stopped = state.registry().stop(&id, timeout).await;
+            stopped.inspect(|report| state.registry().tally().stopped(&report.outcome))
+        })
     };
     let report = stopping
         .await

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tokio::sync::watch;
 
+use super::Tally;
 use crate::running::{DoorProbe, RunningRecord, Secret, Skill};
 
 /// What one probe answered: `Ok` with the card's skills when the door named the session, else
@@ -92,7 +93,12 @@ pub(super) struct Flight {
 impl Flights {
     /// The flight probing `record`'s door: the one already in the air for an identical record,
     /// or a new one started now with `door`.
-    pub(super) fn join(&self, record: &Arc<RunningRecord>, door: &DoorProbe) -> Arc<Flight> {
+    pub(super) fn join(
+        &self,
+        record: &Arc<RunningRecord>,
+        door: &DoorProbe,
+        tally: Arc<Tally>,
+    ) -> Arc<Flight> {
         let key = ProbeKey(Arc::clone(record));
         let mut table = lock(&self.table);
         if let Some(flight) = table.get(&key).and_then(|entry| entry.flight.upgrade()) {
@@ -108,7 +114,7 @@ impl Flights {
             // The table lock is held until the entry is in, so the task cannot leave the table
             // before it has joined it.
             tokio::spawn(async move {
-                let answer = door.probe_unredacted(&record).await;
+                let answer = tally.probe(door.probe_unredacted(&record)).await;
                 if let Some(table) = table.upgrade() {
                     leave(&table, &key, id);
                 }

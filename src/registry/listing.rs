@@ -171,7 +171,9 @@ impl Registry {
             .map(|reading| (Arc::clone(&reading.record), reading.process.clone()))
             .unzip();
         let readings = self.read_all(records, states, true).await;
-        Ok(Arc::new(Listing::new(readings, lean.unreadable.clone())))
+        let listing = Arc::new(Listing::new(readings, lean.unreadable.clone()));
+        self.tally.listed(&listing);
+        Ok(listing)
     }
 
     /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.

@@ -84,7 +84,9 @@ pub(super) fn unlink_gone(
             reason: reason.to_owned(),
         },
     );
-    if !matches!(pruned, Ok(Pruned::Removed)) {
+    if matches!(pruned, Ok(Pruned::Removed)) {
+        notes.made(cause, 1);
+    } else {
         notes.take_back(&record.session_id, note);
     }
     pruned
@@ -121,6 +123,7 @@ impl Registry {
                 }
             }
             report.removed_unreadable = running::remove_unreadable(&dir, &scan.unreadable)?;
+            notes.made(RemovalCause::Unreadable, report.removed_unreadable.len());
             Ok(report)
         })
         .await?
@@ -157,6 +160,7 @@ impl Registry {
                 }
             }
             report.removed_unreadable = running::remove_unreadable(&dir, &unreadable)?;
+            notes.made(RemovalCause::Unreadable, report.removed_unreadable.len());
             Ok::<_, RegistryError>((report, revived))
         })
         .await??;

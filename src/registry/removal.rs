@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::Tally;
+
 // The schema keeps its published name: the OpenAPI document is part of the fixed contract.
 /// Why a session left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -46,7 +48,11 @@ const REMOVAL_NOTE_LIFETIME: Duration = Duration::from_secs(60);
 /// The removals the registry made lately, by session id (several while removals of one record
 /// race). Shared with blocking tasks.
 #[derive(Debug, Clone, Default)]
-pub(super) struct RemovalNotes(Arc<Mutex<Notes>>);
+pub(super) struct RemovalNotes {
+    notes: Arc<Mutex<Notes>>,
+    /// Where each removal made is counted.
+    tally: Arc<Tally>,
+}
 
 #[derive(Debug, Default)]
 struct Notes {
@@ -59,6 +65,19 @@ struct Notes {
 pub(super) struct NoteId(u64);
 
 impl RemovalNotes {
+    /// Notes whose removals made are counted in `tally`.
+    pub(super) fn counting_in(tally: Arc<Tally>) -> Self {
+        Self {
+            notes: Arc::default(),
+            tally,
+        }
+    }
+
+    /// Count `n` removals made for `cause`: the unlinks removed the files.
+    pub(super) fn made(&self, cause: RemovalCause, n: usize) {
+        self.tally.removed(cause, n);
+    }
+
     /// Note that the registry is removing `session_id`'s record; [`RemovalNotes::take_back`]
     /// the note if the removal removed nothing.
     pub(super) fn note(&self, session_id: &str, cause: RemovalCause, evidence: &str) -> NoteId {
@@ -102,7 +121,7 @@ impl RemovalNotes {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Notes> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.notes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -1,6 +1,8 @@
 //! Signalling a session's process through the running module's pidfd path; the kernel's ESRCH
 //! is evidence, so a record found gone is pruned before the answer.
 
+use std::sync::Arc;
+
 use super::prune::unlink_gone;
 use super::{Registry, RegistryError, RemovalCause, RemovalNotes, blocking};
 use crate::running::{self, Pruned, RunningRecord, SignalOutcome};
@@ -132,8 +134,10 @@ impl Registry {
     ) -> Result<(SignalOutcome, Option<RecordFate>), RegistryError> {
         let record = record.clone();
         let notes = self.removals.clone();
+        let tally = Arc::clone(&self.tally);
         blocking(move || {
             let outcome = send_signal(&record, kind);
+            tally.signalled(kind, &outcome);
             let pruned = match &outcome {
                 SignalOutcome::AlreadyGone { reason } => {
                     Some(prune_after_the_fact(&record, reason, &notes, cause))

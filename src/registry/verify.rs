@@ -180,7 +180,9 @@ impl Registry {
                 verdict: Err(verdict.liveness),
             },
             Err(process) => {
-                let flight = self.flights.join(&record, &self.door);
+                let flight = self
+                    .flights
+                    .join(&record, &self.door, Arc::clone(&self.tally));
                 PendingReading {
                     record,
                     process,
