@@ -28,8 +28,9 @@ use super::AppState;
 use super::error::{ApiError, Problem};
 use super::event_stream::EventName;
 use super::events::{KEEP_ALIVE, encode, last_words};
+use super::list_filter::{parse_status_filter, parse_words};
 use super::responses::GateProblems;
-use super::sessions::{json_body, parse_status_filter};
+use super::sessions::json_body;
 use super::wire::SessionState;
 use crate::fleet::cache::FleetChange;
 use crate::fleet::view::{FleetEvent, FleetNext, FleetSnapshot, FleetSubscription};
@@ -63,7 +64,7 @@ const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions
 /// Every session of every host in the fleet, as their registries verified and published them.
 ///
 /// Served from this registry's cache of the fleet's etcd prefix (no door is asked); newest
-/// first. Takes the filters of `GET /sessions`, plus `host` and `skill`. `host_id` names this
+/// first. Takes the filters of `GET /sessions` (`status`, `capsule`, `skill`), plus `host`. `host_id` names this
 /// registry's own host: act (stop, signal) only on sessions of that host, through this
 /// registry; talk to another host's session at its door (a door whose `door_scope` is `host`
 /// is reachable only from its own host).
@@ -73,7 +74,7 @@ const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The fleet's sessions that match", body = FleetSessions),
-        (status = 400, description = "Unknown status, or an invalid host id",
+        (status = 400, description = "Unknown status, an invalid host id, or an empty capsule name",
             body = Problem, content_type = "application/problem+json"),
         (status = 404, description = FLEET_404, body = Problem,
             content_type = "application/problem+json"),
@@ -264,6 +265,7 @@ fn session_id(entry: &SessionEntry) -> &str {
 struct Filter {
     states: Option<Vec<SessionState>>,
     hosts: Option<Vec<HostId>>,
+    capsules: Option<Vec<String>>,
     skill: Option<String>,
 }
 
@@ -288,12 +290,24 @@ impl Filter {
                 .map(parse_status_filter)
                 .transpose()?,
             hosts,
+            capsules: (query.capsule.as_deref())
+                .map(|list| parse_words("capsule", list))
+                .transpose()?,
             skill: query.skill.clone(),
         })
     }
 
     fn is_everything(&self) -> bool {
-        self.states.is_none() && self.hosts.is_none() && self.skill.is_none()
+        self.states.is_none()
+            && self.hosts.is_none()
+            && self.capsules.is_none()
+            && self.skill.is_none()
+    }
+
+    fn capsule(&self, entry: &SessionEntry) -> bool {
+        let name = (entry.session.get("capsule_name")).and_then(|name| name.as_str());
+        (self.capsules.as_ref())
+            .is_none_or(|capsules| name.is_some_and(|n| capsules.iter().any(|c| c == n)))
     }
 
     fn host(&self, host_id: &str) -> bool {
@@ -305,6 +319,7 @@ impl Filter {
             (entry.skills.iter()).any(|s| s.id == *skill || s.tags.contains(skill))
         };
         self.host(&entry.host_id)
+            && self.capsule(entry)
             && (self.states.as_ref())
                 .is_none_or(|states| published_state(entry).is_some_and(|s| states.contains(&s)))
             && self.skill.as_ref().is_none_or(offers)

@@ -18,6 +18,8 @@ pub mod error;
 pub mod event_stream;
 pub mod events;
 pub mod fleet;
+mod include;
+mod list_filter;
 pub mod responses;
 mod routes;
 pub mod server;
@@ -48,6 +50,7 @@ use crate::registry::Registry;
 use crate::token::TokenStore;
 use auth::HostPolicy;
 use error::{ApiError, Problem, ProblemType};
+pub(crate) use list_filter::ListFilter;
 pub use server::{ServeLimits, serve_router};
 
 /// Request bodies larger than this are refused with 413.

@@ -138,6 +138,9 @@ pub struct FleetQuery {
         pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(,[A-Za-z0-9][A-Za-z0-9._-]{0,127})*$"
     )]
     pub host: Option<String>,
+    /// Comma-separated capsule names to keep (each session's `capsule_name`).
+    #[param(example = "researcher,writer", pattern = "^[^,]+(,[^,]+)*$")]
+    pub capsule: Option<String>,
     /// Keep sessions offering this skill: a skill id or tag of their verified card.
     #[param(example = "summarize")]
     pub skill: Option<String>,
