@@ -345,10 +345,8 @@ pub struct ListQuery {
     /// `false` runs layers 1–2 only (no door probes). Default `true`.
     #[param(example = false)]
     pub probe: Option<bool>,
-    /// Comma-separated members to add to each session: `card` (the agent card its door served
-    /// in the probe that verified it, `null` for a session that is not live; no second request
-    /// to any door; needs the probe). `resources` is reserved for the processes' costs.
-    #[param(example = "card", schema_with = include_schema)]
+    /// Members to add to each session, as [`include_schema`] documents them.
+    #[param(schema_with = include_schema)]
     pub include: Option<String>,
     /// Comma-separated capsule names to keep (the record's `capsule_name`).
     #[param(example = "researcher,writer", pattern = "^[^,]+(,[^,]+)*$")]
@@ -359,11 +357,19 @@ pub struct ListQuery {
     pub skill: Option<String>,
 }
 
-/// The schema of an `include` parameter: a string of the words [`INCLUDE_PATTERN`] allows.
+/// The schema of an `include` parameter, pattern [`INCLUDE_PATTERN`]. utoipa takes only a
+/// literal `pattern` and drops the field's doc beside `schema_with`, so the doc is here.
 fn include_schema() -> utoipa::openapi::Object {
     utoipa::openapi::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
         .pattern(Some(INCLUDE_PATTERN))
+        .description(Some(
+            "Comma-separated members to add to each session: `card` (the agent card its door \
+             served in the probe that verified it, `null` for a session that is not live; no \
+             second request to any door; needs the probe). `resources` is reserved for the \
+             processes' costs.",
+        ))
+        .examples([serde_json::json!("card")])
         .build()
 }
 
@@ -651,6 +657,21 @@ mod tests {
         }
         let none = SessionList::encode(&[], None, |_| true, 0).expect("encodes");
         assert_eq!(none, br#"{"sessions":[],"unreadable":0}"#);
+    }
+
+    /// The documented pattern is the include vocabulary's own.
+    #[test]
+    fn the_include_parameter_documents_the_include_pattern() {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::Schema;
+        let parameters = ListQuery::into_params(|| None);
+        let include = (parameters.iter())
+            .find(|p| p.name == "include")
+            .expect("an include parameter");
+        let Some(RefOr::T(Schema::Object(schema))) = &include.schema else {
+            panic!("include is a string")
+        };
+        assert_eq!(schema.pattern.as_deref(), Some(INCLUDE_PATTERN));
     }
 
     #[test]
