@@ -343,7 +343,7 @@ async fn capsule_and_skill_filters_keep_what_they_name_and_combine_with_status()
         assert!(listing["sessions"][0].get("card").is_none(), "{query}");
     }
     let carded = f.api.get("/sessions?include=card&skill=plan").await;
-    assert_eq!(ids(&carded), [s.clone()]);
+    assert_eq!(ids(&carded), std::slice::from_ref(s));
     assert_eq!(carded["sessions"][0]["card"], a2a_card(s));
 }
 
