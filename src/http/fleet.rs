@@ -28,7 +28,7 @@ use super::AppState;
 use super::error::{ApiError, Problem};
 use super::event_stream::EventName;
 use super::events::{KEEP_ALIVE, encode, last_words};
-use super::list_filter::{parse_status_filter, parse_words};
+use super::list_filter::{offers_any, parse_status_filter, parse_words};
 use super::responses::GateProblems;
 use super::sessions::json_body;
 use super::wire::SessionState;
@@ -64,17 +64,18 @@ const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions
 /// Every session of every host in the fleet, as their registries verified and published them.
 ///
 /// Served from this registry's cache of the fleet's etcd prefix (no door is asked); newest
-/// first. Takes the filters of `GET /sessions` (`status`, `capsule`, `skill`), plus `host`. `host_id` names this
-/// registry's own host: act (stop, signal) only on sessions of that host, through this
-/// registry; talk to another host's session at its door (a door whose `door_scope` is `host`
-/// is reachable only from its own host).
+/// first. Takes the filters of `GET /sessions` (`status`, `capsule`, `skill`), plus `host`.
+/// `host_id` names this registry's own host: act (stop, signal) only on sessions of that host,
+/// through this registry; talk to another host's session at its door (a door whose
+/// `door_scope` is `host` is reachable only from its own host).
 #[utoipa::path(
     get, path = "/fleet/sessions", tag = TAG,
     params(FleetQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The fleet's sessions that match", body = FleetSessions),
-        (status = 400, description = "Unknown status, an invalid host id, or an empty capsule name",
+        (status = 400, description = "Unknown status, an invalid host id, or an empty capsule or \
+            skill name",
             body = Problem, content_type = "application/problem+json"),
         (status = 404, description = FLEET_404, body = Problem,
             content_type = "application/problem+json"),
@@ -266,7 +267,7 @@ struct Filter {
     states: Option<Vec<SessionState>>,
     hosts: Option<Vec<HostId>>,
     capsules: Option<Vec<String>>,
-    skill: Option<String>,
+    skills: Option<Vec<String>>,
 }
 
 impl Filter {
@@ -293,7 +294,9 @@ impl Filter {
             capsules: (query.capsule.as_deref())
                 .map(|list| parse_words("capsule", list))
                 .transpose()?,
-            skill: query.skill.clone(),
+            skills: (query.skill.as_deref())
+                .map(|list| parse_words("skill", list))
+                .transpose()?,
         })
     }
 
@@ -301,7 +304,7 @@ impl Filter {
         self.states.is_none()
             && self.hosts.is_none()
             && self.capsules.is_none()
-            && self.skill.is_none()
+            && self.skills.is_none()
     }
 
     fn capsule(&self, entry: &SessionEntry) -> bool {
@@ -315,14 +318,11 @@ impl Filter {
     }
 
     fn session(&self, entry: &SessionEntry) -> bool {
-        let offers = |skill: &String| {
-            (entry.skills.iter()).any(|s| s.id == *skill || s.tags.contains(skill))
-        };
         self.host(&entry.host_id)
             && self.capsule(entry)
             && (self.states.as_ref())
                 .is_none_or(|states| published_state(entry).is_some_and(|s| states.contains(&s)))
-            && self.skill.as_ref().is_none_or(offers)
+            && (self.skills.as_ref()).is_none_or(|wanted| offers_any(&entry.skills, wanted))
     }
 }
 

@@ -219,12 +219,20 @@ async fn the_capsule_filter_keeps_the_capsules_it_names_and_combines_with_the_ot
         ("capsule=c&status=live", vec!["ses_b1", "ses_a1"]),
         ("capsule=c,d&host=b&skill=plan", vec!["ses_b2"]),
         ("capsule=c&skill=plan", vec!["ses_a2", "ses_a1"]),
+        ("skill=none,summarize", vec!["ses_b1"]),
+        ("skill=summarize,%20plan&capsule=d", vec!["ses_b2"]),
     ] {
         let (status, body) = get(&state, &token, "GET", &format!("/fleet/sessions?{query}")).await;
         assert_eq!(status, StatusCode::OK, "{query}");
         assert_eq!(session_ids(&json(&body)), want, "{query}");
     }
-    for query in ["capsule=", "capsule=c,,d", "capsule=c,"] {
+    for query in [
+        "capsule=",
+        "capsule=c,,d",
+        "capsule=c,",
+        "skill=",
+        "skill=a,,b",
+    ] {
         let (status, body) = get(&state, &token, "GET", &format!("/fleet/sessions?{query}")).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
         assert_eq!(

@@ -141,8 +141,9 @@ pub struct FleetQuery {
     /// Comma-separated capsule names to keep (each session's `capsule_name`).
     #[param(example = "researcher,writer", pattern = "^[^,]+(,[^,]+)*$")]
     pub capsule: Option<String>,
-    /// Keep sessions offering this skill: a skill id or tag of their verified card.
-    #[param(example = "summarize")]
+    /// Comma-separated skills: keep sessions offering one of them, as a skill id or tag of
+    /// their verified card.
+    #[param(example = "summarize,nlp", pattern = "^[^,]+(,[^,]+)*$")]
     pub skill: Option<String>,
 }
 
