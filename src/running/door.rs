@@ -592,6 +592,32 @@ mod tests {
     }
 
     #[test]
+    fn a_card_shown_for_another_record_is_redacted_for_its_secrets_too() {
+        let record = |credential: &str| -> RunningRecord {
+            serde_json::from_value(json!({
+                "session_id": "ses_a", "url": "127.0.0.1:1", "pid": 1, "process_start": "7",
+                "capsule_name": "c", "capsule_version": "1", "workdir": "/w",
+                "outlives_launcher": false, "started_at": "2026-11-30T00:00:00Z",
+                "door_token": "tok", "credentials": {"peer": credential}
+            }))
+            .expect("a record")
+        };
+        let (a, b) = (record("alpha"), record("beta"));
+        let card = json!({"name": "tok alpha beta", "alpha": ["beta"]});
+        let card = Arc::new(RedactedCard::redacted(card, &a));
+        assert_eq!(
+            *card.json(),
+            json!({"name": "[redacted] [redacted] beta", "[redacted]": ["beta"]})
+        );
+        assert!(Arc::ptr_eq(&card.for_record(&a, &a.clone()), &card));
+        assert_eq!(
+            *card.for_record(&a, &b).json(),
+            json!({"name": "[redacted] [redacted] [redacted]", "[redacted]": ["[redacted]"]})
+        );
+        assert_eq!(format!("{card:?}"), "RedactedCard(..)");
+    }
+
+    #[test]
     fn quotes_are_short_and_clean() {
         let quoted = quote_briefly(&format!("a\nb{}", "z".repeat(200)));
         assert!(!quoted.contains('\n'));
