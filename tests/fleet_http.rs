@@ -393,6 +393,47 @@ mod with_etcd {
 
     #[tokio::test]
     #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn the_capsule_filter_keeps_the_capsules_it_names_as_etcd_holds_them() {
+        let etcd = Etcd::start().await;
+        let mut client = etcd.client().await;
+        let b = OtherHost::join(&mut client, "b", 60).await;
+        b.put_session(&mut client, "ses_b1", "live").await;
+        let entry = json!({
+            "host_id": "b", "changed_at": "2026-12-01T00:00:00Z", "door_scope": "network",
+            "skills": [], "session_id": "ses_b2", "url": "10.0.0.2:4001", "pid": 8,
+            "process_start": "1", "capsule_name": "writer", "capsule_version": "1",
+            "workdir": "/w", "outlives_launcher": false, "started_at": "2026-12-01T00:00:01Z",
+            "liveness": {"state": "unreachable", "process": "alive", "reason": "slow"}
+        });
+        let options = PutOptions::new().with_lease(b.lease);
+        (client.put(b.session_key("ses_b2"), entry.to_string(), Some(options)))
+            .await
+            .expect("put a session");
+        let (server, _watcher) = registry_on(&etcd).await;
+        until(
+            &server,
+            "/fleet/sessions",
+            "both sessions are served",
+            |s, body| s == 200 && sessions(body).len() == 2,
+        )
+        .await;
+        for (query, want) in [
+            ("capsule=writer", vec!["ses_b2"]),
+            ("capsule=c", vec!["ses_b1"]),
+            ("capsule=c,writer&status=live", vec!["ses_b1"]),
+            ("capsule=writer&status=unreachable&host=b", vec!["ses_b2"]),
+            ("capsule=nobody", vec![]),
+        ] {
+            let (status, body) = server.get(&format!("/fleet/sessions?{query}")).await;
+            assert_eq!(status, 200, "{query}");
+            assert_eq!(sessions(&body), want, "{query}");
+        }
+        let (status, body) = server.get("/fleet/sessions?capsule=c,,writer").await;
+        assert_eq!(status, 400, "{body}");
+    }
+
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
     async fn etcd_killed_is_503_within_the_ttl_and_back_current_within_one_ttl_without_ghosts() {
         let mut etcd = Etcd::start().await;
         let mut client = etcd.client().await;

@@ -42,6 +42,7 @@ mod fleet_listing;
 #[cfg(feature = "fleet")]
 mod fleet_publishing;
 mod idle_listener;
+mod include_card;
 mod kill_to_removed;
 mod lean;
 mod many;
@@ -73,6 +74,7 @@ use binaries::Binaries;
 use figures::{Row, load_average, print_header};
 use fleet::fleet_figures;
 use idle_listener::idle_with_one_listener;
+use include_card::listing_with_cards;
 use kill_to_removed::sigkill_to_removed;
 use lean::lean_path_throughput_and_memory;
 use many::many_live_records;
@@ -100,7 +102,7 @@ fn main() {
         return;
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
-    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet` runs some scenarios.
+    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card` runs some scenarios.
     let only: Vec<String> = args
         .iter()
         .position(|a| a == "--only")
@@ -152,6 +154,9 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
     }
     if wanted("fleet") {
         step!(fleet_figures(&mut rows));
+    }
+    if wanted("card") {
+        step!(listing_with_cards(&mut rows));
     }
 
     println!();

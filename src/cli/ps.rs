@@ -8,9 +8,11 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use clap::Args;
+use clap::builder::NonEmptyStringValueParser;
 
 use super::fleet_args::EtcdArgs;
 use super::{DirArgs, registry_for};
+use crate::http::ListFilter;
 use crate::http::wire::{SessionState, SessionView};
 use crate::registry::{Reading, Registry};
 
@@ -21,6 +23,15 @@ pub(super) struct PsArgs {
     /// Print the sessions as a JSON array instead of a table.
     #[arg(long)]
     pub(super) json: bool,
+    /// Only sessions of these capsules (comma-separated names, as `GET /sessions?capsule=`).
+    #[arg(long, value_name = "NAMES", value_delimiter = ',', conflicts_with = "fleet",
+        value_parser = NonEmptyStringValueParser::new())]
+    capsule: Vec<String>,
+    /// Only live sessions whose card lists one of these skills, by id or tag (comma-separated,
+    /// as `GET /sessions?skill=`).
+    #[arg(long, value_name = "SKILLS", value_delimiter = ',', conflicts_with = "fleet",
+        value_parser = NonEmptyStringValueParser::new())]
+    skill: Vec<String>,
     /// Every host's sessions, read from the fleet in etcd (no server needed, nothing pruned),
     /// with a HOST column; needs --fleet-etcd.
     #[arg(long)]
@@ -54,7 +65,9 @@ pub(super) async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         return fleet_ps(&args).await;
     }
     let registry = registry_for(&args.dir)?;
-    let sessions = running_sessions(&registry).await?;
+    let filter = ListFilter::of_names(args.capsule, args.skill);
+    let mut sessions = running_sessions(&registry).await?;
+    sessions.retain(|reading| filter.keeps(reading));
     let mut out = std::io::stdout().lock();
     if args.json {
         let views: Vec<SessionView> = sessions.iter().map(SessionView::of).collect();

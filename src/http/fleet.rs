@@ -28,8 +28,9 @@ use super::AppState;
 use super::error::{ApiError, Problem};
 use super::event_stream::EventName;
 use super::events::{KEEP_ALIVE, encode, last_words};
+use super::list_filter::{offers_any, parse_status_filter, parse_words};
 use super::responses::GateProblems;
-use super::sessions::{json_body, parse_status_filter};
+use super::sessions::json_body;
 use super::wire::SessionState;
 use crate::fleet::cache::FleetChange;
 use crate::fleet::view::{FleetEvent, FleetNext, FleetSnapshot, FleetSubscription};
@@ -63,17 +64,18 @@ const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions
 /// Every session of every host in the fleet, as their registries verified and published them.
 ///
 /// Served from this registry's cache of the fleet's etcd prefix (no door is asked); newest
-/// first. Takes the filters of `GET /sessions`, plus `host` and `skill`. `host_id` names this
-/// registry's own host: act (stop, signal) only on sessions of that host, through this
-/// registry; talk to another host's session at its door (a door whose `door_scope` is `host`
-/// is reachable only from its own host).
+/// first. Takes the filters of `GET /sessions` (`status`, `capsule`, `skill`), plus `host`.
+/// `host_id` names this registry's own host: act (stop, signal) only on sessions of that host,
+/// through this registry; talk to another host's session at its door (a door whose
+/// `door_scope` is `host` is reachable only from its own host).
 #[utoipa::path(
     get, path = "/fleet/sessions", tag = TAG,
     params(FleetQuery),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The fleet's sessions that match", body = FleetSessions),
-        (status = 400, description = "Unknown status, or an invalid host id",
+        (status = 400, description = "Unknown status, an invalid host id, or an empty capsule or \
+            skill name",
             body = Problem, content_type = "application/problem+json"),
         (status = 404, description = FLEET_404, body = Problem,
             content_type = "application/problem+json"),
@@ -264,7 +266,8 @@ fn session_id(entry: &SessionEntry) -> &str {
 struct Filter {
     states: Option<Vec<SessionState>>,
     hosts: Option<Vec<HostId>>,
-    skill: Option<String>,
+    capsules: Option<Vec<String>>,
+    skills: Option<Vec<String>>,
 }
 
 impl Filter {
@@ -288,12 +291,26 @@ impl Filter {
                 .map(parse_status_filter)
                 .transpose()?,
             hosts,
-            skill: query.skill.clone(),
+            capsules: (query.capsule.as_deref())
+                .map(|list| parse_words("capsule", list))
+                .transpose()?,
+            skills: (query.skill.as_deref())
+                .map(|list| parse_words("skill", list))
+                .transpose()?,
         })
     }
 
     fn is_everything(&self) -> bool {
-        self.states.is_none() && self.hosts.is_none() && self.skill.is_none()
+        self.states.is_none()
+            && self.hosts.is_none()
+            && self.capsules.is_none()
+            && self.skills.is_none()
+    }
+
+    fn capsule(&self, entry: &SessionEntry) -> bool {
+        let name = (entry.session.get("capsule_name")).and_then(|name| name.as_str());
+        (self.capsules.as_ref())
+            .is_none_or(|capsules| name.is_some_and(|n| capsules.iter().any(|c| c == n)))
     }
 
     fn host(&self, host_id: &str) -> bool {
@@ -301,13 +318,11 @@ impl Filter {
     }
 
     fn session(&self, entry: &SessionEntry) -> bool {
-        let offers = |skill: &String| {
-            (entry.skills.iter()).any(|s| s.id == *skill || s.tags.contains(skill))
-        };
         self.host(&entry.host_id)
+            && self.capsule(entry)
             && (self.states.as_ref())
                 .is_none_or(|states| published_state(entry).is_some_and(|s| states.contains(&s)))
-            && self.skill.as_ref().is_none_or(offers)
+            && (self.skills.as_ref()).is_none_or(|wanted| offers_any(&entry.skills, wanted))
     }
 }
 

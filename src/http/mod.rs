@@ -19,6 +19,8 @@ pub mod error;
 pub mod event_stream;
 pub mod events;
 pub mod fleet;
+mod include;
+mod list_filter;
 pub mod metrics;
 pub mod responses;
 mod routes;
@@ -49,6 +51,7 @@ use crate::registry::Registry;
 use crate::token::TokenStore;
 use auth::HostPolicy;
 use error::{ApiError, Problem, ProblemType};
+pub(crate) use list_filter::ListFilter;
 use metrics::HttpMetrics;
 pub use server::{ServeLimits, serve_router};
 

@@ -10,19 +10,14 @@
 //! - A list body encodes the listing handed to this request; a listing shared by several
 //!   (`probe=false`) is encoded once, into the listing itself ([`Listing::encoded`]).
 
+use std::sync::Arc;
 use std::time::Duration;
-
-use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use serde::Deserialize;
 
 use super::AppState;
 use super::body::NoBodyOrJson;
 use super::error::{ApiError, Problem, ProblemType};
+use super::include::Includes;
+use super::list_filter::ListFilter;
 use super::responses::{BodyProblems, GateProblems, SessionProblems};
 use super::wire::{
     AgentCard, CardProblem, CardRefusalMembers, ListQuery, LivenessReport, LivenessView, Outcome,
@@ -30,12 +25,18 @@ use super::wire::{
     PrunedEntry, SessionList, SessionPath, SessionState, SessionView, SignalProblem, SignalRefusal,
     SignalRequest, SignalResponse, StopQuery, StopResponse,
 };
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 
 use crate::registry::{
     CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, RegistryError,
     SignalKind, StopOutcome,
 };
-use crate::running::{ProcessState, SignalOutcome, is_valid_session_id};
+use crate::running::{ProcessState, RedactedCard, SignalOutcome, is_valid_session_id};
 
 /// The tag every sessions endpoint carries in the OpenAPI spec.
 pub const TAG: &str = "sessions";
@@ -51,26 +52,11 @@ fn valid_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
-pub(super) fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
-    status
-        .split(',')
-        .map(str::trim)
-        .map(|word| {
-            // The words are the enum's own, as it serializes them.
-            let as_word = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(word);
-            SessionState::deserialize(as_word).map_err(|_| {
-                ApiError::bad_query(format!(
-                    "unknown status {word:?}: use live, unreachable or gone, comma-separated"
-                ))
-            })
-        })
-        .collect()
-}
-
 /// List every session, verified.
 ///
 /// All records are verified concurrently (one slow door delays no other), newest first.
-/// Nothing on disk changes.
+/// Nothing on disk changes. `include=card` adds each live session's card from the probe that
+/// verified it (no second request to any door); `capsule` and `skill` filter as `status` does.
 #[utoipa::path(
     get, path = "/sessions", tag = TAG,
     params(ListQuery),
@@ -79,7 +65,8 @@ pub(super) fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, Api
         (status = 200, description = "Every session that matches", body = SessionList),
         (
             status = 400,
-            description = "Unknown status, or live/unreachable asked for without the probe",
+            description = "Unknown status or include word, an empty capsule or skill name, or \
+                live/unreachable, skill or include=card asked for without the probe",
             body = Problem,
             content_type = "application/problem+json"
         ),
@@ -91,40 +78,56 @@ pub async fn list_sessions(
     Query(query): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
     let probe = query.probe.unwrap_or(true);
-    let filter = query
-        .status
-        .as_deref()
-        .map(parse_status_filter)
-        .transpose()?;
-    if !probe
-        && filter
-            .as_ref()
-            .is_some_and(|f| f.iter().any(|s| *s != SessionState::Gone))
-    {
-        return Err(ApiError::bad_query(
-            "status=live and status=unreachable need the door probe; drop probe=false",
-        ));
+    let (status, capsule, skill) = (&query.status, &query.capsule, &query.skill);
+    let filter = ListFilter::parse(status.as_deref(), capsule.as_deref(), skill.as_deref())?;
+    // `resources` is read by include=resources, merged by the lead.
+    let Includes { card, .. } = Includes::parse(query.include.as_deref())?;
+    if !probe {
+        if let Some(why) = filter.needs_probe() {
+            return Err(ApiError::bad_query(why));
+        }
+        if card {
+            return Err(ApiError::bad_query(
+                "include=card needs the door probe (the card is the one that verified the \
+                 session); drop probe=false",
+            ));
+        }
+    }
+    if card {
+        // The cards live as long as this answer: they are dropped with the listing.
+        let listing = state.registry().sessions_with_cards().await?;
+        return Ok(json_body(encode_list(
+            &listing,
+            Some(&listing.cards),
+            &filter,
+        )?));
     }
     let listing = state.registry().sessions(probe).await?;
-    if filter.is_some() {
-        return Ok(json_body(encode_list(&listing, filter.as_deref())?));
+    if !filter.is_everything() {
+        return Ok(json_body(encode_list(&listing, None, &filter)?));
     }
     // A `probe=false` listing is shared by every caller that waited for its pass: it is
     // encoded once, by the first of them.
     Ok(json_body(
-        listing.encoded(|listing| encode_list(listing, None))?,
+        listing.encoded(|listing| encode_list(listing, None, &filter))?,
     ))
 }
 
-/// The list body of `listing`, keeping only the sessions whose state is in `keep`, if given.
-fn encode_list(listing: &Listing, keep: Option<&[SessionState]>) -> Result<Bytes, ApiError> {
-    let kept = |state: Option<SessionState>| match keep {
-        None => true,
-        Some(keep) => state.is_some_and(|s| keep.contains(&s)),
-    };
-    SessionList::encode(&listing.readings, kept, listing.unreadable.len())
-        .map(Bytes::from)
-        .map_err(|e| RegistryError::Task(format!("encoding the session list: {e}")).into())
+/// The list body of `listing`, keeping the sessions `filter` admits, each with its card when
+/// `cards` are given.
+fn encode_list(
+    listing: &Listing,
+    cards: Option<&[Option<Arc<RedactedCard>>]>,
+    filter: &ListFilter,
+) -> Result<Bytes, ApiError> {
+    SessionList::encode(
+        &listing.readings,
+        cards,
+        |reading| filter.keeps(reading),
+        listing.unreadable.len(),
+    )
+    .map(Bytes::from)
+    .map_err(|e| RegistryError::Task(format!("encoding the session list: {e}")).into())
 }
 
 /// A 200 with a JSON body already encoded.

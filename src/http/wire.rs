@@ -6,13 +6,15 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::Problem;
+use super::include::INCLUDE_PATTERN;
 use crate::registry::Reading;
-use crate::running::{Liveness, ProcessState, RunningRecord};
+use crate::running::{Liveness, ProcessState, RedactedCard, RunningRecord};
 
 const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
 
@@ -132,6 +134,26 @@ pub struct SessionView {
     pub records_dir: Option<String>,
     /// The verification.
     pub liveness: LivenessView,
+    /// Only in a listing asked for with `include=card`: the agent card the session's door
+    /// served in the probe that verified it, secrets redacted as `GET /sessions/{id}/card`
+    /// answers it; `null` unless the session is live and has a door.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "card_member"
+    )]
+    #[schema(value_type = Option<Object>, required = false)]
+    pub card: Option<Option<Arc<RedactedCard>>>,
+}
+
+/// A present `card` member: the card's JSON, or `null`.
+fn card_member<S: Serializer>(
+    card: &Option<Option<Arc<RedactedCard>>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    card.as_ref()
+        .and_then(|card| card.as_deref())
+        .map(RedactedCard::json)
+        .serialize(serializer)
 }
 
 impl SessionView {
@@ -156,6 +178,7 @@ impl SessionView {
                 .as_ref()
                 .map(|p| p.to_string_lossy().into_owned()),
             liveness: LivenessView::of(reading),
+            card: None,
         }
     }
 }
@@ -171,14 +194,18 @@ pub struct SessionList {
 }
 
 impl SessionList {
-    /// The JSON a [`SessionList`] of `readings` (those whose state `keep` admits) encodes to,
-    /// written one session at a time: each record's public fields are encoded once and kept
-    /// with the record (shared records are unchanged while their file is), and only the
-    /// verification is encoded afresh. A listing of 10,000 neither copies its records nor
-    /// holds their views beside its body.
+    /// The JSON a [`SessionList`] of `readings` (those `keep` admits) encodes to, written one
+    /// session at a time: each record's public fields are encoded once and kept with the
+    /// record (shared records are unchanged while their file is), and only the verification
+    /// is encoded afresh. A listing of 10,000 neither copies its records nor holds their views
+    /// beside its body.
+    ///
+    /// With `cards` (one per reading, `include=card`) each session carries its `card` member;
+    /// without, it has none.
     pub fn encode(
         readings: &[Reading],
-        keep: impl Fn(Option<SessionState>) -> bool,
+        cards: Option<&[Option<Arc<RedactedCard>>]>,
+        keep: impl Fn(&Reading) -> bool,
         unreadable: usize,
     ) -> serde_json::Result<Vec<u8>> {
         // About what a session's view takes, so the body is seldom grown and copied.
@@ -187,15 +214,18 @@ impl SessionList {
         // serde_json's compact form of `SessionList`, member by member (a test holds the
         // bytes equal).
         body.extend_from_slice(b"{\"sessions\":[");
-        let kept = readings
-            .iter()
-            .filter(|reading| keep(reading.liveness.as_ref().map(SessionState::from)));
-        for (n, reading) in kept.enumerate() {
+        let kept = (readings.iter().enumerate()).filter(|(_, reading)| keep(reading));
+        for (n, (at, reading)) in kept.enumerate() {
             if n > 0 {
                 body.push(b',');
             }
             body.extend_from_slice(reading.record.encoded_once(encode_record_fields)?);
             serde_json::to_writer(&mut body, &LivenessViewOf::of(reading))?;
+            if let Some(cards) = cards {
+                body.extend_from_slice(b",\"card\":");
+                let card = cards.get(at).and_then(Option::as_deref);
+                serde_json::to_writer(&mut body, &card.map(RedactedCard::json))?;
+            }
             body.push(b'}');
         }
         body.extend_from_slice(b"],\"unreadable\":");
@@ -302,7 +332,7 @@ pub struct SessionPath {
     pub id: String,
 }
 
-/// Filters of `GET /sessions`.
+/// Filters and options of `GET /sessions`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
@@ -315,6 +345,32 @@ pub struct ListQuery {
     /// `false` runs layers 1–2 only (no door probes). Default `true`.
     #[param(example = false)]
     pub probe: Option<bool>,
+    /// Members to add to each session, as [`include_schema`] documents them.
+    #[param(schema_with = include_schema)]
+    pub include: Option<String>,
+    /// Comma-separated capsule names to keep (the record's `capsule_name`).
+    #[param(example = "researcher,writer", pattern = "^[^,]+(,[^,]+)*$")]
+    pub capsule: Option<String>,
+    /// Comma-separated skills: keep live sessions whose verified card lists a skill with one
+    /// of them as its `id` or among its `tags`. Needs the probe.
+    #[param(example = "summarize,nlp", pattern = "^[^,]+(,[^,]+)*$")]
+    pub skill: Option<String>,
+}
+
+/// The schema of an `include` parameter, pattern [`INCLUDE_PATTERN`]. utoipa takes only a
+/// literal `pattern` and drops the field's doc beside `schema_with`, so the doc is here.
+fn include_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some(INCLUDE_PATTERN))
+        .description(Some(
+            "Comma-separated members to add to each session: `card` (the agent card its door \
+             served in the probe that verified it, `null` for a session that is not live; no \
+             second request to any door; needs the probe). `resources` is reserved for the \
+             processes' costs.",
+        ))
+        .examples([serde_json::json!("card")])
+        .build()
 }
 
 /// Options of `GET /sessions/{id}`.
@@ -583,27 +639,71 @@ mod tests {
             reading(2, None),
             reading(3, Some(Liveness::Live)),
         ];
-        let live = |state: Option<SessionState>| state == Some(SessionState::Live);
-        for keep in [
-            &(|_: Option<SessionState>| true) as &dyn Fn(Option<SessionState>) -> bool,
-            &live,
-        ] {
+        let live = |reading: &Reading| reading.liveness == Some(Liveness::Live);
+        for keep in [&(|_: &Reading| true) as &dyn Fn(&Reading) -> bool, &live] {
             let whole = SessionList {
                 sessions: readings
                     .iter()
+                    .filter(|r| keep(r))
                     .map(SessionView::of)
-                    .filter(|v| keep(v.liveness.state))
                     .collect(),
                 unreadable: 4,
             };
-            let streamed = SessionList::encode(&readings, keep, 4).expect("encodes");
+            let streamed = SessionList::encode(&readings, None, keep, 4).expect("encodes");
             assert_eq!(
                 String::from_utf8(streamed).expect("utf-8"),
                 serde_json::to_string(&whole).expect("encodes")
             );
         }
-        let none = SessionList::encode(&[], |_| true, 0).expect("encodes");
+        let none = SessionList::encode(&[], None, |_| true, 0).expect("encodes");
         assert_eq!(none, br#"{"sessions":[],"unreadable":0}"#);
+    }
+
+    /// The documented pattern is the include vocabulary's own.
+    #[test]
+    fn the_include_parameter_documents_the_include_pattern() {
+        use utoipa::openapi::RefOr;
+        use utoipa::openapi::schema::Schema;
+        let parameters = ListQuery::into_params(|| None);
+        let include = (parameters.iter())
+            .find(|p| p.name == "include")
+            .expect("an include parameter");
+        let Some(RefOr::T(Schema::Object(schema))) = &include.schema else {
+            panic!("include is a string")
+        };
+        assert_eq!(schema.pattern.as_deref(), Some(INCLUDE_PATTERN));
+    }
+
+    #[test]
+    fn a_listing_with_cards_gives_the_bytes_of_its_views() {
+        let readings = vec![
+            reading(1, Some(Liveness::Live)),
+            reading(2, None),
+            reading(3, Some(Liveness::Live)),
+        ];
+        let card = serde_json::json!({"name": "c", "skills": [{"id": "s", "tags": ["t"]}]});
+        let card = Arc::new(RedactedCard::redacted(card, &readings[0].record));
+        let cards = vec![None, Some(card), None];
+        let whole = SessionList {
+            sessions: (readings.iter().zip(&cards))
+                .skip(1)
+                .map(|(reading, card)| SessionView {
+                    card: Some(card.clone()),
+                    ..SessionView::of(reading)
+                })
+                .collect(),
+            unreadable: 0,
+        };
+        let not_first = |r: &Reading| !Arc::ptr_eq(&r.record, &readings[0].record);
+        let written = SessionList::encode(&readings, Some(&cards), not_first, 0).expect("encodes");
+        assert_eq!(
+            String::from_utf8(written).expect("utf-8"),
+            serde_json::to_string(&whole).expect("encodes")
+        );
+        let all = SessionList::encode(&readings, Some(&cards), |_| true, 0).expect("encodes");
+        let all: serde_json::Value = serde_json::from_slice(&all).expect("JSON");
+        assert_eq!(all["sessions"][0]["card"], serde_json::Value::Null);
+        assert_eq!(all["sessions"][1]["card"]["skills"][0]["id"], "s");
     }
 
     /// Every member that may be absent, every verdict, strings that need escaping, and each
@@ -651,7 +751,7 @@ mod tests {
             unreadable: 0,
         };
         for _ in 0..2 {
-            let written = SessionList::encode(&readings, |_| true, 0).expect("encodes");
+            let written = SessionList::encode(&readings, None, |_| true, 0).expect("encodes");
             assert_eq!(
                 String::from_utf8(written).expect("utf-8"),
                 serde_json::to_string(&whole).expect("encodes")

@@ -13,6 +13,9 @@
 //!   leaves.
 //! - Reasons are shared unredacted inside the registry only; each waiter redacts the answer with
 //!   its own record's secrets before anyone sees it.
+//! - A flight keeps the card its door served only when a waiter asked for it before the door
+//!   answered (a listing with `include=card`); it is shared by `Arc` among the waiters and gone
+//!   with the last of them. Any other flight keeps the card's skills alone.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,11 +24,20 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use tokio::sync::watch;
 
 use super::Tally;
-use crate::running::{DoorProbe, RunningRecord, Secret, Skill};
+use crate::running::{DoorProbe, RedactedCard, RunningRecord, Secret, Skill};
 
-/// What one probe answered: `Ok` with the card's skills when the door named the session, else
-/// why not (unredacted).
-type Answer = Result<Arc<[Skill]>, String>;
+/// What one probe answered: `Ok` when the door named the session, else why not (unredacted).
+type Answer = Result<Verified, String>;
+
+/// What a probe learnt from the card that verified the session.
+#[derive(Debug, Clone)]
+pub(super) struct Verified {
+    /// The skills the card lists (ids and tags), redacted as the card is.
+    pub(super) skills: Arc<[Skill]>,
+    /// The card itself, redacted for the record that started the flight; only when a waiter
+    /// asked for it.
+    pub(super) card: Option<Arc<RedactedCard>>,
+}
 
 /// Everything a door probe of a record depends on: the record, compared and hashed by its
 /// session id, pid, start token, door address and door token alone.
@@ -64,6 +76,8 @@ type Table = Mutex<HashMap<ProbeKey, Entry>>;
 struct Entry {
     id: u64,
     flight: Weak<Flight>,
+    /// A waiter wants the card: set under the table's lock, read as the flight leaves it.
+    card_wanted: bool,
 }
 
 /// The probes in flight, by what they probe.
@@ -92,16 +106,21 @@ pub(super) struct Flight {
 
 impl Flights {
     /// The flight probing `record`'s door: the one already in the air for an identical record,
-    /// or a new one started now with `door`.
+    /// or a new one started now with `door`. With `want_card`, its answer holds the card.
     pub(super) fn join(
         &self,
         record: &Arc<RunningRecord>,
         door: &DoorProbe,
         tally: Arc<Tally>,
+        want_card: bool,
     ) -> Arc<Flight> {
         let key = ProbeKey(Arc::clone(record));
         let mut table = lock(&self.table);
-        if let Some(flight) = table.get(&key).and_then(|entry| entry.flight.upgrade()) {
+        if let Some(entry) = table.get_mut(&key)
+            && let Some(flight) = entry.flight.upgrade()
+        {
+            // Still in the table, so the door's answer is not taken apart yet: this is seen.
+            entry.card_wanted |= want_card;
             return flight;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -115,9 +134,16 @@ impl Flights {
             // before it has joined it.
             tokio::spawn(async move {
                 let answer = tally.probe(door.probe_unredacted(&record)).await;
-                if let Some(table) = table.upgrade() {
-                    leave(&table, &key, id);
-                }
+                // Once out of the table nobody else joins, so whether the card is wanted is
+                // settled.
+                let card_wanted = table
+                    .upgrade()
+                    .and_then(|table| leave(&table, &key, id))
+                    .is_some_and(|entry| entry.card_wanted);
+                let answer = answer.map(|card| Verified {
+                    skills: card.skills().into(),
+                    card: card_wanted.then(|| Arc::new(card)),
+                });
                 // Every waiter may have gone meanwhile; then nobody needs the answer.
                 let _ = publish.send(Some(answer));
             })
@@ -134,6 +160,7 @@ impl Flights {
             Entry {
                 id,
                 flight: Arc::downgrade(&flight),
+                card_wanted: want_card,
             },
         );
         flight
@@ -150,6 +177,11 @@ impl Flights {
 }
 
 impl Flight {
+    /// The record whose secrets the answer's card is redacted for.
+    pub(super) fn record(&self) -> &RunningRecord {
+        &self.key.0
+    }
+
     /// The probe's answer, unredacted, once the door has given it.
     pub(super) async fn answer(&self) -> Answer {
         let mut answer = self.answer.clone();
@@ -172,11 +204,14 @@ impl Drop for Flight {
     }
 }
 
-/// Take flight `id` out of the table, leaving any newer flight of the same key in place.
-fn leave(table: &Table, key: &ProbeKey, id: u64) {
+/// Take flight `id` out of the table, leaving any newer flight of the same key in place; its
+/// entry, if it was still there.
+fn leave(table: &Table, key: &ProbeKey, id: u64) -> Option<Entry> {
     let mut table = lock(table);
     if table.get(key).is_some_and(|entry| entry.id == id) {
-        table.remove(key);
+        table.remove(key)
+    } else {
+        None
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 
 use super::pins::Pins;
-use super::verify::{Reading, lean_reading};
+use super::verify::{Cards, Reading, ReadingCard, lean_reading};
 use super::{Registry, RegistryError, blocking, copy_error};
 use crate::running::{self, ProcessState, RunningRecord, UnreadableEntry};
 
@@ -32,6 +32,9 @@ pub struct Listing {
     pub readings: Vec<Reading>,
     /// Entries that are not valid records.
     pub unreadable: Vec<UnreadableEntry>,
+    /// Reading by reading, the card that verified it, for a listing that asked for cards
+    /// ([`Registry::sessions_with_cards`]); empty for any other. Dropped with the listing.
+    pub cards: Vec<ReadingCard>,
     /// The listing as a client receives it, once encoded ([`Listing::encoded`]).
     encoded: OnceLock<Bytes>,
 }
@@ -41,6 +44,7 @@ impl Listing {
         Self {
             readings,
             unreadable,
+            cards: Vec::new(),
             encoded: OnceLock::new(),
         }
     }
@@ -156,24 +160,45 @@ impl Registry {
     /// concurrently, at most the prober's limit at once, and a door already being probed for
     /// an identical record (by any caller) is not asked again: its probe's answer is shared.
     pub async fn sessions(&self, probe: bool) -> Result<Arc<Listing>, RegistryError> {
-        // The reader is copied only by the caller that starts a pass, not by every caller.
-        let lean = self
-            .passes
-            .run(|| self.reader.clone().pass(), pass_panicked)
-            .await
-            .map_err(|shared| copy_error(&shared))?;
+        let lean = self.lean_listing().await?;
         if !probe {
             return Ok(lean);
         }
+        Ok(Arc::new(self.probed(&lean, Cards::Unwanted).await))
+    }
+
+    /// [`Registry::sessions`] with the probe, plus each live session's card as its door served
+    /// it in that probe (secrets redacted as [`Registry::card`] does), in [`Listing::cards`].
+    ///
+    /// No door is asked twice: the card is the one that verified the session, shared with any
+    /// caller probing the same record at the same moment. The verdicts are those of a listing
+    /// without cards.
+    pub async fn sessions_with_cards(&self) -> Result<Listing, RegistryError> {
+        let lean = self.lean_listing().await?;
+        Ok(self.probed(&lean, Cards::Wanted).await)
+    }
+
+    /// The `probe=false` listing of a directory pass started after this call.
+    async fn lean_listing(&self) -> Result<Arc<Listing>, RegistryError> {
+        // The reader is copied only by the caller that starts a pass, not by every caller.
+        self.passes
+            .run(|| self.reader.clone().pass(), pass_panicked)
+            .await
+            .map_err(|shared| copy_error(&shared))
+    }
+
+    /// `lean`'s records verified with all three layers.
+    async fn probed(&self, lean: &Listing, cards: Cards) -> Listing {
         let (records, states) = lean
             .readings
             .iter()
             .map(|reading| (Arc::clone(&reading.record), reading.process.clone()))
             .unzip();
-        let readings = self.read_all(records, states, true).await;
-        let listing = Arc::new(Listing::new(readings, lean.unreadable.clone()));
+        let (readings, cards) = self.probe_all(records, states, cards).await;
+        let mut listing = Listing::new(readings, lean.unreadable.clone());
+        listing.cards = cards;
         self.tally.listed(&listing);
-        Ok(listing)
+        listing
     }
 
     /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.

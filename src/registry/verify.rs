@@ -1,11 +1,27 @@
 //! Verifying records already read: door probes are single-flight (see `flights`), and layers 1–2
 //! settle a verdict without a probe wherever they can.
+//!
+//! Invariant: a reading keeps the skills of the card that verified it, never the card; a card is
+//! handed only to a caller that asked for it ([`Cards::Wanted`]), beside the readings, and it
+//! never changes a verdict.
 
 use std::sync::Arc;
 
 use super::flights::Flight;
 use super::{Registry, blocking};
-use crate::running::{self, Liveness, ProcessState, RunningRecord, Skill};
+use crate::running::{self, Liveness, ProcessState, RedactedCard, RunningRecord, Skill};
+
+/// Whether a verification hands back the cards that verified its sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cards {
+    /// Only the verdicts (and the cards' skills).
+    Unwanted,
+    /// The cards too: each live session's, redacted for its record.
+    Wanted,
+}
+
+/// The card that verified one reading, when cards were wanted and the door named the session.
+pub type ReadingCard = Option<Arc<RedactedCard>>;
 
 /// One record with what the layers said about it.
 #[derive(Debug, Clone)]
@@ -50,24 +66,30 @@ struct PendingReading {
 }
 
 impl PendingReading {
-    /// The reading, once the probe (if any) has answered; its reason redacted for this record.
-    async fn finish(self) -> Reading {
-        let (liveness, skills) = match self.verdict {
-            Err(settled) => (settled, Arc::default()),
+    /// The reading, once the probe (if any) has answered, and its card if the flight kept one;
+    /// reason and card redacted for this record.
+    async fn finish(self) -> (Reading, ReadingCard) {
+        let (liveness, skills, card) = match self.verdict {
+            Err(settled) => (settled, Arc::default(), None),
             Ok(flight) => match flight.answer().await {
-                Ok(skills) => (Liveness::Live, skills),
+                Ok(verified) => {
+                    let card =
+                        (verified.card).map(|card| card.for_record(flight.record(), &self.record));
+                    (Liveness::Live, verified.skills, card)
+                }
                 Err(reason) => {
                     let reason = running::redact_secrets(reason, &self.record);
-                    (Liveness::Unreachable { reason }, Arc::default())
+                    (Liveness::Unreachable { reason }, Arc::default(), None)
                 }
             },
         };
-        Reading {
+        let reading = Reading {
             record: self.record,
             process: self.process,
             liveness: Some(liveness),
             skills,
-        }
+        };
+        (reading, card)
     }
 }
 
@@ -144,18 +166,34 @@ impl Registry {
         if !probe {
             return records.into_iter().zip(states).map(lean_reading).collect();
         }
+        self.probe_all(records, states, Cards::Unwanted).await.0
+    }
+
+    /// Three layers for every record, given what layers 1–2 said of each; with the cards that
+    /// verified them when `cards` wants them (else no card: an empty list).
+    pub(super) async fn probe_all(
+        &self,
+        records: Vec<Arc<RunningRecord>>,
+        states: Vec<ProcessState>,
+        cards: Cards,
+    ) -> (Vec<Reading>, Vec<ReadingCard>) {
         // Every flight is joined (and so started) before any answer is awaited: the probes run
         // side by side, and awaiting them in order costs only the slowest one.
         let pending: Vec<_> = records
             .into_iter()
             .zip(states)
-            .map(|(record, process)| self.start_reading(record, process))
+            .map(|(record, process)| self.start_reading(record, process, cards))
             .collect();
         let mut readings = Vec::with_capacity(pending.len());
+        let mut kept_cards = Vec::new();
         for pending in pending {
-            readings.push(pending.finish().await);
+            let (reading, card) = pending.finish().await;
+            readings.push(reading);
+            if cards == Cards::Wanted {
+                kept_cards.push(card);
+            }
         }
-        readings
+        (readings, kept_cards)
     }
 
     /// [`Registry::read_all`] of one record.
@@ -168,11 +206,19 @@ impl Registry {
         if !probe {
             return lean_reading((record, process));
         }
-        self.start_reading(record, process).finish().await
+        (self.start_reading(record, process, Cards::Unwanted))
+            .finish()
+            .await
+            .0
     }
 
     /// The verdict where layers 1–2 settle it, else the probe of the door joined.
-    fn start_reading(&self, record: Arc<RunningRecord>, process: ProcessState) -> PendingReading {
+    fn start_reading(
+        &self,
+        record: Arc<RunningRecord>,
+        process: ProcessState,
+        cards: Cards,
+    ) -> PendingReading {
         match running::settled_without_door(&record, process) {
             Ok(verdict) => PendingReading {
                 record,
@@ -180,9 +226,12 @@ impl Registry {
                 verdict: Err(verdict.liveness),
             },
             Err(process) => {
-                let flight = self
-                    .flights
-                    .join(&record, &self.door, Arc::clone(&self.tally));
+                let flight = self.flights.join(
+                    &record,
+                    &self.door,
+                    Arc::clone(&self.tally),
+                    cards == Cards::Wanted,
+                );
                 PendingReading {
                     record,
                     process,

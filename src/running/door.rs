@@ -204,15 +204,14 @@ impl DoorProbe {
     /// [`DoorProbe::probe`] before secrets are taken out of the reason: for a caller that
     /// shares one probe among equal records and redacts each answer with its own record.
     ///
-    /// `Ok` holds the skills the verified card lists (ids and tags, bounded), with the record's
-    /// secrets already redacted: equal records share their secrets, so they can share these.
+    /// `Ok` holds the verified card with `record`'s secrets already redacted, as
+    /// [`DoorProbe::card`] answers it ([`RedactedCard::for_record`] for another record).
     pub(crate) async fn probe_unredacted(
         &self,
         record: &RunningRecord,
-    ) -> Result<Arc<[Skill]>, String> {
-        let mut card = self.verified_card(record).await?;
-        redact_secrets_in(&mut card, record);
-        Ok(skills_of(&card).into())
+    ) -> Result<RedactedCard, String> {
+        let card = self.verified_card(record).await?;
+        Ok(RedactedCard::redacted(card, record))
     }
 
     /// The card the door answered, if it names the record's session; else why not (secrets
@@ -271,6 +270,52 @@ impl DoorProbe {
                 "door at {url} answered a card that names no session"
             )),
         }
+    }
+}
+
+/// A card that verified its session, with every secret of its record replaced by `[redacted]`:
+/// fit to show to anyone allowed to list sessions.
+///
+/// Made only by the probe, after redaction. It is the door's data, so its `Debug` names its
+/// kind and nothing of its content: a card never reaches a log.
+pub struct RedactedCard(Value);
+
+impl RedactedCard {
+    /// `card` with every secret of `record` replaced, in every string (keys included).
+    pub(crate) fn redacted(mut card: Value, record: &RunningRecord) -> Self {
+        redact_secrets_in(&mut card, record);
+        Self(card)
+    }
+
+    /// The card as JSON.
+    pub fn json(&self) -> &Value {
+        &self.0
+    }
+
+    /// The skills it lists (ids and tags, bounded: [`skills_of`]).
+    pub fn skills(&self) -> Vec<Skill> {
+        skills_of(&self.0)
+    }
+
+    /// This card (redacted for `redacted_for`) as `record` may show it: the same card when
+    /// both records hold the same secrets, else a copy with `record`'s secrets redacted too.
+    pub(crate) fn for_record(
+        self: &Arc<Self>,
+        redacted_for: &RunningRecord,
+        record: &RunningRecord,
+    ) -> Arc<Self> {
+        let same_secrets = redacted_for.door_token == record.door_token
+            && redacted_for.credentials == record.credentials;
+        if same_secrets {
+            return Arc::clone(self);
+        }
+        Arc::new(Self::redacted(self.0.clone(), record))
+    }
+}
+
+impl std::fmt::Debug for RedactedCard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedactedCard(..)")
     }
 }
 
@@ -544,6 +589,32 @@ mod tests {
         ] {
             assert!(door_address(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_card_shown_for_another_record_is_redacted_for_its_secrets_too() {
+        let record = |credential: &str| -> RunningRecord {
+            serde_json::from_value(json!({
+                "session_id": "ses_a", "url": "127.0.0.1:1", "pid": 1, "process_start": "7",
+                "capsule_name": "c", "capsule_version": "1", "workdir": "/w",
+                "outlives_launcher": false, "started_at": "2026-11-30T00:00:00Z",
+                "door_token": "tok", "credentials": {"peer": credential}
+            }))
+            .expect("a record")
+        };
+        let (a, b) = (record("alpha"), record("beta"));
+        let card = json!({"name": "tok alpha beta", "alpha": ["beta"]});
+        let card = Arc::new(RedactedCard::redacted(card, &a));
+        assert_eq!(
+            *card.json(),
+            json!({"name": "[redacted] [redacted] beta", "[redacted]": ["beta"]})
+        );
+        assert!(Arc::ptr_eq(&card.for_record(&a, &a.clone()), &card));
+        assert_eq!(
+            *card.for_record(&a, &b).json(),
+            json!({"name": "[redacted] [redacted] [redacted]", "[redacted]": ["[redacted]"]})
+        );
+        assert_eq!(format!("{card:?}"), "RedactedCard(..)");
     }
 
     #[test]

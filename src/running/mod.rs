@@ -28,7 +28,8 @@ pub use dir::{
 };
 pub(crate) use dir::{recover_quarantined, remove_unreadable};
 pub use door::{
-    ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MURMUR_CAPSULE_EXTENSION, verify,
+    ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MURMUR_CAPSULE_EXTENSION, RedactedCard,
+    verify,
 };
 pub(crate) use door::{
     MAX_CONCURRENT_PROBES, Verdict, decided_by_process, process_check_failed, redact_secrets,

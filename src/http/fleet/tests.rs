@@ -76,6 +76,27 @@ fn fleet_of_two() -> FleetView {
     view
 }
 
+/// [`fleet_of_two`] with a third session, of capsule `d`, live on host `b`.
+fn fleet_of_two_capsules() -> FleetView {
+    let view = FleetView::new("a".parse().expect("a host id"));
+    let (key, value) = sample::session("b", "ses_b2", 4, "live", "plan");
+    let mut value: Value = serde_json::from_slice(&value).expect("a sample session");
+    value["capsule_name"] = "d".into();
+    let other = (key, value.to_string().into_bytes());
+    view.read(sample::cache(
+        42,
+        &[
+            sample::host("a"),
+            sample::host("b"),
+            sample::session("a", "ses_a1", 1, "live", "plan"),
+            sample::session("a", "ses_a2", 2, "gone", "plan"),
+            sample::session("b", "ses_b1", 3, "live", "summarize"),
+            other,
+        ],
+    ));
+    view
+}
+
 fn session_ids(body: &Value) -> Vec<&str> {
     (body["sessions"].as_array().expect("sessions").iter())
         .map(|s| s["session_id"].as_str().expect("an id"))
@@ -185,6 +206,44 @@ async fn the_current_fleet_is_served_with_its_revision_own_host_and_filters() {
 }
 
 #[tokio::test]
+async fn the_capsule_filter_keeps_the_capsules_it_names_and_combines_with_the_others() {
+    let (state, token, _home) = state_with(fleet_of_two_capsules());
+    for (query, want) in [
+        ("capsule=d", vec!["ses_b2"]),
+        ("capsule=c", vec!["ses_b1", "ses_a2", "ses_a1"]),
+        (
+            "capsule=d,%20c",
+            vec!["ses_b2", "ses_b1", "ses_a2", "ses_a1"],
+        ),
+        ("capsule=e", vec![]),
+        ("capsule=c&status=live", vec!["ses_b1", "ses_a1"]),
+        ("capsule=c,d&host=b&skill=plan", vec!["ses_b2"]),
+        ("capsule=c&skill=plan", vec!["ses_a2", "ses_a1"]),
+        ("skill=none,summarize", vec!["ses_b1"]),
+        ("skill=summarize,%20plan&capsule=d", vec!["ses_b2"]),
+    ] {
+        let (status, body) = get(&state, &token, "GET", &format!("/fleet/sessions?{query}")).await;
+        assert_eq!(status, StatusCode::OK, "{query}");
+        assert_eq!(session_ids(&json(&body)), want, "{query}");
+    }
+    for query in [
+        "capsule=",
+        "capsule=c,,d",
+        "capsule=c,",
+        "skill=",
+        "skill=a,,b",
+    ] {
+        let (status, body) = get(&state, &token, "GET", &format!("/fleet/sessions?{query}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(
+            json(&body)["type"],
+            "urn:murmur-registry:problem:invalid-query",
+            "{query}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn bad_filters_are_400_and_lose_nothing() {
     let (state, token, _home) = state_with(fleet_of_two());
     for query in ["status=alive", "host=-x", "host=a/b", "host=a,,b"] {
@@ -289,6 +348,9 @@ async fn every_answer_is_byte_for_byte_the_serde_encoding_of_what_it_keeps() {
         "skill=tag",
         "host=a&status=live&skill=plan",
         "skill=none",
+        "capsule=c",
+        "capsule=c,x&status=live",
+        "capsule=x",
     ] {
         let (status, body) = get(&state, &token, "GET", &format!("/fleet/sessions?{query}")).await;
         assert_eq!(status, StatusCode::OK, "{query}");

@@ -138,8 +138,12 @@ pub struct FleetQuery {
         pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(,[A-Za-z0-9][A-Za-z0-9._-]{0,127})*$"
     )]
     pub host: Option<String>,
-    /// Keep sessions offering this skill: a skill id or tag of their verified card.
-    #[param(example = "summarize")]
+    /// Comma-separated capsule names to keep (each session's `capsule_name`).
+    #[param(example = "researcher,writer", pattern = "^[^,]+(,[^,]+)*$")]
+    pub capsule: Option<String>,
+    /// Comma-separated skills: keep sessions offering one of them, as a skill id or tag of
+    /// their verified card.
+    #[param(example = "summarize,nlp", pattern = "^[^,]+(,[^,]+)*$")]
     pub skill: Option<String>,
 }
 

@@ -1,0 +1,215 @@
+//! The filters of a session listing: `status`, `capsule` and `skill`, each a comma list, and the
+//! one predicate that applies them to a reading (`GET /sessions`, `murmur-registry ps`).
+//!
+//! Invariants: a list holds no empty word (`capsule=` or `a,,b` is a 400, never "match
+//! nothing"); a session is kept only when every filter given admits it; `status` words are
+//! [`SessionState`]'s own, as it serializes them.
+
+use serde::Deserialize;
+
+use super::error::ApiError;
+use super::wire::SessionState;
+use crate::registry::Reading;
+use crate::running::Skill;
+
+/// The filters one listing asked for; `None` where a filter was not given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ListFilter {
+    states: Option<Vec<SessionState>>,
+    capsules: Option<Vec<String>>,
+    skills: Option<Vec<String>>,
+}
+
+impl ListFilter {
+    /// Read the three comma lists as a query writes them.
+    pub(crate) fn parse(
+        status: Option<&str>,
+        capsule: Option<&str>,
+        skill: Option<&str>,
+    ) -> Result<Self, ApiError> {
+        Ok(Self {
+            states: status.map(parse_status_filter).transpose()?,
+            capsules: capsule
+                .map(|list| parse_words("capsule", list))
+                .transpose()?,
+            skills: skill.map(|list| parse_words("skill", list)).transpose()?,
+        })
+    }
+
+    /// The filters `ps` takes as flags, each flag's names already split on commas and checked
+    /// non-empty by the command line; no names means no filter.
+    pub(crate) fn of_names(capsules: Vec<String>, skills: Vec<String>) -> Self {
+        let given = |names: Vec<String>| (!names.is_empty()).then_some(names);
+        Self {
+            states: None,
+            capsules: given(capsules),
+            skills: given(skills),
+        }
+    }
+
+    /// No filter was given: every session is kept.
+    pub(crate) fn is_everything(&self) -> bool {
+        self.states.is_none() && self.capsules.is_none() && self.skills.is_none()
+    }
+
+    /// Why these filters cannot be answered without the door probe, if they cannot: `live`
+    /// and `unreachable` are the probe's verdicts, and skills come from the cards it verified.
+    pub(crate) fn needs_probe(&self) -> Option<&'static str> {
+        let by_state =
+            (self.states.as_ref()).is_some_and(|s| s.iter().any(|s| *s != SessionState::Gone));
+        if by_state {
+            Some("status=live and status=unreachable need the door probe; drop probe=false")
+        } else if self.skills.is_some() {
+            Some(
+                "skill= needs the door probe (skills are read from the card that verified each \
+                 session); drop probe=false",
+            )
+        } else {
+            None
+        }
+    }
+
+    /// Whether every filter given admits `reading`.
+    pub(crate) fn keeps(&self, reading: &Reading) -> bool {
+        let state = reading.liveness.as_ref().map(SessionState::from);
+        (self.states.as_ref()).is_none_or(|states| state.is_some_and(|s| states.contains(&s)))
+            && self.keeps_capsule(&reading.record.capsule_name)
+            && (self.skills.as_ref()).is_none_or(|wanted| offers_any(&reading.skills, wanted))
+    }
+
+    /// Whether the `capsule` filter, if given, admits a session of capsule `name`.
+    pub(crate) fn keeps_capsule(&self, name: &str) -> bool {
+        (self.capsules.as_ref()).is_none_or(|capsules| capsules.iter().any(|c| c == name))
+    }
+}
+
+/// Whether any of `skills` has one of `wanted` as its id or among its tags.
+pub(crate) fn offers_any(skills: &[Skill], wanted: &[String]) -> bool {
+    skills.iter().any(|skill| {
+        wanted
+            .iter()
+            .any(|w| skill.id == *w || skill.tags.contains(w))
+    })
+}
+
+/// A `status` comma list: each word one of [`SessionState`]'s.
+pub(crate) fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
+    status
+        .split(',')
+        .map(str::trim)
+        .map(|word| {
+            // The words are the enum's own, as it serializes them.
+            let as_word = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(word);
+            SessionState::deserialize(as_word).map_err(|_| {
+                ApiError::bad_query(format!(
+                    "unknown status {word:?}: use live, unreachable or gone, comma-separated"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A comma list of names (`what` says of what, for the error), each trimmed and non-empty.
+pub(crate) fn parse_words(what: &str, list: &str) -> Result<Vec<String>, ApiError> {
+    list.split(',')
+        .map(str::trim)
+        .map(|word| {
+            if word.is_empty() {
+                Err(ApiError::bad_query(format!(
+                    "{what} takes names separated by commas, none of them empty"
+                )))
+            } else {
+                Ok(word.to_owned())
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::running::{Liveness, ProcessState, RunningRecord};
+
+    fn reading(capsule: &str, liveness: Option<Liveness>, skills: &[(&str, &[&str])]) -> Reading {
+        let record: RunningRecord = serde_json::from_value(serde_json::json!({
+            "session_id": "ses_1", "url": "127.0.0.1:1", "pid": 1, "process_start": "7",
+            "capsule_name": capsule, "capsule_version": "1", "workdir": "/w",
+            "outlives_launcher": false, "started_at": "2026-11-30T00:00:00Z"
+        }))
+        .expect("a record");
+        let skills: Vec<Skill> = (skills.iter())
+            .map(|(id, tags)| Skill {
+                id: (*id).to_owned(),
+                tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            })
+            .collect();
+        Reading {
+            record: Arc::new(record),
+            process: ProcessState::Alive,
+            liveness,
+            skills: skills.into(),
+        }
+    }
+
+    fn filter(status: Option<&str>, capsule: Option<&str>, skill: Option<&str>) -> ListFilter {
+        ListFilter::parse(status, capsule, skill).expect("a valid filter")
+    }
+
+    #[test]
+    fn each_filter_admits_what_it_names_and_they_combine() {
+        let live = reading("alpha", Some(Liveness::Live), &[("summarize", &["text"])]);
+        let down = Liveness::Unreachable { reason: "x".into() };
+        let unreachable = reading("beta", Some(down), &[]);
+        let unprobed = reading("alpha", None, &[]);
+        let everything = filter(None, None, None);
+        assert!(everything.is_everything());
+        for r in [&live, &unreachable, &unprobed] {
+            assert!(everything.keeps(r));
+        }
+        let alpha = filter(None, Some("alpha"), None);
+        assert!(alpha.keeps(&live) && alpha.keeps(&unprobed) && !alpha.keeps(&unreachable));
+        let both = filter(None, Some("beta, alpha"), None);
+        assert!(both.keeps(&live) && both.keeps(&unreachable));
+        assert!(filter(None, None, Some("summarize")).keeps(&live));
+        assert!(filter(None, None, Some("nope,text")).keeps(&live));
+        assert!(!filter(None, None, Some("summ")).keeps(&live));
+        assert!(!filter(None, None, Some("text")).keeps(&unreachable));
+        let live_alpha = filter(Some("live"), Some("alpha"), None);
+        assert!(live_alpha.keeps(&live) && !live_alpha.keeps(&unprobed));
+        assert!(!filter(Some("unreachable"), None, Some("text")).keeps(&live));
+    }
+
+    #[test]
+    fn empty_words_and_unknown_states_are_refused() {
+        for (status, capsule, skill) in [
+            (Some(""), None, None),
+            (Some("alive"), None, None),
+            (None, Some(""), None),
+            (None, Some("a,,b"), None),
+            (None, None, Some(" ")),
+            (None, None, Some("x,")),
+        ] {
+            assert!(ListFilter::parse(status, capsule, skill).is_err());
+        }
+        let flags = ListFilter::of_names(vec!["a".into(), "b".into()], vec!["s".into()]);
+        assert_eq!(flags, filter(None, Some("a,b"), Some("s")));
+        assert!(ListFilter::of_names(Vec::new(), Vec::new()).is_everything());
+    }
+
+    #[test]
+    fn only_the_probes_verdicts_and_skills_need_the_probe() {
+        assert!(
+            filter(Some("gone"), Some("a"), None)
+                .needs_probe()
+                .is_none()
+        );
+        assert!(
+            filter(Some("gone,live"), None, None)
+                .needs_probe()
+                .is_some()
+        );
+        assert!(filter(None, None, Some("x")).needs_probe().is_some());
+    }
+}
