@@ -1,6 +1,6 @@
 //! The registry: the operations on one running directory that the HTTP service and the CLI
-//! share, one file per job (listing, verify, card, prune, signal, stop; pins and exits for the
-//! pidfds it holds).
+//! share, one file per job (listing, verify, card, prune, signal, stop, resources; pins and exits
+//! for the pidfds it holds).
 //!
 //! Invariants kept here:
 //! - Blocking work (directory and `/proc` reads, signals) runs on tokio's blocking pool; the one
@@ -22,6 +22,7 @@ mod passes;
 mod pins;
 mod prune;
 mod removal;
+mod resources;
 mod signal;
 mod stop;
 mod verify;
@@ -34,6 +35,7 @@ use flights::Flights;
 use listing::{PassReader, PassResult};
 use passes::SharedPasses;
 use removal::RemovalNotes;
+use resources::ResourceSampler;
 use stop::StopsInProgress;
 
 pub use card::CardRefusal;
@@ -43,6 +45,7 @@ pub use exits::{ExitedProcess, ProcessExits};
 pub use listing::{INLINE_SCAN_ENTRIES, Listing};
 pub use prune::{PruneOutcome, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
+pub use resources::{CPU_BASELINE_FRESH, CPU_SPAN_MIN, Resources};
 pub use signal::{RecordFate, SignalKind, SignalReport};
 pub use stop::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome, StopReport};
 pub use verify::{ProbesInFlight, Reading};
@@ -58,6 +61,8 @@ pub struct Registry {
     passes: Arc<SharedPasses<PassResult>>,
     stopping: StopsInProgress,
     removals: RemovalNotes,
+    /// What confirmed processes cost, and each one's CPU baseline.
+    resources: Arc<ResourceSampler>,
 }
 
 impl Registry {
@@ -70,6 +75,7 @@ impl Registry {
             passes: Arc::default(),
             stopping: StopsInProgress::default(),
             removals: RemovalNotes::default(),
+            resources: Arc::default(),
         }
     }
 

@@ -23,6 +23,7 @@ use serde::Deserialize;
 use super::AppState;
 use super::body::NoBodyOrJson;
 use super::error::{ApiError, Problem, ProblemType};
+use super::include::Includes;
 use super::responses::{BodyProblems, GateProblems, SessionProblems};
 use super::wire::{
     AgentCard, CardProblem, CardRefusalMembers, ListQuery, LivenessReport, LivenessView, Outcome,
@@ -33,7 +34,7 @@ use super::wire::{
 
 use crate::registry::{
     CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, RegistryError,
-    SignalKind, StopOutcome,
+    Resources, SignalKind, StopOutcome,
 };
 use crate::running::{ProcessState, SignalOutcome, is_valid_session_id};
 
@@ -79,7 +80,8 @@ pub(super) fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, Api
         (status = 200, description = "Every session that matches", body = SessionList),
         (
             status = 400,
-            description = "Unknown status, or live/unreachable asked for without the probe",
+            description = "Unknown status or include, or live/unreachable asked for without the \
+                probe",
             body = Problem,
             content_type = "application/problem+json"
         ),
@@ -91,6 +93,7 @@ pub async fn list_sessions(
     Query(query): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
     let probe = query.probe.unwrap_or(true);
+    let includes = Includes::parse(query.include.as_deref())?;
     let filter = query
         .status
         .as_deref()
@@ -106,6 +109,14 @@ pub async fn list_sessions(
         ));
     }
     let listing = state.registry().sessions(probe).await?;
+    if includes.resources {
+        let resources = state.registry().resources(&listing.readings).await;
+        return Ok(json_body(encode_list_with_resources(
+            &listing,
+            &resources,
+            filter.as_deref(),
+        )?));
+    }
     if filter.is_some() {
         return Ok(json_body(encode_list(&listing, filter.as_deref())?));
     }
@@ -123,6 +134,20 @@ fn encode_list(listing: &Listing, keep: Option<&[SessionState]>) -> Result<Bytes
         Some(keep) => state.is_some_and(|s| keep.contains(&s)),
     };
     SessionList::encode(&listing.readings, kept, listing.unreadable.len())
+        .map(Bytes::from)
+        .map_err(|e| RegistryError::Task(format!("encoding the session list: {e}")).into())
+}
+
+/// [`encode_list`] with each session's `resources` (`resources[n]` is `readings[n]`'s).
+fn encode_list_with_resources(
+    listing: &Listing,
+    resources: &[Option<Resources>],
+    keep: Option<&[SessionState]>,
+) -> Result<Bytes, ApiError> {
+    let kept = |state: Option<SessionState>| {
+        keep.is_none_or(|keep| state.is_some_and(|s| keep.contains(&s)))
+    };
+    SessionList::encode_with_resources(&listing.readings, resources, kept, listing.unreadable.len())
         .map(Bytes::from)
         .map_err(|e| RegistryError::Task(format!("encoding the session list: {e}")).into())
 }
@@ -156,11 +181,22 @@ pub async fn get_session(
     Query(query): Query<ProbeQuery>,
 ) -> Result<Json<SessionView>, ApiError> {
     valid_id(&id)?;
+    let includes = Includes::parse(query.include.as_deref())?;
     let reading = state
         .registry()
         .session(&id, query.probe.unwrap_or(true))
         .await?;
-    Ok(Json(SessionView::of(&reading)))
+    let view = SessionView::of(&reading);
+    if !includes.resources {
+        return Ok(Json(view));
+    }
+    let resources = state
+        .registry()
+        .resources(std::slice::from_ref(&reading))
+        .await;
+    Ok(Json(view.with_resources(
+        resources.first().and_then(Option::as_ref),
+    )))
 }
 
 /// The three layers for one session.

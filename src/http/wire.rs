@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::Problem;
-use crate::registry::Reading;
+use super::include::INCLUDE_PATTERN;
+use crate::registry::{Reading, Resources};
 use crate::running::{Liveness, ProcessState, RunningRecord};
 
 const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
@@ -132,6 +133,39 @@ pub struct SessionView {
     pub records_dir: Option<String>,
     /// The verification.
     pub liveness: LivenessView,
+    /// What the process costs, with `include=resources` only (the member is absent without
+    /// it); `null` when layers 1–2 do not confirm the process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<ResourcesView>)]
+    pub resources: Option<Option<ResourcesView>>,
+}
+
+/// What a session's process costs: CPU, memory, threads.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[schema(example = json!({"cpu_percent": 12.5, "cpu_time_ms": 48210, "rss_bytes": 73_400_320,
+    "threads": 9}))]
+pub struct ResourcesView {
+    /// Share of one CPU core used since the registry's previous sample of this process (by any
+    /// client), in percent, one decimal; above 100 on several cores. `null` when the registry
+    /// has no sample of it from the last 10 s (ask again, or read `/events?include=resources`).
+    pub cpu_percent: Option<f64>,
+    /// CPU time used since the process started (user and system), in milliseconds.
+    pub cpu_time_ms: u64,
+    /// Resident memory, in bytes.
+    pub rss_bytes: u64,
+    /// Threads in the process.
+    pub threads: usize,
+}
+
+impl From<&Resources> for ResourcesView {
+    fn from(r: &Resources) -> Self {
+        Self {
+            cpu_percent: r.cpu_percent,
+            cpu_time_ms: r.cpu_time_ms,
+            rss_bytes: r.rss_bytes,
+            threads: r.threads,
+        }
+    }
 }
 
 impl SessionView {
@@ -156,7 +190,14 @@ impl SessionView {
                 .as_ref()
                 .map(|p| p.to_string_lossy().into_owned()),
             liveness: LivenessView::of(reading),
+            resources: None,
         }
+    }
+
+    /// This view with `resources` (for `include=resources`): `None` is a `null`.
+    pub fn with_resources(mut self, resources: Option<&Resources>) -> Self {
+        self.resources = Some(resources.map(ResourcesView::from));
+        self
     }
 }
 
@@ -181,6 +222,26 @@ impl SessionList {
         keep: impl Fn(Option<SessionState>) -> bool,
         unreadable: usize,
     ) -> serde_json::Result<Vec<u8>> {
+        Self::encode_with(readings, None, keep, unreadable)
+    }
+
+    /// [`SessionList::encode`] with each session's `resources` (`include=resources`):
+    /// `resources[n]` is the figure of `readings[n]`.
+    pub fn encode_with_resources(
+        readings: &[Reading],
+        resources: &[Option<Resources>],
+        keep: impl Fn(Option<SessionState>) -> bool,
+        unreadable: usize,
+    ) -> serde_json::Result<Vec<u8>> {
+        Self::encode_with(readings, Some(resources), keep, unreadable)
+    }
+
+    fn encode_with(
+        readings: &[Reading],
+        resources: Option<&[Option<Resources>]>,
+        keep: impl Fn(Option<SessionState>) -> bool,
+        unreadable: usize,
+    ) -> serde_json::Result<Vec<u8>> {
         // About what a session's view takes, so the body is seldom grown and copied.
         const VIEW_BYTES: usize = 400;
         let mut body = Vec::with_capacity(64 + readings.len() * VIEW_BYTES);
@@ -189,13 +250,19 @@ impl SessionList {
         body.extend_from_slice(b"{\"sessions\":[");
         let kept = readings
             .iter()
-            .filter(|reading| keep(reading.liveness.as_ref().map(SessionState::from)));
-        for (n, reading) in kept.enumerate() {
+            .enumerate()
+            .filter(|(_, reading)| keep(reading.liveness.as_ref().map(SessionState::from)));
+        for (n, (at, reading)) in kept.enumerate() {
             if n > 0 {
                 body.push(b',');
             }
             body.extend_from_slice(reading.record.encoded_once(encode_record_fields)?);
             serde_json::to_writer(&mut body, &LivenessViewOf::of(reading))?;
+            if let Some(resources) = resources {
+                let figure = resources.get(at).copied().flatten();
+                body.extend_from_slice(b",\"resources\":");
+                serde_json::to_writer(&mut body, &figure.as_ref().map(ResourcesView::from))?;
+            }
             body.push(b'}');
         }
         body.extend_from_slice(b"],\"unreadable\":");
@@ -315,6 +382,17 @@ pub struct ListQuery {
     /// `false` runs layers 1–2 only (no door probes). Default `true`.
     #[param(example = false)]
     pub probe: Option<bool>,
+    /// Comma-separated members to add to each session: `resources` (what its process costs).
+    #[param(example = "resources", schema_with = include_schema)]
+    pub include: Option<String>,
+}
+
+/// The schema of an `include` parameter: a comma list of [`super::include::Included`]'s words.
+fn include_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some(INCLUDE_PATTERN))
+        .build()
 }
 
 /// Options of `GET /sessions/{id}`.
@@ -323,6 +401,29 @@ pub struct ListQuery {
 pub struct ProbeQuery {
     /// `false` runs layers 1–2 only (no door probe). Default `true`.
     pub probe: Option<bool>,
+    /// Comma-separated members to add to the session: `resources` (what its process costs).
+    #[param(example = "resources", schema_with = include_schema)]
+    pub include: Option<String>,
+}
+
+/// The words `include` takes on `GET /events`.
+pub const EVENTS_INCLUDE_PATTERN: &str = "^resources(,resources)*$";
+
+/// Options of `GET /events`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// `resources` adds a `resources` event after each periodic pass: what every confirmed
+    /// session's process costs.
+    #[param(example = "resources", schema_with = events_include_schema)]
+    pub include: Option<String>,
+}
+
+fn events_include_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some(EVENTS_INCLUDE_PATTERN))
+        .build()
 }
 
 /// The three layers for one session.
