@@ -129,7 +129,8 @@ impl ResourceSampler {
             .filter_map(|pid| {
                 let process = system.process(*pid)?;
                 // No task list: a thread's id, not a process's, or its list could not be read.
-                let threads = process.tasks()?.len();
+                // The list leaves out the main thread, whose id is the pid.
+                let threads = process.tasks()?.len() + 1;
                 Some((
                     pid.as_u32(),
                     Counters {
