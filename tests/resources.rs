@@ -77,12 +77,6 @@ impl Client {
         serde_json::from_str(&text).expect("a JSON body")
     }
 
-    /// The `resources` of `session_id` in a `probe=false&include=resources` listing.
-    async fn listed_resources(&self, session_id: &str) -> Value {
-        let listing = self.get("/sessions?probe=false&include=resources").await;
-        session_in(&listing, session_id)["resources"].clone()
-    }
-
     /// Open `/events` (with `query`, e.g. `?include=resources`); fails unless it is a 200.
     async fn events(&self, query: &str) -> EventStream {
         let response = self
