@@ -510,3 +510,49 @@ async fn a_stream_that_asks_gets_resources_each_step_and_one_that_does_not_gets_
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// murmur-registry ps
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn ps_shows_cpu_and_memory_from_two_readings_of_its_own() {
+    use common::binary::{Home, User, registry, run};
+    let home = Home::new();
+    let spinning = spinner();
+    let s = spinning.record().no_door();
+    home.write(&s);
+    let ps = |args: &[&str]| {
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(args);
+        let done = run(cmd);
+        done.assert_success();
+        done
+    };
+
+    // Each run is one-shot: its CPU share comes from its own two readings, so it is never
+    // null for a confirmed process; the spinner shows busy (on a loaded machine, perhaps not
+    // in the first run's quarter second).
+    let begun = Instant::now();
+    loop {
+        assert!(
+            begun.elapsed() < DEADLINE,
+            "ps never showed the spinner busy"
+        );
+        let listed = ps(&["ps", "--json"]).json();
+        let session = &listed[0];
+        assert_eq!(session["session_id"], s.session_id());
+        let (share, _, rss, threads) = figures(&session["resources"]);
+        assert!(rss > 0 && threads == 1, "{session}");
+        if share.expect("two readings give a share") > 0.0 {
+            break;
+        }
+    }
+    let table = ps(&["ps"]);
+    let mut lines = table.stdout.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
+    let row: Vec<&str> = lines.next().expect("a row").split_whitespace().collect();
+    assert_eq!(header[3..5], ["CPU%", "MEM"], "{}", table.stdout);
+    assert!(row[3].parse::<f64>().is_ok(), "{}", table.stdout);
+    assert!(row[4].ends_with(['K', 'M', 'G']), "{}", table.stdout);
+}
