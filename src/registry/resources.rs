@@ -11,8 +11,13 @@
 //! - `cpu_percent` is measured by the registry itself, per process (pid and start time), over
 //!   the time since its previous sample of that process: one state for every caller, so one
 //!   caller's sample never skews another's figure, and a reused pid never inherits a baseline.
+//! - Many processes are read in shards side by side (a pid always in the same shard, whose
+//!   `sysinfo` state knows it), and `sysinfo` keeps at most [`KEPT_STAT_FILES`]-worth of
+//!   `/proc/<pid>/stat` files open, so pins and door probes keep the descriptors they are
+//!   budgeted.
 
 use std::collections::{HashMap, HashSet};
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -30,9 +35,19 @@ pub const CPU_BASELINE_FRESH: Duration = Duration::from_secs(10);
 /// 10 ms): the later one reports the figure of the earlier and keeps its baseline.
 pub const CPU_SPAN_MIN: Duration = Duration::from_millis(100);
 
-/// Past this many processes `sysinfo` remembers beyond the ones sampled lately (twice theirs,
-/// plus this), its state is made anew, so processes that left the registry are not kept.
+/// Past this many processes a shard's `sysinfo` state remembers beyond the ones sampled lately
+/// (twice theirs, plus this), it is made anew, so processes that left the registry are not kept.
 const FORGOTTEN_SLACK: usize = 64;
+
+/// The most `/proc/<pid>/stat` files `sysinfo` keeps open to read again (cheaper than opening
+/// each anew): at most this many, and at most a sixteenth of the open-files limit.
+const KEPT_STAT_FILES: usize = 1024;
+
+/// At most this many shards read side by side (one a core).
+const MAX_SHARDS: usize = 4;
+
+/// Fewer processes than this are read on the calling thread alone: a thread costs more.
+const PROCESSES_PER_SHARD: usize = 64;
 
 /// What one confirmed process costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,17 +73,24 @@ struct Counters {
 }
 
 /// The registry's sampling state, shared by every caller.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct ResourceSampler {
-    state: Mutex<SamplerState>,
+    /// `sysinfo`'s state of each shard: it keeps each process it read, to read it again faster.
+    shards: Vec<Mutex<Option<System>>>,
+    /// The CPU baseline of each process sampled within [`CPU_BASELINE_FRESH`].
+    tracks: Mutex<HashMap<ProcessKey, CpuTrack>>,
 }
 
-#[derive(Debug, Default)]
-struct SamplerState {
-    /// `sysinfo`'s state: it keeps each process it read, to read it again faster.
-    system: Option<System>,
-    /// The CPU baseline of each process sampled within [`CPU_BASELINE_FRESH`].
-    tracks: HashMap<ProcessKey, CpuTrack>,
+impl Default for ResourceSampler {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        Self {
+            shards: (0..cores.clamp(1, MAX_SHARDS))
+                .map(|_| Mutex::default())
+                .collect(),
+            tracks: Mutex::default(),
+        }
+    }
 }
 
 /// A process's CPU baseline: its CPU time at one sample, and the figure that sample reported.
@@ -110,13 +132,50 @@ impl ResourceSampler {
     /// Blocking (`/proc` reads); call it off async workers.
     fn read(&self, pids: &[Pid]) -> HashMap<u32, Counters> {
         static FEW_FILES: Once = Once::new();
-        // sysinfo would keep a `stat` file open per process it reads, taking descriptors that
-        // pins and door probes are budgeted (see `pins`); it reopens them instead.
         FEW_FILES.call_once(|| {
-            sysinfo::set_open_files_limit(0);
+            let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                .current
+                .unwrap_or(u64::MAX);
+            let kept = usize::try_from(soft / 16).unwrap_or(usize::MAX);
+            sysinfo::set_open_files_limit(kept.min(KEPT_STAT_FILES));
         });
-        let mut state = self.lock();
-        let system = state.system.get_or_insert_with(System::new);
+        let shards = self
+            .shards
+            .len()
+            .min(pids.len().div_ceil(PROCESSES_PER_SHARD))
+            .max(1);
+        let of_shard = |shard: usize| -> Vec<Pid> {
+            let in_shard = |pid: &&Pid| pid.as_u32() as usize % shards == shard;
+            pids.iter().filter(in_shard).copied().collect()
+        };
+        if shards == 1 {
+            return self.read_shard(0, &of_shard(0));
+        }
+        std::thread::scope(|scope| {
+            let others: Vec<_> = (1..shards)
+                .map(|shard| {
+                    let pids = of_shard(shard);
+                    scope.spawn(move || self.read_shard(shard, &pids))
+                })
+                .collect();
+            let mut counters = self.read_shard(0, &of_shard(0));
+            for other in others {
+                // A shard that panicked read nothing: its processes get no figure.
+                counters.extend(other.join().unwrap_or_default());
+            }
+            counters
+        })
+    }
+
+    /// [`ResourceSampler::read`] of the pids of one shard, with that shard's `sysinfo` state.
+    fn read_shard(&self, shard: usize, pids: &[Pid]) -> HashMap<u32, Counters> {
+        if pids.is_empty() {
+            return HashMap::new();
+        }
+        let mut system = self.shards[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let system = system.get_or_insert_with(System::new);
         system.refresh_processes_specifics(
             ProcessesToUpdate::Some(pids),
             true,
@@ -150,11 +209,11 @@ impl ResourceSampler {
         sampled: impl Iterator<Item = (ProcessKey, Counters)>,
         at: Instant,
     ) -> HashMap<ProcessKey, Resources> {
-        let mut state = self.lock();
+        let mut tracks = self.tracks();
         let figures = sampled
             .map(|(key, counters)| {
-                let track = next_track(state.tracks.get(&key).copied(), counters.cpu_time_ms, at);
-                state.tracks.insert(key, track);
+                let track = next_track(tracks.get(&key).copied(), counters.cpu_time_ms, at);
+                tracks.insert(key, track);
                 let resources = Resources {
                     cpu_percent: track.percent,
                     cpu_time_ms: counters.cpu_time_ms,
@@ -164,23 +223,24 @@ impl ResourceSampler {
                 (key, resources)
             })
             .collect();
-        state
-            .tracks
-            .retain(|_, track| at.saturating_duration_since(track.at) <= CPU_BASELINE_FRESH);
-        let kept = state.tracks.len();
-        if state
-            .system
-            .as_ref()
-            .is_some_and(|system| system.processes().len() > 2 * kept + FORGOTTEN_SLACK)
-        {
-            state.system = None;
+        tracks.retain(|_, track| at.saturating_duration_since(track.at) <= CPU_BASELINE_FRESH);
+        let kept = tracks.len();
+        drop(tracks);
+        for shard in &self.shards {
+            let mut system = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            if system
+                .as_ref()
+                .is_some_and(|system| system.processes().len() > 2 * kept + FORGOTTEN_SLACK)
+            {
+                *system = None;
+            }
         }
         figures
     }
 
-    fn lock(&self) -> MutexGuard<'_, SamplerState> {
-        // Every write leaves the state whole: a poisoned lock still holds a usable one.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn tracks(&self) -> MutexGuard<'_, HashMap<ProcessKey, CpuTrack>> {
+        // Every write leaves the map whole: a poisoned lock still holds a usable one.
+        self.tracks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
