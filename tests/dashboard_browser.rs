@@ -842,6 +842,7 @@ async fn a_busy_capsule_shows_its_cpu_and_every_row_its_memory(s: &mut Scene) {
         .record()
         .no_door()
         .set("capsule_name", "spinner")
+        .set("workdir", "/home/ada/work/spin")
         .set("started_at", started(Duration::from_secs(60)));
     let spinner_id = record.session_id();
     let file = home.write(&record);

@@ -591,10 +591,9 @@ function buildRow(key, session) {
   cell('Door', 'col-door').append(wrap(cells.door, cells.doorScope));
   cells.pid = el('span', 'mono');
   cell('PID', 'col-pid num').append(cells.pid);
-  cells.cpu = el('span', 'mono');
-  cell('CPU', 'col-cpu num').append(cells.cpu);
-  cells.mem = el('span', 'mono');
-  cell('Memory', 'col-mem num').append(cells.mem);
+  cells.cpu = el('span', 'col-cpu mono');
+  cells.mem = el('span', 'col-mem mono');
+  cell('Usage', 'col-usage num').append(wrap(cells.cpu, cells.mem));
   cells.uptime = el('time', 'uptime');
   cell('Uptime', 'col-uptime').append(cells.uptime);
 
