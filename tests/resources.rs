@@ -556,3 +556,46 @@ fn ps_shows_cpu_and_memory_from_two_readings_of_its_own() {
     assert!(row[3].parse::<f64>().is_ok(), "{}", table.stdout);
     assert!(row[4].ends_with(['K', 'M', 'G']), "{}", table.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_runs_only_while_a_stream_that_asked_is_open() {
+    let client = Client::start().await;
+    let live = TestProcess::sleeping();
+    let l = live.record().no_door();
+    client.write(&l);
+    let monitor = client.server.state().events().clone();
+
+    // A stream that does not ask: the live view has that one listener, and no sampler.
+    let mut plain = client.events("").await;
+    assert_eq!(plain.next().await.name, "snapshot");
+    assert_eq!(
+        monitor.listeners(),
+        1,
+        "nothing follows the picture to sample it"
+    );
+
+    // One that asks: its resources come, and the sampler follows the live view beside it.
+    let mut asking = client.events("?include=resources").await;
+    assert_eq!(asking.next().await.name, "snapshot");
+    let event = asking.until("resources", |_| true).await;
+    assert!(
+        event.data["sessions"][0]["resources"].is_object(),
+        "{:?}",
+        event.data
+    );
+    assert_eq!(monitor.listeners(), 3, "the two streams and the sampler");
+
+    // It leaves: the sampler lets go, and with the last stream the live view stops.
+    drop(asking);
+    wait_until(
+        "the sampler stops with the stream that asked",
+        DEADLINE,
+        || monitor.listeners() == 1,
+    );
+    drop(plain);
+    wait_until(
+        "the live view stops with its last listener",
+        DEADLINE,
+        || !monitor.is_running(),
+    );
+}
