@@ -11,7 +11,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::Problem;
-use super::include::INCLUDE_PATTERN;
 use crate::registry::{Reading, Resources};
 use crate::running::{Liveness, ProcessState, RunningRecord};
 
@@ -369,6 +368,34 @@ pub struct SessionPath {
     pub id: String,
 }
 
+/// The schema of the `include` parameter of `GET /sessions` and `GET /sessions/{id}`: a comma
+/// list of [`super::include::Included`]'s words. (A schema of its own, as the parameter
+/// attribute takes a literal pattern only; its description and example go in it too.)
+fn include_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some(super::include::INCLUDE_PATTERN))
+        .description(Some(
+            "Comma-separated members to add to each session: `resources` (what its process \
+             costs: CPU, memory, threads; `null` for a process that is not confirmed).",
+        ))
+        .examples(["resources"])
+        .build()
+}
+
+/// The schema of the `include` parameter of `GET /events`: `resources` only.
+fn events_include_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some("^resources(,resources)*$"))
+        .description(Some(
+            "`resources` adds a `resources` event after each periodic pass: what every \
+             confirmed session's process costs.",
+        ))
+        .examples(["resources"])
+        .build()
+}
+
 /// Filters of `GET /sessions`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -383,16 +410,8 @@ pub struct ListQuery {
     #[param(example = false)]
     pub probe: Option<bool>,
     /// Comma-separated members to add to each session: `resources` (what its process costs).
-    #[param(example = "resources", schema_with = include_schema)]
+    #[param(schema_with = include_schema)]
     pub include: Option<String>,
-}
-
-/// The schema of an `include` parameter: a comma list of [`super::include::Included`]'s words.
-fn include_schema() -> utoipa::openapi::Object {
-    utoipa::openapi::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::String)
-        .pattern(Some(INCLUDE_PATTERN))
-        .build()
 }
 
 /// Options of `GET /sessions/{id}`.
@@ -402,12 +421,9 @@ pub struct ProbeQuery {
     /// `false` runs layers 1–2 only (no door probe). Default `true`.
     pub probe: Option<bool>,
     /// Comma-separated members to add to the session: `resources` (what its process costs).
-    #[param(example = "resources", schema_with = include_schema)]
+    #[param(schema_with = include_schema)]
     pub include: Option<String>,
 }
-
-/// The words `include` takes on `GET /events`.
-pub const EVENTS_INCLUDE_PATTERN: &str = "^resources(,resources)*$";
 
 /// Options of `GET /events`.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -415,15 +431,8 @@ pub const EVENTS_INCLUDE_PATTERN: &str = "^resources(,resources)*$";
 pub struct EventsQuery {
     /// `resources` adds a `resources` event after each periodic pass: what every confirmed
     /// session's process costs.
-    #[param(example = "resources", schema_with = events_include_schema)]
+    #[param(schema_with = events_include_schema)]
     pub include: Option<String>,
-}
-
-fn events_include_schema() -> utoipa::openapi::Object {
-    utoipa::openapi::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::String)
-        .pattern(Some(EVENTS_INCLUDE_PATTERN))
-        .build()
 }
 
 /// The three layers for one session.
@@ -756,6 +765,26 @@ mod tests {
             assert_eq!(
                 String::from_utf8(written).expect("utf-8"),
                 serde_json::to_string(&whole).expect("encodes")
+            );
+        }
+    }
+
+    /// The `include` patterns the document gives are the words `include` reads.
+    #[test]
+    fn include_parameters_carry_the_include_pattern() {
+        let document = serde_json::to_value(crate::http::openapi()).expect("the document");
+        for path in ["/sessions", "/sessions/{id}"] {
+            let parameters = document["paths"][path]["get"]["parameters"]
+                .as_array()
+                .expect("parameters");
+            let include = parameters
+                .iter()
+                .find(|p| p["name"] == "include")
+                .expect("an include parameter");
+            assert_eq!(
+                include["schema"]["pattern"],
+                crate::http::include::INCLUDE_PATTERN,
+                "{path}"
             );
         }
     }
