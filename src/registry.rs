@@ -1,6 +1,6 @@
 //! The registry: the operations on one running directory that the HTTP service and the CLI
-//! share, one file per job (listing, verify, card, prune, signal, stop; pins and exits for the
-//! pidfds it holds).
+//! share, one file per job (listing, verify, card, prune, signal, stop, resources; pins and exits
+//! for the pidfds it holds).
 //!
 //! Invariants kept here:
 //! - Blocking work (directory and `/proc` reads, signals) runs on tokio's blocking pool; the one
@@ -22,6 +22,7 @@ mod passes;
 mod pins;
 mod prune;
 mod removal;
+mod resources;
 mod signal;
 mod stop;
 mod tally;
@@ -35,6 +36,7 @@ use flights::Flights;
 use listing::{PassReader, PassResult};
 use passes::SharedPasses;
 use removal::RemovalNotes;
+use resources::ResourceSampler;
 use stop::StopsInProgress;
 
 pub use card::CardRefusal;
@@ -44,6 +46,7 @@ pub use exits::{ExitedProcess, ProcessExits};
 pub use listing::{INLINE_SCAN_ENTRIES, Listing};
 pub use prune::{PruneOutcome, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
+pub use resources::{CPU_BASELINE_FRESH, CPU_SPAN_MIN, Resources};
 pub use signal::{RecordFate, SignalKind, SignalReport};
 pub use stop::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome, StopReport};
 pub use tally::{
@@ -65,6 +68,8 @@ pub struct Registry {
     removals: RemovalNotes,
     /// What it probed, removed, signalled and stopped, for `/metrics`.
     tally: Arc<Tally>,
+    /// What confirmed processes cost, and each one's CPU baseline.
+    resources: Arc<ResourceSampler>,
 }
 
 impl Registry {
@@ -79,6 +84,7 @@ impl Registry {
             stopping: StopsInProgress::default(),
             removals: RemovalNotes::counting_in(Arc::clone(&tally)),
             tally,
+            resources: Arc::default(),
         }
     }
 

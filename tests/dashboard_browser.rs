@@ -568,6 +568,9 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     step!(the_page_parses_awkward_stream_chunks(&mut s));
     step!(a_wrong_token_is_refused_and_not_kept(&mut s));
     step!(the_right_token_shows_the_sessions_live(&mut s));
+    step!(a_busy_capsule_shows_its_cpu_and_every_row_its_memory(
+        &mut s
+    ));
     step!(without_a_fleet_the_switch_says_why(&mut s));
     step!(the_state_filter_hides_and_shows_rows(&mut s));
     step!(a_narrow_window_fits_without_sideways_scrolling(&mut s));
@@ -821,6 +824,73 @@ async fn the_right_token_shows_the_sessions_live(s: &mut Scene) {
         .await;
     let login_shown = browser.js(SHOWN_TEXT, json!(["#login"])).await;
     assert!(login_shown.is_null(), "no token prompt after a reload");
+}
+
+/// CPU and memory per row, from the `resources` events: a capsule that spins shows a CPU share
+/// above zero, and figures update in place (the spinner's row is never flashed as changed).
+/// The spinner leaves again (its record removed), so later steps see the three sessions.
+async fn a_busy_capsule_shows_its_cpu_and_every_row_its_memory(s: &mut Scene) {
+    let Scene {
+        home,
+        script_id,
+        browser,
+        shots,
+        ..
+    } = s;
+    let spinner = TestProcess::python("while True: pass");
+    let record = spinner
+        .record()
+        .no_door()
+        .set("capsule_name", "spinner")
+        .set("workdir", "/home/ada/work/spin")
+        .set("started_at", started(Duration::from_secs(60)));
+    let spinner_id = record.session_id();
+    let file = home.write(&record);
+    browser
+        .wait_for(
+            "the spinner shows live",
+            ROW_IN_STATE,
+            json!([spinner_id, "live"]),
+        )
+        .await;
+    let busy = browser
+        .wait_for(
+            "the spinner's CPU shows above zero",
+            "const tr = document.querySelector(`tr[data-session-id='${arguments[0]}']`);
+             const cpu = tr && tr.querySelector('.col-cpu').textContent;
+             return cpu && parseFloat(cpu) > 0 ? cpu : null;",
+            json!([spinner_id]),
+        )
+        .await;
+    assert!(busy.as_str().is_some_and(|c| c.ends_with('%')), "{busy}");
+    shots.push(browser.screenshot("dashboard-resources.png").await);
+    let memory = browser
+        .wait_for(
+            "the script capsule's memory shows",
+            "const tr = document.querySelector(`tr[data-session-id='${arguments[0]}']`);
+             const mem = tr && tr.querySelector('.col-mem').textContent;
+             return mem && /^[0-9.]+ (KiB|MiB|GiB)$/.test(mem) ? mem : null;",
+            json!([script_id]),
+        )
+        .await;
+    assert!(memory.is_string(), "{memory}");
+    let flashed = browser
+        .js(
+            "const tr = document.querySelector(`tr[data-session-id='${arguments[0]}']`);
+             return tr.classList.contains('flash');",
+            json!([spinner_id]),
+        )
+        .await;
+    assert_eq!(flashed, false, "new figures are no change of the session");
+    std::fs::remove_file(&file).expect("remove the spinner's record");
+    drop(spinner);
+    browser
+        .wait_for(
+            "the spinner's row is gone",
+            "return !document.querySelector(`tr[data-session-id='${arguments[0]}']`);",
+            json!([spinner_id]),
+        )
+        .await;
 }
 
 /// Without `--fleet-etcd`: the fleet choice is disabled and says why, in the registry's words;

@@ -376,6 +376,11 @@ async fn what_cannot_be_answered_is_a_400_and_changes_nothing() {
         let said = problem["detail"].as_str().expect("a detail");
         assert!(said.contains(detail), "{query}: {said}");
     }
+    // One session's card has a route of its own; `include=card` there is refused, not ignored.
+    let one = "/sessions/ses_00000000000000000000000000000001?include=card";
+    let (status, text) = f.api.get_text(one).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("/sessions/{id}/card"), "{text}");
     assert_eq!(dir_snapshot(f.api.server.dir()), before);
 }
 

@@ -49,6 +49,7 @@ mod many;
 mod pid_holders;
 mod pollers;
 mod records;
+mod resources;
 mod sequential;
 mod server;
 mod slow;
@@ -79,6 +80,7 @@ use kill_to_removed::sigkill_to_removed;
 use lean::lean_path_throughput_and_memory;
 use many::many_live_records;
 use pollers::pollers_at_once;
+use resources::resources_over_a_thousand_processes;
 use slow::slow_doors;
 use ten_thousand::ten_thousand_records;
 use threaded_process::probe_false_over_threaded_process;
@@ -102,7 +104,7 @@ fn main() {
         return;
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
-    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card` runs some scenarios.
+    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources` runs some scenarios.
     let only: Vec<String> = args
         .iter()
         .position(|a| a == "--only")
@@ -157,6 +159,9 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
     }
     if wanted("card") {
         step!(listing_with_cards(&mut rows));
+    }
+    if wanted("resources") {
+        step!(resources_over_a_thousand_processes(&mut rows));
     }
 
     println!();

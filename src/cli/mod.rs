@@ -55,6 +55,10 @@ enum Command {
     // Boxed: its many flags would otherwise make every other command's value as large.
     Serve(Box<serve::ServeArgs>),
     /// List running capsules, like `mur ps`; prunes records of capsules that are gone.
+    ///
+    /// CPU% is each process's share of one core between two readings 0.25 s apart (a one-shot
+    /// command has no earlier sample), MEM its resident memory; `-` for a process the registry
+    /// cannot confirm. `--json` gives the same figures as each session's `resources`.
     #[command(
         after_help = "Example:\n  murmur-registry ps\n  murmur-registry ps --json | jq '.[].session_id'"
     )]

@@ -14,7 +14,11 @@ use super::fleet_args::EtcdArgs;
 use super::{DirArgs, registry_for};
 use crate::http::ListFilter;
 use crate::http::wire::{SessionState, SessionView};
-use crate::registry::{Reading, Registry};
+use crate::registry::{CPU_SPAN_MIN, Reading, Registry, Resources};
+
+/// How far apart `ps` takes its two readings of each process's CPU time: long enough for the
+/// kernel's 10 ms ticks to make a share, short enough for a command that answers at once.
+const CPU_READINGS_APART: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Args)]
 pub(super) struct PsArgs {
@@ -68,24 +72,46 @@ pub(super) async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     let filter = ListFilter::of_names(args.capsule, args.skill);
     let mut sessions = running_sessions(&registry).await?;
     sessions.retain(|reading| filter.keeps(reading));
+    let resources = two_readings(&registry, &sessions).await;
     let mut out = std::io::stdout().lock();
     if args.json {
-        let views: Vec<SessionView> = sessions.iter().map(SessionView::of).collect();
+        let views: Vec<SessionView> = sessions
+            .iter()
+            .zip(&resources)
+            .map(|(reading, figure)| SessionView::of(reading).with_resources(figure.as_ref()))
+            .collect();
         serde_json::to_writer_pretty(&mut out, &views)?;
         writeln!(out)?;
     } else if sessions.is_empty() {
         writeln!(out, "no running capsules")?;
     } else {
-        write!(out, "{}", ps_table(&sessions, SystemTime::now()))?;
+        write!(
+            out,
+            "{}",
+            ps_table(&sessions, &resources, SystemTime::now())
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// What each session's process costs, from two readings [`CPU_READINGS_APART`] (the second
+/// measures CPU since the first); `None` for a process the registry cannot confirm.
+async fn two_readings(registry: &Registry, sessions: &[Reading]) -> Vec<Option<Resources>> {
+    const _: () = assert!(CPU_READINGS_APART.as_millis() >= CPU_SPAN_MIN.as_millis());
+    let first = registry.resources(sessions).await;
+    if first.iter().all(Option::is_none) {
+        return first;
+    }
+    tokio::time::sleep(CPU_READINGS_APART).await;
+    registry.resources(sessions).await
+}
+
 /// The `ps` table: left-aligned columns, the full session id, a header line.
-fn ps_table(sessions: &[Reading], now: SystemTime) -> String {
-    let rows: Vec<[String; 6]> = sessions
+fn ps_table(sessions: &[Reading], resources: &[Option<Resources>], now: SystemTime) -> String {
+    let rows: Vec<[String; 8]> = sessions
         .iter()
-        .map(|reading| {
+        .zip(resources)
+        .map(|(reading, figure)| {
             let r = &reading.record;
             let status = match reading.liveness.as_ref().map(SessionState::from) {
                 Some(SessionState::Live) => "running",
@@ -95,6 +121,8 @@ fn ps_table(sessions: &[Reading], now: SystemTime) -> String {
                 r.session_id.clone(),
                 format!("{}@{}", r.capsule_name, r.capsule_version),
                 status.to_owned(),
+                cpu_cell(figure.as_ref()),
+                figure.map_or_else(|| "-".to_owned(), |f| memory_cell(f.rss_bytes)),
                 if r.outlives_launcher { "yes" } else { "no" }.to_owned(),
                 uptime(&r.started_at, now),
                 r.url.clone().unwrap_or_else(|| "-".to_owned()),
@@ -102,7 +130,9 @@ fn ps_table(sessions: &[Reading], now: SystemTime) -> String {
         })
         .collect();
     table(
-        ["SESSION", "CAPSULE", "STATUS", "DETACHED", "UPTIME", "URL"],
+        [
+            "SESSION", "CAPSULE", "STATUS", "CPU%", "MEM", "DETACHED", "UPTIME", "URL",
+        ],
         &rows,
     )
 }
@@ -136,6 +166,28 @@ pub(super) fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> 
 #[cfg(not(feature = "fleet"))]
 async fn fleet_ps(_args: &PsArgs) -> anyhow::Result<ExitCode> {
     Err(super::fleet_args::no_fleet_in_this_build("ps --fleet"))
+}
+
+/// CPU% as `ps` shows it: one decimal, `-` when there is no figure.
+fn cpu_cell(figure: Option<&Resources>) -> String {
+    match figure.and_then(|f| f.cpu_percent) {
+        Some(percent) => format!("{percent:.1}"),
+        None => "-".to_owned(),
+    }
+}
+
+/// Resident memory in binary units, as `top` and `docker stats` show it: `812K`, `73.4M`,
+/// `1.2G`.
+fn memory_cell(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let bytes = bytes as f64;
+    if bytes < KIB * KIB {
+        format!("{:.0}K", bytes / KIB)
+    } else if bytes < KIB * KIB * KIB {
+        format!("{:.1}M", bytes / (KIB * KIB))
+    } else {
+        format!("{:.1}G", bytes / (KIB * KIB * KIB))
+    }
 }
 
 /// `HH:MM:SS` since `started_at`, with `Nd ` in front past a day; `-` when unknown.
@@ -173,6 +225,24 @@ fn format_uptime(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_is_in_binary_units_and_cpu_has_one_decimal() {
+        assert_eq!(memory_cell(0), "0K");
+        assert_eq!(memory_cell(812 * 1024), "812K");
+        assert_eq!(memory_cell(73_400_320), "70.0M");
+        assert_eq!(memory_cell(3 << 29), "1.5G");
+        let figure = |cpu_percent| Resources {
+            cpu_percent,
+            cpu_time_ms: 1,
+            rss_bytes: 1,
+            threads: 1,
+        };
+        assert_eq!(cpu_cell(Some(&figure(Some(99.96)))), "100.0");
+        assert_eq!(cpu_cell(Some(&figure(Some(0.0)))), "0.0");
+        assert_eq!(cpu_cell(Some(&figure(None))), "-");
+        assert_eq!(cpu_cell(None), "-");
+    }
 
     #[test]
     fn uptime_is_clock_then_days() {

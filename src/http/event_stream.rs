@@ -11,6 +11,7 @@ use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::events::{SessionAdded, SessionChanged, SessionRemoved};
+use super::resource_feed::ResourcesEvent;
 use super::wire::SessionList;
 
 /// The `event:` field of an event on a stream.
@@ -24,6 +25,8 @@ pub enum EventName {
     SessionChanged,
     /// A session left.
     SessionRemoved,
+    /// What every confirmed session's process costs (`/events?include=resources` only).
+    Resources,
     /// A host joined the fleet (`/fleet/events` only).
     HostJoined,
     /// A host left the fleet (`/fleet/events` only).
@@ -38,6 +41,7 @@ impl EventName {
             Self::SessionAdded => "session.added",
             Self::SessionChanged => "session.changed",
             Self::SessionRemoved => "session.removed",
+            Self::Resources => "resources",
             Self::HostJoined => "host.joined",
             Self::HostLeft => "host.left",
         }
@@ -57,6 +61,7 @@ impl PartialSchema for StreamEvent {
             (EventName::SessionAdded, SessionAdded::name()),
             (EventName::SessionChanged, SessionChanged::name()),
             (EventName::SessionRemoved, SessionRemoved::name()),
+            (EventName::Resources, ResourcesEvent::name()),
         ])
     }
 }
@@ -122,10 +127,15 @@ impl ToSchema for StreamEvent {
                 SessionRemoved::name().into_owned(),
                 SessionRemoved::schema(),
             ),
+            (
+                ResourcesEvent::name().into_owned(),
+                ResourcesEvent::schema(),
+            ),
         ]);
         SessionList::schemas(schemas);
         SessionAdded::schemas(schemas);
         SessionChanged::schemas(schemas);
         SessionRemoved::schemas(schemas);
+        ResourcesEvent::schemas(schemas);
     }
 }

@@ -16,7 +16,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -28,8 +28,10 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemType, problem_for};
 use super::event_stream::{EventName, StreamEvent};
+use super::include::Includes;
+use super::resource_feed::ResourceListener;
 use super::responses::GateProblems;
-use super::wire::{SessionList, SessionState, SessionView};
+use super::wire::{EventsQuery, SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
 use crate::registry::RemovalCause;
 
@@ -89,6 +91,10 @@ pub struct SessionRemoved {
 /// - `session.added` (`SessionAdded`): a new session, with its first complete verdict.
 /// - `session.changed` (`SessionChanged`): its `state` moved, or its record was rewritten.
 /// - `session.removed` (`SessionRemoved`): it left, and why.
+/// - `resources` (`ResourcesEvent`), only on a stream opened with `?include=resources`: after
+///   each periodic pass, what every session whose process is confirmed costs (CPU, memory,
+///   threads). It changes nothing in the picture: its `id` is that of the last change sent.
+///   Sampling runs only while such a stream is open.
 ///
 /// While anyone listens, a record whose process is found gone is `session.changed` to `gone`
 /// (or `session.added` as `gone`), then pruned as `DELETE` would and `session.removed` as
@@ -108,13 +114,19 @@ pub struct SessionRemoved {
     security(("bearer" = [])),
     params(("Last-Event-ID" = Option<String>, Header,
         description = "The id of the last event a reconnecting client saw. Accepted; the \
-            stream starts with a full snapshot either way.")),
+            stream starts with a full snapshot either way."), EventsQuery),
     responses(
         (
             status = 200,
             description = "The event stream",
             content_type = "text/event-stream",
             body = StreamEvent
+        ),
+        (
+            status = 400,
+            description = "Unknown include (only `resources` is offered here)",
+            body = Problem,
+            content_type = "application/problem+json"
         ),
         GateProblems,
         (
@@ -135,7 +147,14 @@ pub async fn events(
     State(state): State<AppState>,
     method: Method,
     headers: HeaderMap,
+    Query(query): Query<EventsQuery>,
 ) -> Result<Response, ApiError> {
+    let includes = Includes::parse(query.include.as_deref())?;
+    if includes.card {
+        return Err(ApiError::bad_query(
+            "include=card is not offered on /events: use include=resources",
+        ));
+    }
     if method == Method::HEAD {
         // What a GET would be answered, without its stream: subscribing starts the live view,
         // which prunes gone records, and a HEAD must change nothing. A plain listing (which
@@ -165,7 +184,9 @@ pub async fn events(
             SubscribeError::Unavailable(error) => ApiError::from(error),
             SubscribeError::Closing => closing_problem(),
         })?;
-    Ok(Sse::new(stream(subscription))
+    // Asked for after the subscription, so the sampling's own follows a running live view.
+    let resources = includes.resources.then(|| state.listen_resources());
+    Ok(Sse::new(stream(subscription, resources))
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response())
 }
@@ -178,48 +199,107 @@ fn closing_problem() -> ApiError {
     ))
 }
 
-/// The snapshot, then every event, until the listener lags, the monitor stops or the registry
-/// shuts down; then a last comment saying which.
-fn stream(mut subscription: Subscription) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+/// A stream between its events: the snapshot still to send, the live view's changes, and the
+/// `resources` events if it asked for them.
+struct OpenStream {
+    first: Option<SseEvent>,
+    subscription: Subscription,
+    resources: Option<ResourceListener>,
+    /// The id of the last event sent, which a `resources` event carries too.
+    last_id: u64,
+}
+
+/// What the stream sends next.
+enum Turn {
+    Closing,
+    Received(Result<Next, RecvError>),
+    Resources(Option<Arc<str>>),
+}
+
+/// The snapshot, then every event (with `resources` events, when asked for), until the listener
+/// lags, the monitor stops or the registry shuts down; then a last comment saying which.
+fn stream(
+    mut subscription: Subscription,
+    resources: Option<ResourceListener>,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     let first = snapshot_event(&subscription.snapshot);
+    let last_id = subscription.snapshot.id;
     // Encoded: the picture is not kept for the stream's life (a stalled client would keep it).
     drop(std::mem::take(&mut subscription.snapshot));
-    futures_util::stream::unfold(Some((Some(first), subscription)), |state| async move {
+    let open = OpenStream {
+        first: Some(first),
+        subscription,
+        resources,
+        last_id,
+    };
+    futures_util::stream::unfold(Some(open), |state| async move {
         // `None`: the last comment went out; the stream is over.
-        let (first, mut subscription) = state?;
-        if let Some(first) = first {
-            return Some((Ok(first), Some((None, subscription))));
+        let mut open = state?;
+        if let Some(first) = open.first.take() {
+            return Some((Ok(first), Some(open)));
         }
         // A clone (an Arc's count), as `recv` borrows the whole subscription.
-        let mut closing = subscription.closing.clone();
-        let next = tokio::select! {
-            // `wait_for` also ends the stream if the monitor is dropped.
-            () = crate::monitor::closed(&mut closing) => {
-                Err(SubscribeError::Closing.to_string())
-            }
-            received = subscription.recv() => match received {
+        let mut closing = open.subscription.closing.clone();
+        let next = loop {
+            let turn = tokio::select! {
+                // `wait_for` also ends the stream if the monitor is dropped.
+                () = crate::monitor::closed(&mut closing) => Turn::Closing,
+                received = open.subscription.recv() => Turn::Received(received),
+                data = next_resources(&mut open.resources) => Turn::Resources(data),
+            };
+            break match turn {
+                Turn::Closing => Err(SubscribeError::Closing.to_string()),
                 // Many changes at once: the whole picture, encoded once (and shared with the
                 // snapshots of listeners arriving after it).
-                Ok(Next::Snapshot(snapshot)) => Ok(snapshot_event(&snapshot)),
-                Ok(Next::Event(event)) => Ok(sse_event(&event)),
-                Err(RecvError::Lagged(missed)) => {
+                Turn::Received(Ok(Next::Snapshot(snapshot))) => {
+                    open.last_id = snapshot.id;
+                    Ok(snapshot_event(&snapshot))
+                }
+                Turn::Received(Ok(Next::Event(event))) => {
+                    open.last_id = event.id;
+                    Ok(sse_event(&event))
+                }
+                Turn::Received(Err(RecvError::Lagged(missed))) => {
                     tracing::info!(missed, "dropping an event listener that fell behind");
                     Err(format!(
                         "this listener fell more than {} events behind",
                         crate::monitor::EVENT_BUFFER
                     ))
                 }
-                Err(RecvError::Closed) => Err(match subscription.ended_by() {
+                Turn::Received(Err(RecvError::Closed)) => Err(match open.subscription.ended_by() {
                     Some(error) => problem_for(error).detail,
                     None => SubscribeError::Closing.to_string(),
                 }),
-            },
+                Turn::Resources(Some(data)) => Ok(resources_event(&data, open.last_id)),
+                // The sampling stopped with the live view, whose end the stream hears next.
+                Turn::Resources(None) => {
+                    open.resources = None;
+                    continue;
+                }
+            };
         };
         Some(match next {
-            Ok(event) => (Ok(event), Some((None, subscription))),
+            Ok(event) => (Ok(event), Some(open)),
             Err(why) => (Ok(last_words(&why)), None),
         })
     })
+}
+
+/// The data of the next `resources` event, for a stream that asked for them; never, otherwise.
+async fn next_resources(resources: &mut Option<ResourceListener>) -> Option<Arc<str>> {
+    match resources {
+        Some(listener) => listener.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A `resources` event: it changes nothing in the picture, so it carries the id of the last
+/// change the stream sent (a reconnect from it misses nothing).
+fn resources_event(data: &str, last_id: u64) -> SseEvent {
+    SseEvent::default()
+        .id(last_id.to_string())
+        .event(EventName::Resources.as_str())
+        .data(data)
 }
 
 /// The comment that ends a stream: why, and what a reconnect gets.

@@ -22,6 +22,7 @@ pub mod fleet;
 mod include;
 mod list_filter;
 pub mod metrics;
+pub mod resource_feed;
 pub mod responses;
 mod routes;
 pub mod server;
@@ -71,6 +72,8 @@ pub struct AppState {
 struct Shared {
     registry: Arc<Registry>,
     events: Monitor,
+    /// The `resources` events, sampled while a stream asks for them.
+    resources: resource_feed::ResourceFeed,
     tokens: TokenStore,
     hosts: HostPolicy,
     cors_origins: Vec<String>,
@@ -93,6 +96,7 @@ impl AppState {
         Self {
             inner: Arc::new(Shared {
                 events: Monitor::new(Arc::clone(&registry)),
+                resources: resource_feed::ResourceFeed::default(),
                 registry,
                 tokens,
                 hosts: HostPolicy::new(bound, allow_hosts, allow_origins),
@@ -123,6 +127,14 @@ impl AppState {
     /// The live view behind `/events` (idle until someone listens).
     pub fn events(&self) -> &Monitor {
         &self.inner.events
+    }
+
+    /// A share of the `resources` events of the live view's steps (sampling starts with the
+    /// first share and stops when the last one is dropped).
+    pub fn listen_resources(&self) -> resource_feed::ResourceListener {
+        self.inner
+            .resources
+            .listen(&self.inner.registry, &self.inner.events)
     }
 
     /// The token store.

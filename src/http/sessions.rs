@@ -20,10 +20,10 @@ use super::include::Includes;
 use super::list_filter::ListFilter;
 use super::responses::{BodyProblems, GateProblems, SessionProblems};
 use super::wire::{
-    AgentCard, CardProblem, CardRefusalMembers, ListQuery, LivenessReport, LivenessView, Outcome,
-    ProbeQuery, ProcessStatus, PruneAllResponse, PruneProblem, PruneRefusal, PruneResponse,
-    PrunedEntry, SessionList, SessionPath, SessionState, SessionView, SignalProblem, SignalRefusal,
-    SignalRequest, SignalResponse, StopQuery, StopResponse,
+    AgentCard, CardProblem, CardRefusalMembers, ListMembers, ListQuery, LivenessReport,
+    LivenessView, Outcome, ProbeQuery, ProcessStatus, PruneAllResponse, PruneProblem, PruneRefusal,
+    PruneResponse, PrunedEntry, SessionList, SessionPath, SessionState, SessionView, SignalProblem,
+    SignalRefusal, SignalRequest, SignalResponse, StopQuery, StopResponse,
 };
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
@@ -36,7 +36,7 @@ use crate::registry::{
     CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, RegistryError,
     SignalKind, StopOutcome,
 };
-use crate::running::{ProcessState, RedactedCard, SignalOutcome, is_valid_session_id};
+use crate::running::{ProcessState, SignalOutcome, is_valid_session_id};
 
 /// The tag every sessions endpoint carries in the OpenAPI spec.
 pub const TAG: &str = "sessions";
@@ -80,49 +80,52 @@ pub async fn list_sessions(
     let probe = query.probe.unwrap_or(true);
     let (status, capsule, skill) = (&query.status, &query.capsule, &query.skill);
     let filter = ListFilter::parse(status.as_deref(), capsule.as_deref(), skill.as_deref())?;
-    // `resources` is read by include=resources, merged by the lead.
-    let Includes { card, .. } = Includes::parse(query.include.as_deref())?;
+    let includes = Includes::parse(query.include.as_deref())?;
     if !probe {
         if let Some(why) = filter.needs_probe() {
             return Err(ApiError::bad_query(why));
         }
-        if card {
+        if includes.card {
             return Err(ApiError::bad_query(
                 "include=card needs the door probe (the card is the one that verified the \
                  session); drop probe=false",
             ));
         }
     }
-    if card {
+    let listing = if includes.card {
         // The cards live as long as this answer: they are dropped with the listing.
-        let listing = state.registry().sessions_with_cards().await?;
-        return Ok(json_body(encode_list(
-            &listing,
-            Some(&listing.cards),
-            &filter,
-        )?));
-    }
-    let listing = state.registry().sessions(probe).await?;
-    if !filter.is_everything() {
-        return Ok(json_body(encode_list(&listing, None, &filter)?));
+        Arc::new(state.registry().sessions_with_cards().await?)
+    } else {
+        state.registry().sessions(probe).await?
+    };
+    let resources = match includes.resources {
+        true => Some(state.registry().resources(&listing.readings).await),
+        false => None,
+    };
+    let members = ListMembers {
+        cards: includes.card.then_some(&listing.cards[..]),
+        resources: resources.as_deref(),
+    };
+    if includes.card || includes.resources || !filter.is_everything() {
+        return Ok(json_body(encode_list(&listing, members, &filter)?));
     }
     // A `probe=false` listing is shared by every caller that waited for its pass: it is
     // encoded once, by the first of them.
-    Ok(json_body(
-        listing.encoded(|listing| encode_list(listing, None, &filter))?,
-    ))
+    Ok(json_body(listing.encoded(|listing| {
+        encode_list(listing, ListMembers::default(), &filter)
+    })?))
 }
 
-/// The list body of `listing`, keeping the sessions `filter` admits, each with its card when
-/// `cards` are given.
+/// The list body of `listing`, keeping the sessions `filter` admits, each with the optional
+/// `members` given.
 fn encode_list(
     listing: &Listing,
-    cards: Option<&[Option<Arc<RedactedCard>>]>,
+    members: ListMembers<'_>,
     filter: &ListFilter,
 ) -> Result<Bytes, ApiError> {
     SessionList::encode(
         &listing.readings,
-        cards,
+        members,
         |reading| filter.keeps(reading),
         listing.unreadable.len(),
     )
@@ -159,11 +162,28 @@ pub async fn get_session(
     Query(query): Query<ProbeQuery>,
 ) -> Result<Json<SessionView>, ApiError> {
     valid_id(&id)?;
+    let includes = Includes::parse(query.include.as_deref())?;
+    if includes.card {
+        return Err(ApiError::bad_query(
+            "include=card lists cards of many sessions; one session's card is \
+             GET /sessions/{id}/card",
+        ));
+    }
     let reading = state
         .registry()
         .session(&id, query.probe.unwrap_or(true))
         .await?;
-    Ok(Json(SessionView::of(&reading)))
+    let view = SessionView::of(&reading);
+    if !includes.resources {
+        return Ok(Json(view));
+    }
+    let resources = state
+        .registry()
+        .resources(std::slice::from_ref(&reading))
+        .await;
+    Ok(Json(view.with_resources(
+        resources.first().and_then(Option::as_ref),
+    )))
 }
 
 /// The three layers for one session.

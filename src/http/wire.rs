@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::Problem;
 use super::include::INCLUDE_PATTERN;
-use crate::registry::Reading;
+use crate::registry::{Reading, Resources};
 use crate::running::{Liveness, ProcessState, RedactedCard, RunningRecord};
 
 const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
@@ -143,6 +143,11 @@ pub struct SessionView {
     )]
     #[schema(value_type = Option<Object>, required = false)]
     pub card: Option<Option<Arc<RedactedCard>>>,
+    /// What the process costs, with `include=resources` only (the member is absent without
+    /// it); `null` when layers 1–2 do not confirm the process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<ResourcesView>)]
+    pub resources: Option<Option<ResourcesView>>,
 }
 
 /// A present `card` member: the card's JSON, or `null`.
@@ -154,6 +159,34 @@ fn card_member<S: Serializer>(
         .and_then(|card| card.as_deref())
         .map(RedactedCard::json)
         .serialize(serializer)
+}
+
+/// What a session's process costs: CPU, memory, threads.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[schema(example = json!({"cpu_percent": 12.5, "cpu_time_ms": 48210, "rss_bytes": 73_400_320,
+    "threads": 9}))]
+pub struct ResourcesView {
+    /// Share of one CPU core used since the registry's previous sample of this process (by any
+    /// client), in percent, one decimal; above 100 on several cores. `null` when the registry
+    /// has no sample of it from the last 10 s (ask again, or read `/events?include=resources`).
+    pub cpu_percent: Option<f64>,
+    /// CPU time used since the process started (user and system), in milliseconds.
+    pub cpu_time_ms: u64,
+    /// Resident memory, in bytes.
+    pub rss_bytes: u64,
+    /// Threads in the process.
+    pub threads: usize,
+}
+
+impl From<&Resources> for ResourcesView {
+    fn from(r: &Resources) -> Self {
+        Self {
+            cpu_percent: r.cpu_percent,
+            cpu_time_ms: r.cpu_time_ms,
+            rss_bytes: r.rss_bytes,
+            threads: r.threads,
+        }
+    }
 }
 
 impl SessionView {
@@ -179,7 +212,14 @@ impl SessionView {
                 .map(|p| p.to_string_lossy().into_owned()),
             liveness: LivenessView::of(reading),
             card: None,
+            resources: None,
         }
+    }
+
+    /// This view with `resources` (for `include=resources`): `None` is a `null`.
+    pub fn with_resources(mut self, resources: Option<&Resources>) -> Self {
+        self.resources = Some(resources.map(ResourcesView::from));
+        self
     }
 }
 
@@ -193,6 +233,16 @@ pub struct SessionList {
     pub unreadable: usize,
 }
 
+/// The optional members of every session in a list body (`include=`), each indexed like the
+/// listing's readings; `None` leaves the member out of every session.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListMembers<'a> {
+    /// `card`: each reading's card, `None` where there is none to show.
+    pub cards: Option<&'a [Option<Arc<RedactedCard>>]>,
+    /// `resources`: each reading's figures, `None` where the process is not confirmed.
+    pub resources: Option<&'a [Option<Resources>]>,
+}
+
 impl SessionList {
     /// The JSON a [`SessionList`] of `readings` (those `keep` admits) encodes to, written one
     /// session at a time: each record's public fields are encoded once and kept with the
@@ -200,11 +250,10 @@ impl SessionList {
     /// is encoded afresh. A listing of 10,000 neither copies its records nor holds their views
     /// beside its body.
     ///
-    /// With `cards` (one per reading, `include=card`) each session carries its `card` member;
-    /// without, it has none.
+    /// Each session carries the optional members `members` holds (`include=`), and no others.
     pub fn encode(
         readings: &[Reading],
-        cards: Option<&[Option<Arc<RedactedCard>>]>,
+        members: ListMembers<'_>,
         keep: impl Fn(&Reading) -> bool,
         unreadable: usize,
     ) -> serde_json::Result<Vec<u8>> {
@@ -221,10 +270,15 @@ impl SessionList {
             }
             body.extend_from_slice(reading.record.encoded_once(encode_record_fields)?);
             serde_json::to_writer(&mut body, &LivenessViewOf::of(reading))?;
-            if let Some(cards) = cards {
+            if let Some(cards) = members.cards {
                 body.extend_from_slice(b",\"card\":");
                 let card = cards.get(at).and_then(Option::as_deref);
                 serde_json::to_writer(&mut body, &card.map(RedactedCard::json))?;
+            }
+            if let Some(resources) = members.resources {
+                let figure = resources.get(at).copied().flatten();
+                body.extend_from_slice(b",\"resources\":");
+                serde_json::to_writer(&mut body, &figure.as_ref().map(ResourcesView::from))?;
             }
             body.push(b'}');
         }
@@ -332,6 +386,36 @@ pub struct SessionPath {
     pub id: String,
 }
 
+/// The pattern of an `include` that takes `resources` alone (one session, `/events`).
+const RESOURCES_ONLY_PATTERN: &str = "^resources(,resources)*$";
+
+/// The schema of the `include` parameter of `GET /sessions/{id}`: `resources` only (one
+/// session's card is `GET /sessions/{id}/card`).
+fn session_include_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some(RESOURCES_ONLY_PATTERN))
+        .description(Some(
+            "`resources` adds what the session's process costs: CPU, memory, threads (`null` \
+             for a process that is not confirmed). Its card is `GET /sessions/{id}/card`.",
+        ))
+        .examples(["resources"])
+        .build()
+}
+
+/// The schema of the `include` parameter of `GET /events`: `resources` only.
+fn events_include_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .pattern(Some(RESOURCES_ONLY_PATTERN))
+        .description(Some(
+            "`resources` adds a `resources` event after each periodic pass: what every \
+             confirmed session's process costs.",
+        ))
+        .examples(["resources"])
+        .build()
+}
+
 /// Filters and options of `GET /sessions`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -366,8 +450,8 @@ fn include_schema() -> utoipa::openapi::Object {
         .description(Some(
             "Comma-separated members to add to each session: `card` (the agent card its door \
              served in the probe that verified it, `null` for a session that is not live; no \
-             second request to any door; needs the probe). `resources` is reserved for the \
-             processes' costs.",
+             second request to any door; needs the probe) and `resources` (what its process \
+             costs: CPU, memory, threads; `null` for a process that is not confirmed).",
         ))
         .examples([serde_json::json!("card")])
         .build()
@@ -379,6 +463,19 @@ fn include_schema() -> utoipa::openapi::Object {
 pub struct ProbeQuery {
     /// `false` runs layers 1–2 only (no door probe). Default `true`.
     pub probe: Option<bool>,
+    /// Comma-separated members to add to the session: `resources` (what its process costs).
+    #[param(schema_with = session_include_schema)]
+    pub include: Option<String>,
+}
+
+/// Options of `GET /events`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// `resources` adds a `resources` event after each periodic pass: what every confirmed
+    /// session's process costs.
+    #[param(schema_with = events_include_schema)]
+    pub include: Option<String>,
 }
 
 /// The three layers for one session.
@@ -649,13 +746,14 @@ mod tests {
                     .collect(),
                 unreadable: 4,
             };
-            let streamed = SessionList::encode(&readings, None, keep, 4).expect("encodes");
+            let streamed =
+                SessionList::encode(&readings, ListMembers::default(), keep, 4).expect("encodes");
             assert_eq!(
                 String::from_utf8(streamed).expect("utf-8"),
                 serde_json::to_string(&whole).expect("encodes")
             );
         }
-        let none = SessionList::encode(&[], None, |_| true, 0).expect("encodes");
+        let none = SessionList::encode(&[], ListMembers::default(), |_| true, 0).expect("encodes");
         assert_eq!(none, br#"{"sessions":[],"unreadable":0}"#);
     }
 
@@ -695,12 +793,16 @@ mod tests {
             unreadable: 0,
         };
         let not_first = |r: &Reading| !Arc::ptr_eq(&r.record, &readings[0].record);
-        let written = SessionList::encode(&readings, Some(&cards), not_first, 0).expect("encodes");
+        let with_cards = ListMembers {
+            cards: Some(&cards),
+            resources: None,
+        };
+        let written = SessionList::encode(&readings, with_cards, not_first, 0).expect("encodes");
         assert_eq!(
             String::from_utf8(written).expect("utf-8"),
             serde_json::to_string(&whole).expect("encodes")
         );
-        let all = SessionList::encode(&readings, Some(&cards), |_| true, 0).expect("encodes");
+        let all = SessionList::encode(&readings, with_cards, |_| true, 0).expect("encodes");
         let all: serde_json::Value = serde_json::from_slice(&all).expect("JSON");
         assert_eq!(all["sessions"][0]["card"], serde_json::Value::Null);
         assert_eq!(all["sessions"][1]["card"]["skills"][0]["id"], "s");
@@ -751,11 +853,33 @@ mod tests {
             unreadable: 0,
         };
         for _ in 0..2 {
-            let written = SessionList::encode(&readings, None, |_| true, 0).expect("encodes");
+            let written = SessionList::encode(&readings, ListMembers::default(), |_| true, 0)
+                .expect("encodes");
             assert_eq!(
                 String::from_utf8(written).expect("utf-8"),
                 serde_json::to_string(&whole).expect("encodes")
             );
+        }
+    }
+
+    /// The `include` patterns the document gives are the words `include` reads there.
+    #[test]
+    fn include_parameters_carry_the_include_pattern() {
+        let document = serde_json::to_value(crate::http::openapi()).expect("the document");
+        let patterns = [
+            ("/sessions", crate::http::include::INCLUDE_PATTERN),
+            ("/sessions/{id}", RESOURCES_ONLY_PATTERN),
+            ("/events", RESOURCES_ONLY_PATTERN),
+        ];
+        for (path, pattern) in patterns {
+            let parameters = document["paths"][path]["get"]["parameters"]
+                .as_array()
+                .expect("parameters");
+            let include = parameters
+                .iter()
+                .find(|p| p["name"] == "include")
+                .expect("an include parameter");
+            assert_eq!(include["schema"]["pattern"], pattern, "{path}");
         }
     }
 }

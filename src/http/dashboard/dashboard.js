@@ -19,6 +19,9 @@
 //   data, shown as text like the rest. Stop and Kill exist only on rows of this registry's own
 //   host (the `host_id` of the fleet snapshot), and always go to this registry. A fleet that
 //   cannot be read is shown greyed out as the last one seen, never as the current one.
+// - CPU and memory come from the `resources` event the host view's stream asks for
+//   (`?include=resources`), once per interval: they update their two cells in place, never
+//   the rest of the row, and a session the latest event does not name shows none.
 'use strict';
 
 const TOKEN_KEY = 'murmur-registry.token';
@@ -29,7 +32,7 @@ const BACKOFF_MAX_MS = 30000;
 const STATES = ['live', 'unreachable', 'gone'];
 // The two views: one registry's own sessions, or its fleet's. The fleet view is `#fleet`.
 const VIEWS = {
-  host: { path: '/events', title: 'Sessions', where: 'on this machine' },
+  host: { path: '/events?include=resources', title: 'Sessions', where: 'on this machine' },
   fleet: { path: '/fleet/events', title: 'Fleet sessions', where: 'in the fleet' },
 };
 const FLEET_HASH = '#fleet';
@@ -73,6 +76,7 @@ const model = {
   live: false, // whether the table reflects a stream that is open right now
   ownHost: null, // fleet view: this registry's host id, as its fleet snapshot names it
   hosts: new Map(), // fleet view: host_id -> its host entry
+  resources: new Map(), // host view: session_id -> its `resources`, from the latest event
 };
 const rows = new Map(); // keyOf(session) -> { tr, cells }
 // Whether this registry serves a fleet: 'unknown' until it says, 'configured' (even while
@@ -394,9 +398,27 @@ function dispatch(name, text) {
         render();
       }
       break;
+    case 'resources':
+      onResources(payload);
+      break;
     default:
       // An event this page does not know yet: newer registries may add some.
       break;
+  }
+}
+
+// The latest figures replace the last ones; only the CPU and memory cells change.
+function onResources(payload) {
+  if (model.view !== 'host') return;
+  model.resources = new Map();
+  for (const entry of payload.sessions || []) {
+    if (entry && typeof entry.session_id === 'string' && entry.resources) {
+      model.resources.set(entry.session_id, entry.resources);
+    }
+  }
+  for (const [key, row] of rows) {
+    const session = model.sessions.get(key);
+    if (session) fillResources(row.cells, session);
   }
 }
 
@@ -497,6 +519,7 @@ function clearTable() {
   model.live = false;
   model.ownHost = null;
   model.hosts = new Map();
+  model.resources = new Map();
   for (const { tr } of rows.values()) tr.remove();
   rows.clear();
   announce('', 'info');
@@ -568,6 +591,9 @@ function buildRow(key, session) {
   cell('Door', 'col-door').append(wrap(cells.door, cells.doorScope));
   cells.pid = el('span', 'mono');
   cell('PID', 'col-pid num').append(cells.pid);
+  cells.cpu = el('span', 'col-cpu mono');
+  cells.mem = el('span', 'col-mem mono');
+  cell('Usage', 'col-usage num').append(wrap(cells.cpu, cells.mem));
   cells.uptime = el('time', 'uptime');
   cell('Uptime', 'col-uptime').append(cells.uptime);
 
@@ -633,6 +659,7 @@ function fillRow(row, session) {
   cells.doorScope.textContent = hostOnly ? `only from ${host}` : '';
   cells.doorScope.hidden = !hostOnly;
   cells.pid.textContent = String(session.pid ?? '');
+  fillResources(cells, session);
   cells.uptime.dateTime = String(session.started_at ?? '');
   cells.uptime.title = session.started_at ? `started ${session.started_at}` : '';
   tickRow(row, session, Date.now());
@@ -646,6 +673,25 @@ function fillRow(row, session) {
   const who = `${name || 'session'} ${session.session_id}`;
   cells.stop.setAttribute('aria-label', `Stop ${who}`);
   cells.kill.setAttribute('aria-label', `Kill ${who}`);
+}
+
+// CPU (share of one core over the last interval) and resident memory, from the latest
+// `resources` event; a dash where there is no figure.
+function fillResources(cells, session) {
+  const figures = model.resources.get(session.session_id);
+  const cpu = figures && typeof figures.cpu_percent === 'number'
+    ? `${figures.cpu_percent.toFixed(1)}%` : '—';
+  const mem = figures && typeof figures.rss_bytes === 'number' ? formatBytes(figures.rss_bytes) : '—';
+  if (cells.cpu.textContent !== cpu) cells.cpu.textContent = cpu;
+  if (cells.mem.textContent !== mem) cells.mem.textContent = mem;
+  cells.cpu.title = figures ? `${figures.threads} threads, ${figures.cpu_time_ms} ms of CPU in all` : '';
+}
+
+// Bytes in binary units: "812 KiB", "73.4 MiB", "1.2 GiB".
+function formatBytes(bytes) {
+  if (bytes < 1024 * 1024) return `${Math.round(bytes / 1024)} KiB`;
+  if (bytes < 1024 * 1024 * 1024) return `${(bytes / (1024 * 1024)).toFixed(1)} MiB`;
+  return `${(bytes / (1024 * 1024 * 1024)).toFixed(1)} GiB`;
 }
 
 function render() {
