@@ -1,31 +1,28 @@
-//! What each confirmed process costs (CPU, memory, threads), read with `sysinfo` for the pids
-//! that passed layers 1–2 and for no other.
+//! What each confirmed process costs (CPU, memory, threads), read from `/proc/<pid>/stat` for
+//! the pids that passed layers 1–2 and for no other.
 //!
 //! Invariants kept here:
-//! - Only the pids of readings whose process is `Alive` are read (`ProcessesToUpdate::Some`),
-//!   never the whole process table, and only the fields the figures need.
-//! - A figure belongs to the process layers 1–2 confirmed: they are read again after the
-//!   sample (through the pins, so a held pidfd answers without `/proc`), and a process that is
-//!   not the same one then gets no figure. A process cannot exit and come back, so confirmed
-//!   before and after means the sample in between was of it.
+//! - Only the pids of readings whose process is `Alive` are read, never the whole process
+//!   table: one `/proc/<pid>/stat` each, which holds every figure and the start time.
+//! - A figure belongs to the process layers 1–2 confirmed: the start time read with it must be
+//!   the record's, and layers 1–2 are read again after the sample (through the pins, so a held
+//!   pidfd answers without `/proc`); a process that is not the same one gets no figure.
 //! - `cpu_percent` is measured by the registry itself, per process (pid and start time), over
 //!   the time since its previous sample of that process: one state for every caller, so one
 //!   caller's sample never skews another's figure, and a reused pid never inherits a baseline.
-//! - Many processes are read in shards side by side (a pid always in the same shard, whose
-//!   `sysinfo` state knows it), and `sysinfo` keeps at most [`KEPT_STAT_FILES`]-worth of
-//!   `/proc/<pid>/stat` files open, so pins and door probes keep the descriptors they are
-//!   budgeted.
+//!
+//! Why not `sysinfo`: for each pid it is given it reads `status` (to tell a thread from a
+//! process), `stat`, `statm` and the `task` directory, about 42 µs a process here, where the
+//! one `stat` line holds every figure: 1,000 processes cost +60–100 ms a listing, not +15.
 
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
-
-use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
 use super::pins::ProcessKey;
 use super::{Reading, Registry, blocking};
-use crate::running::{ProcessState, RunningRecord};
+use crate::running::{ProcessState, RunningRecord, process_usage};
 
 /// A previous sample older than this gives no `cpu_percent`: a figure averaged over minutes
 /// would pass for the process's current load.
@@ -35,19 +32,11 @@ pub const CPU_BASELINE_FRESH: Duration = Duration::from_secs(10);
 /// 10 ms): the later one reports the figure of the earlier and keeps its baseline.
 pub const CPU_SPAN_MIN: Duration = Duration::from_millis(100);
 
-/// Past this many processes a shard's `sysinfo` state remembers beyond the ones sampled lately
-/// (twice theirs, plus this), it is made anew, so processes that left the registry are not kept.
-const FORGOTTEN_SLACK: usize = 64;
-
-/// The most `/proc/<pid>/stat` files `sysinfo` keeps open to read again (cheaper than opening
-/// each anew): at most this many, and at most a sixteenth of the open-files limit.
-const KEPT_STAT_FILES: usize = 1024;
-
-/// At most this many shards read side by side (one a core).
+/// At most this many threads read side by side (one a core).
 const MAX_SHARDS: usize = 4;
 
 /// Fewer processes than this are read on the calling thread alone: a thread costs more.
-const PROCESSES_PER_SHARD: usize = 64;
+const PROCESSES_PER_SHARD: usize = 256;
 
 /// What one confirmed process costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,7 +53,7 @@ pub struct Resources {
     pub threads: usize,
 }
 
-/// One process's counters as `sysinfo` read them.
+/// One process's counters as read.
 #[derive(Debug, Clone, Copy)]
 struct Counters {
     cpu_time_ms: u64,
@@ -73,24 +62,10 @@ struct Counters {
 }
 
 /// The registry's sampling state, shared by every caller.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct ResourceSampler {
-    /// `sysinfo`'s state of each shard: it keeps each process it read, to read it again faster.
-    shards: Vec<Mutex<Option<System>>>,
     /// The CPU baseline of each process sampled within [`CPU_BASELINE_FRESH`].
     tracks: Mutex<HashMap<ProcessKey, CpuTrack>>,
-}
-
-impl Default for ResourceSampler {
-    fn default() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-        Self {
-            shards: (0..cores.clamp(1, MAX_SHARDS))
-                .map(|_| Mutex::default())
-                .collect(),
-            tracks: Mutex::default(),
-        }
-    }
 }
 
 /// A process's CPU baseline: its CPU time at one sample, and the figure that sample reported.
@@ -127,79 +102,30 @@ fn next_track(previous: Option<CpuTrack>, cpu_time_ms: u64, at: Instant) -> CpuT
 }
 
 impl ResourceSampler {
-    /// Read the counters of `pids` (only these); a pid that could not be read is absent.
+    /// Read the counters of `processes` (only these); one that could not be read, or whose
+    /// start time is not its key's, is absent.
     ///
     /// Blocking (`/proc` reads); call it off async workers.
-    fn read(&self, pids: &[Pid]) -> HashMap<u32, Counters> {
-        static FEW_FILES: Once = Once::new();
-        FEW_FILES.call_once(|| {
-            let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-                .current
-                .unwrap_or(u64::MAX);
-            let kept = usize::try_from(soft / 16).unwrap_or(usize::MAX);
-            sysinfo::set_open_files_limit(kept.min(KEPT_STAT_FILES));
-        });
-        let shards = self
-            .shards
-            .len()
-            .min(pids.len().div_ceil(PROCESSES_PER_SHARD))
-            .max(1);
-        let of_shard = |shard: usize| -> Vec<Pid> {
-            let in_shard = |pid: &&Pid| pid.as_u32() as usize % shards == shard;
-            pids.iter().filter(in_shard).copied().collect()
-        };
+    fn read(processes: &[ProcessKey]) -> HashMap<ProcessKey, Counters> {
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        let shards = (processes.len() / PROCESSES_PER_SHARD).clamp(1, cores.min(MAX_SHARDS));
         if shards == 1 {
-            return self.read_shard(0, &of_shard(0));
+            return read_each(processes);
         }
+        let per_shard = processes.len().div_ceil(shards);
         std::thread::scope(|scope| {
-            let others: Vec<_> = (1..shards)
-                .map(|shard| {
-                    let pids = of_shard(shard);
-                    scope.spawn(move || self.read_shard(shard, &pids))
-                })
+            let mut chunks = processes.chunks(per_shard);
+            let first = chunks.next().unwrap_or_default();
+            let others: Vec<_> = chunks
+                .map(|chunk| scope.spawn(move || read_each(chunk)))
                 .collect();
-            let mut counters = self.read_shard(0, &of_shard(0));
+            let mut counters = read_each(first);
             for other in others {
-                // A shard that panicked read nothing: its processes get no figure.
+                // A thread that panicked read nothing: its processes get no figure.
                 counters.extend(other.join().unwrap_or_default());
             }
             counters
         })
-    }
-
-    /// [`ResourceSampler::read`] of the pids of one shard, with that shard's `sysinfo` state.
-    fn read_shard(&self, shard: usize, pids: &[Pid]) -> HashMap<u32, Counters> {
-        if pids.is_empty() {
-            return HashMap::new();
-        }
-        let mut system = self.shards[shard]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let system = system.get_or_insert_with(System::new);
-        system.refresh_processes_specifics(
-            ProcessesToUpdate::Some(pids),
-            true,
-            ProcessRefreshKind::nothing()
-                .with_cpu()
-                .with_memory()
-                .with_tasks(),
-        );
-        pids.iter()
-            .filter_map(|pid| {
-                let process = system.process(*pid)?;
-                // No task list: a thread's id, not a process's, or its list could not be read.
-                // The list leaves out the main thread, whose id is the pid.
-                let threads = process.tasks()?.len() + 1;
-                Some((
-                    pid.as_u32(),
-                    Counters {
-                        cpu_time_ms: process.accumulated_cpu_time(),
-                        rss_bytes: process.memory(),
-                        threads,
-                    },
-                ))
-            })
-            .collect()
     }
 
     /// The figures of processes sampled at `at`, each CPU baseline moved on, and the state of
@@ -224,17 +150,6 @@ impl ResourceSampler {
             })
             .collect();
         tracks.retain(|_, track| at.saturating_duration_since(track.at) <= CPU_BASELINE_FRESH);
-        let kept = tracks.len();
-        drop(tracks);
-        for shard in &self.shards {
-            let mut system = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            if system
-                .as_ref()
-                .is_some_and(|system| system.processes().len() > 2 * kept + FORGOTTEN_SLACK)
-            {
-                *system = None;
-            }
-        }
         figures
     }
 
@@ -242,6 +157,29 @@ impl ResourceSampler {
         // Every write leaves the map whole: a poisoned lock still holds a usable one.
         self.tracks.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// [`ResourceSampler::read`] on this thread.
+fn read_each(processes: &[ProcessKey]) -> HashMap<ProcessKey, Counters> {
+    let (tick_ms, page_bytes) = (ms_per_tick(), rustix::param::page_size() as u64);
+    processes
+        .iter()
+        .filter_map(|key| {
+            let usage = process_usage(key.pid).ok()?;
+            // Another process under the pid since the layers looked: none of its figures.
+            let counters = Counters {
+                cpu_time_ms: usage.cpu_ticks.saturating_mul(tick_ms),
+                rss_bytes: usage.rss_pages.saturating_mul(page_bytes),
+                threads: usize::try_from(usage.threads).unwrap_or(usize::MAX),
+            };
+            (usage.start_ticks == key.start).then_some((*key, counters))
+        })
+        .collect()
+}
+
+/// Milliseconds in one clock tick of `/proc`'s CPU times (`USER_HZ`, 100 on Linux: 10 ms).
+fn ms_per_tick() -> u64 {
+    1000 / rustix::param::clock_ticks_per_second().max(1)
 }
 
 impl Registry {
@@ -270,19 +208,19 @@ impl Registry {
         let pins = Arc::clone(&self.reader.pins);
         blocking(move || {
             let mut seen = HashSet::new();
-            let pids: Vec<Pid> = confirmed
+            let processes: Vec<ProcessKey> = confirmed
                 .iter()
                 .flatten()
-                .filter(|(key, _)| seen.insert(key.pid))
-                .map(|(key, _)| Pid::from_u32(key.pid))
+                .filter(|(key, _)| seen.insert(*key))
+                .map(|(key, _)| *key)
                 .collect();
-            let counters = sampler.read(&pids);
+            let counters = ResourceSampler::read(&processes);
             let at = Instant::now();
             // Layers 1–2 again, for the records whose process was read.
             let read: Vec<(ProcessKey, Arc<RunningRecord>)> = confirmed
                 .iter()
                 .flatten()
-                .filter(|(key, _)| counters.contains_key(&key.pid))
+                .filter(|(key, _)| counters.contains_key(key))
                 .cloned()
                 .collect();
             let records: Vec<Arc<RunningRecord>> =
@@ -296,7 +234,7 @@ impl Registry {
             let figures = sampler.figures(
                 still
                     .iter()
-                    .filter_map(|key| Some((*key, *counters.get(&key.pid)?))),
+                    .filter_map(|key| Some((*key, *counters.get(key)?))),
                 at,
             );
             confirmed

@@ -39,7 +39,7 @@ pub use process::{
     ProcessState, has_controlling_terminal, process_start_token, process_state, reason_exited,
     reason_no_process, reason_pid_reused,
 };
-pub(crate) use process::{checked_pid, start_ticks, state_of};
+pub(crate) use process::{checked_pid, process_usage, start_ticks, state_of};
 pub use record::{
     CONTROL_SUFFIX, FormationLauncher, RECORD_SUFFIX, RunningGuard, RunningRecord, Secret,
     is_murmur_session_id, is_valid_session_id,

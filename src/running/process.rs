@@ -16,7 +16,6 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
-use std::path::PathBuf;
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -275,11 +274,20 @@ fn task_exited(error: &std::io::Error) -> bool {
 }
 
 fn read_stat(pid: u32) -> std::io::Result<StatFields> {
-    let path = PathBuf::from(format!("/proc/{pid}/stat"));
-    // Into a buffer on the stack: a stat line is at most about 1.2 KiB (52 fields of at most
-    // 20 digits and a 16-byte name), and this runs for every record of every request.
+    let mut buf = [0u8; STAT_LINE_BYTES];
+    let line = read_stat_line(pid, &mut buf)?;
+    parse_stat_bytes(line).ok_or_else(|| unexpected_stat(pid))
+}
+
+/// Room for any `/proc/<pid>/stat` line: at most about 1.2 KiB (52 fields of at most 20
+/// digits and a 16-byte name).
+const STAT_LINE_BYTES: usize = 4096;
+
+/// `/proc/<pid>/stat` read whole into `buf` (on the caller's stack: this runs for every record
+/// of every request).
+fn read_stat_line(pid: u32, buf: &mut [u8; STAT_LINE_BYTES]) -> std::io::Result<&[u8]> {
+    let path = format!("/proc/{pid}/stat");
     let fd = rustix::fs::open(&path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
-    let mut buf = [0u8; 4096];
     let mut len = 0;
     while len < buf.len() {
         match rustix::io::read(&fd, &mut buf[len..]) {
@@ -289,11 +297,57 @@ fn read_stat(pid: u32) -> std::io::Result<StatFields> {
             Err(e) => return Err(e.into()),
         }
     }
-    parse_stat_bytes(&buf[..len]).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{} does not have the expected fields", path.display()),
-        )
+    Ok(&buf[..len])
+}
+
+fn unexpected_stat(pid: u32) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("/proc/{pid}/stat does not have the expected fields"),
+    )
+}
+
+/// What a process has used so far, and which process that is, from one read of its
+/// `/proc/<pid>/stat`: the figures belong to the process whose start time is read with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcessUsage {
+    /// Fields 14 + 15: user and system CPU time, in clock ticks, over every thread.
+    pub(crate) cpu_ticks: u64,
+    /// Field 20: threads in the process.
+    pub(crate) threads: u64,
+    /// Field 22: when the process started, in clock ticks since boot.
+    pub(crate) start_ticks: u64,
+    /// Field 24: resident pages.
+    pub(crate) rss_pages: u64,
+}
+
+/// [`ProcessUsage`] of `pid`, read from one line of `/proc/<pid>/stat` (the kernel sums the
+/// CPU time over the process's threads as it renders it).
+pub(crate) fn process_usage(pid: u32) -> std::io::Result<ProcessUsage> {
+    let mut buf = [0u8; STAT_LINE_BYTES];
+    let line = read_stat_line(pid, &mut buf)?;
+    parse_usage(line).ok_or_else(|| unexpected_stat(pid))
+}
+
+/// Parse [`ProcessUsage`] out of a stat line, counting fields from the last `)` as
+/// [`parse_stat`] does.
+fn parse_usage(line: &[u8]) -> Option<ProcessUsage> {
+    let after_comm = &line[line.iter().rposition(|b| *b == b')')? + 1..];
+    let mut fields = std::str::from_utf8(after_comm)
+        .ok()?
+        .split_ascii_whitespace();
+    // Field 3 is the first after the name; `nth(k)` skips k fields.
+    let mut field = |skip: usize| -> Option<u64> { fields.nth(skip)?.parse().ok() };
+    let utime = field(11)?; // field 14
+    let stime = field(0)?; // 15
+    let threads = field(4)?; // 20
+    let start_ticks = field(1)?; // 22
+    let rss_pages = field(1)?; // 24
+    Some(ProcessUsage {
+        cpu_ticks: utime.checked_add(stime)?,
+        threads,
+        start_ticks,
+        rss_pages,
     })
 }
 
@@ -346,6 +400,25 @@ mod tests {
         assert!(parse_stat(&stat_line("z", 'Z', "1")).unwrap().is_dead());
         assert!(parse_stat(&stat_line("x", 'X', "1")).unwrap().is_dead());
         assert!(!parse_stat(&stat_line("r", 'R', "1")).unwrap().is_dead());
+    }
+
+    #[test]
+    fn usage_is_read_from_its_fields_after_the_last_parenthesis() {
+        // Fields 3..=24 of a real line, with a name holding spaces and a `)`.
+        let line = b"4242 (a) b (c)) S 1 4242 4242 0 -1 4194304 120 0 0 0 \
+            731 269 0 0 20 0 7 0 987654 12345678 2048 18446744073709551615";
+        let usage = parse_usage(line).expect("parses");
+        assert_eq!(
+            usage,
+            ProcessUsage {
+                cpu_ticks: 731 + 269,
+                threads: 7,
+                start_ticks: 987654,
+                rss_pages: 2048,
+            }
+        );
+        assert_eq!(parse_usage(b"4242 (short) S 1 2 3"), None);
+        assert_eq!(parse_usage(b"no parenthesis at all"), None);
     }
 
     #[test]
