@@ -1,5 +1,5 @@
 //! `ps --fleet` through the real binary: every host's sessions read straight from etcd, with a
-//! HOST column, no server asked and nothing pruned. And `serve`'s fleet files: one that cannot
+//! HOST column, `--capsule` and `--skill` as the API filters, no server asked, nothing pruned. And `serve`'s fleet files: one that cannot
 //! be used refuses the start, naming it, before etcd is asked anything.
 //!
 //! The etcd test needs `/usr/bin/etcd` (Debian's `etcd-server`) and the `fleet` feature; it is
@@ -145,6 +145,18 @@ mod with_etcd {
         assert!(lines[1].starts_with("host-a "), "{}", table.stdout);
         assert!(lines[1].contains(&session_id) && lines[1].contains("scout@2.0.1"));
         assert!(lines[1].contains("running"));
+        // The API's filters, as flags: a capsule or skill the session lacks leaves nothing.
+        let filtered = |flags: &[&str]| {
+            let mut cmd = registry(reader.path(), User::Me);
+            cmd.args(["ps", "--fleet", "--json", "--fleet-etcd", &etcd.endpoint()])
+                .args(flags);
+            let done = run(cmd);
+            done.assert_success();
+            done.json().as_array().map_or(0, Vec::len)
+        };
+        assert_eq!(filtered(&["--capsule", "other,scout"]), 1);
+        assert_eq!(filtered(&["--capsule", "other"]), 0);
+        assert_eq!(filtered(&["--skill", "no-such-skill"]), 0);
         assert!(
             !reader.path().join(".murmur").exists(),
             "ps --fleet touched HOME"

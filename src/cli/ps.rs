@@ -28,12 +28,12 @@ pub(super) struct PsArgs {
     #[arg(long)]
     pub(super) json: bool,
     /// Only sessions of these capsules (comma-separated names, as `GET /sessions?capsule=`).
-    #[arg(long, value_name = "NAMES", value_delimiter = ',', conflicts_with = "fleet",
+    #[arg(long, value_name = "NAMES", value_delimiter = ',',
         value_parser = NonEmptyStringValueParser::new())]
     capsule: Vec<String>,
     /// Only live sessions whose card lists one of these skills, by id or tag (comma-separated,
     /// as `GET /sessions?skill=`).
-    #[arg(long, value_name = "SKILLS", value_delimiter = ',', conflicts_with = "fleet",
+    #[arg(long, value_name = "SKILLS", value_delimiter = ',',
         value_parser = NonEmptyStringValueParser::new())]
     skill: Vec<String>,
     /// Every host's sessions, read from the fleet in etcd (no server needed, nothing pruned),
@@ -64,12 +64,19 @@ pub(super) async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<
 #[cfg(feature = "fleet")]
 use super::ps_fleet::fleet_ps;
 
+impl PsArgs {
+    /// The `--capsule` and `--skill` filters, as the API's `capsule=` and `skill=`.
+    pub(super) fn filter(&self) -> ListFilter {
+        ListFilter::of_names(self.capsule.clone(), self.skill.clone())
+    }
+}
+
 pub(super) async fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     if args.fleet {
         return fleet_ps(&args).await;
     }
     let registry = registry_for(&args.dir)?;
-    let filter = ListFilter::of_names(args.capsule, args.skill);
+    let filter = args.filter();
     let mut sessions = running_sessions(&registry).await?;
     sessions.retain(|reading| filter.keeps(reading));
     let resources = two_readings(&registry, &sessions).await;

@@ -32,7 +32,10 @@ pub(super) async fn fleet_ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
     for skipped in skipped {
         eprintln!("skipped: {} — {}", skipped.key, skipped.why);
     }
-    let sessions: Vec<&SessionEntry> = cache.sessions().map(AsRef::as_ref).collect();
+    let filter = args.filter();
+    let sessions: Vec<&SessionEntry> = (cache.sessions().map(AsRef::as_ref))
+        .filter(|entry| crate::http::fleet::admitted(&filter, entry))
+        .collect();
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &sessions)?;

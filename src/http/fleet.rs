@@ -28,10 +28,9 @@ use super::AppState;
 use super::error::{ApiError, Problem};
 use super::event_stream::EventName;
 use super::events::{KEEP_ALIVE, encode, last_words};
-use super::list_filter::{offers_any, parse_status_filter, parse_words};
+use super::list_filter::ListFilter;
 use super::responses::GateProblems;
 use super::sessions::json_body;
-use super::wire::SessionState;
 use crate::fleet::cache::FleetChange;
 use crate::fleet::view::{FleetEvent, FleetNext, FleetSnapshot, FleetSubscription};
 use crate::fleet::{HostId, SessionEntry};
@@ -262,12 +261,10 @@ fn session_id(entry: &SessionEntry) -> &str {
         .unwrap_or_default()
 }
 
-/// The filters of `GET /fleet/sessions`, parsed.
+/// The filters of `GET /fleet/sessions`, parsed: those of `GET /sessions`, plus `host`.
 struct Filter {
-    states: Option<Vec<SessionState>>,
+    list: ListFilter,
     hosts: Option<Vec<HostId>>,
-    capsules: Option<Vec<String>>,
-    skills: Option<Vec<String>>,
 }
 
 impl Filter {
@@ -284,33 +281,15 @@ impl Filter {
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()?;
+        let (status, capsule, skill) = (&query.status, &query.capsule, &query.skill);
         Ok(Self {
-            states: query
-                .status
-                .as_deref()
-                .map(parse_status_filter)
-                .transpose()?,
+            list: ListFilter::parse(status.as_deref(), capsule.as_deref(), skill.as_deref())?,
             hosts,
-            capsules: (query.capsule.as_deref())
-                .map(|list| parse_words("capsule", list))
-                .transpose()?,
-            skills: (query.skill.as_deref())
-                .map(|list| parse_words("skill", list))
-                .transpose()?,
         })
     }
 
     fn is_everything(&self) -> bool {
-        self.states.is_none()
-            && self.hosts.is_none()
-            && self.capsules.is_none()
-            && self.skills.is_none()
-    }
-
-    fn capsule(&self, entry: &SessionEntry) -> bool {
-        let name = (entry.session.get("capsule_name")).and_then(|name| name.as_str());
-        (self.capsules.as_ref())
-            .is_none_or(|capsules| name.is_some_and(|n| capsules.iter().any(|c| c == n)))
+        self.list.is_everything() && self.hosts.is_none()
     }
 
     fn host(&self, host_id: &str) -> bool {
@@ -318,12 +297,14 @@ impl Filter {
     }
 
     fn session(&self, entry: &SessionEntry) -> bool {
-        self.host(&entry.host_id)
-            && self.capsule(entry)
-            && (self.states.as_ref())
-                .is_none_or(|states| published_state(entry).is_some_and(|s| states.contains(&s)))
-            && (self.skills.as_ref()).is_none_or(|wanted| offers_any(&entry.skills, wanted))
+        self.host(&entry.host_id) && admitted(&self.list, entry)
     }
+}
+
+/// Whether `filter` admits `entry`, judged on what its host published.
+pub(crate) fn admitted(filter: &ListFilter, entry: &SessionEntry) -> bool {
+    let capsule = (entry.session.get("capsule_name")).and_then(|name| name.as_str());
+    filter.admits(published_state(entry), capsule, &entry.skills)
 }
 
 #[cfg(test)]

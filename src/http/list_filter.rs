@@ -1,5 +1,6 @@
 //! The filters of a session listing: `status`, `capsule` and `skill`, each a comma list, and the
-//! one predicate that applies them to a reading (`GET /sessions`, `murmur-registry ps`).
+//! one predicate that applies them, to a reading (`GET /sessions`, `murmur-registry ps`) or to
+//! an entry of the fleet (`GET /fleet/sessions`, `ps --fleet`).
 //!
 //! Invariants: a list holds no empty word (`capsule=` or `a,,b` is a 400, never "match
 //! nothing"); a session is kept only when every filter given admits it; `status` words are
@@ -72,19 +73,26 @@ impl ListFilter {
     /// Whether every filter given admits `reading`.
     pub(crate) fn keeps(&self, reading: &Reading) -> bool {
         let state = reading.liveness.as_ref().map(SessionState::from);
-        (self.states.as_ref()).is_none_or(|states| state.is_some_and(|s| states.contains(&s)))
-            && self.keeps_capsule(&reading.record.capsule_name)
-            && (self.skills.as_ref()).is_none_or(|wanted| offers_any(&reading.skills, wanted))
+        self.admits(state, Some(&reading.record.capsule_name), &reading.skills)
     }
 
-    /// Whether the `capsule` filter, if given, admits a session of capsule `name`.
-    pub(crate) fn keeps_capsule(&self, name: &str) -> bool {
-        (self.capsules.as_ref()).is_none_or(|capsules| capsules.iter().any(|c| c == name))
+    /// Whether every filter given admits a session in `state` (`None`: undecided), of capsule
+    /// `capsule`, offering `skills`: a reading here, or an entry another host published.
+    pub(crate) fn admits(
+        &self,
+        state: Option<SessionState>,
+        capsule: Option<&str>,
+        skills: &[Skill],
+    ) -> bool {
+        (self.states.as_ref()).is_none_or(|states| state.is_some_and(|s| states.contains(&s)))
+            && (self.capsules.as_ref())
+                .is_none_or(|capsules| capsule.is_some_and(|n| capsules.iter().any(|c| c == n)))
+            && (self.skills.as_ref()).is_none_or(|wanted| offers_any(skills, wanted))
     }
 }
 
 /// Whether any of `skills` has one of `wanted` as its id or among its tags.
-pub(crate) fn offers_any(skills: &[Skill], wanted: &[String]) -> bool {
+fn offers_any(skills: &[Skill], wanted: &[String]) -> bool {
     skills.iter().any(|skill| {
         wanted
             .iter()
@@ -110,7 +118,7 @@ pub(crate) fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, Api
 }
 
 /// A comma list of names (`what` says of what, for the error), each trimmed and non-empty.
-pub(crate) fn parse_words(what: &str, list: &str) -> Result<Vec<String>, ApiError> {
+fn parse_words(what: &str, list: &str) -> Result<Vec<String>, ApiError> {
     list.split(',')
         .map(str::trim)
         .map(|word| {
