@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::feed::Feed;
+use super::rescan::READ_AT_LEAST_EVERY;
 use crate::registry::{Registry, RegistryError};
 
 /// Why one loop ended its streams, set (once) before its ring closes, so a listener that finds
@@ -38,6 +39,9 @@ pub(super) struct HubState {
     pub(super) interval: Duration,
     /// How often the loop asks each door of a live process again; read when a loop starts.
     pub(super) door_recheck: Duration,
+    /// A periodic pass reads the directory at least once in this many; read when a loop
+    /// starts (see `rescan`).
+    pub(super) read_every: u32,
     /// Listeners subscribed or waiting for their first picture.
     pub(super) listeners: usize,
     pub(super) running: bool,
@@ -58,6 +62,7 @@ impl Hub {
                 feed: Feed::default(),
                 interval,
                 door_recheck,
+                read_every: READ_AT_LEAST_EVERY,
                 listeners: 0,
                 running: false,
                 ready: false,
