@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::feed::Feed;
+use super::loop_thread::LoopThread;
 use super::rescan::READ_AT_LEAST_EVERY;
 use crate::registry::{Registry, RegistryError};
 
@@ -52,6 +53,8 @@ pub(super) struct HubState {
     /// Why the first picture of the loop of that generation failed, for its waiters only.
     pub(super) failure: Option<(u64, Arc<RegistryError>)>,
     pub(super) ended: LoopEnd,
+    /// Where the loops run.
+    pub(super) loop_thread: LoopThread,
 }
 
 impl Hub {
@@ -69,6 +72,7 @@ impl Hub {
                 generation: 0,
                 failure: None,
                 ended: LoopEnd::default(),
+                loop_thread: LoopThread::default(),
             }),
             progress: watch::Sender::new(0),
             closing: watch::Sender::new(false),

@@ -33,7 +33,7 @@ use futures_util::future::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 
-use super::hub::{Hub, closed};
+use super::hub::{Hub, HubState, closed};
 use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
 use super::recheck::RecheckSchedule;
 use super::rescan::{Rescans, SinceLastRead};
@@ -50,9 +50,11 @@ use crate::running::{RECORD_SUFFIX, RunningRecord, SharedScan, UnreadableEntry};
 /// nudge just after a tick cannot make a blip look persistent.
 pub const FAILED_PASSES_TO_END: u32 = 2;
 
-/// Start the loop of `generation` on its own task.
-pub(super) fn spawn(hub: Arc<Hub>, generation: u64) {
-    tokio::spawn(run(hub, generation));
+/// Start the loop of the generation `state` holds on the monitor's loop thread (see
+/// `loop_thread`); `state` is the hub's, locked by the caller.
+pub(super) fn spawn(hub: Arc<Hub>, state: &mut HubState) {
+    let generation = state.generation;
+    state.loop_thread.run(Box::pin(run(hub, generation)));
 }
 
 /// One probe of the loop's, as it waits on its door's flight. `Sync` only so that the loop

@@ -41,6 +41,7 @@ mod event;
 mod feed;
 mod hub;
 mod judge;
+mod loop_thread;
 mod looper;
 mod picture;
 mod recheck;
@@ -145,7 +146,7 @@ impl Monitor {
                     state.feed.open();
                     state.ended = Default::default();
                     waited_on = Some(state.generation);
-                    looper::spawn(Arc::clone(&self.hub), state.generation);
+                    looper::spawn(Arc::clone(&self.hub), &mut state);
                 }
             }
             if progress.changed().await.is_err() {
