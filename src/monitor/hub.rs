@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::feed::Feed;
+use super::loop_thread::LoopThread;
+use super::rescan::READ_AT_LEAST_EVERY;
 use crate::registry::{Registry, RegistryError};
 
 /// Why one loop ended its streams, set (once) before its ring closes, so a listener that finds
@@ -38,6 +40,9 @@ pub(super) struct HubState {
     pub(super) interval: Duration,
     /// How often the loop asks each door of a live process again; read when a loop starts.
     pub(super) door_recheck: Duration,
+    /// A periodic pass reads the directory at least once in this many; read when a loop
+    /// starts (see `rescan`).
+    pub(super) read_every: u32,
     /// Listeners subscribed or waiting for their first picture.
     pub(super) listeners: usize,
     pub(super) running: bool,
@@ -48,6 +53,8 @@ pub(super) struct HubState {
     /// Why the first picture of the loop of that generation failed, for its waiters only.
     pub(super) failure: Option<(u64, Arc<RegistryError>)>,
     pub(super) ended: LoopEnd,
+    /// Where the loops run.
+    pub(super) loop_thread: LoopThread,
 }
 
 impl Hub {
@@ -58,12 +65,14 @@ impl Hub {
                 feed: Feed::default(),
                 interval,
                 door_recheck,
+                read_every: READ_AT_LEAST_EVERY,
                 listeners: 0,
                 running: false,
                 ready: false,
                 generation: 0,
                 failure: None,
                 ended: LoopEnd::default(),
+                loop_thread: LoopThread::default(),
             }),
             progress: watch::Sender::new(0),
             closing: watch::Sender::new(false),

@@ -18,6 +18,10 @@
 //! - Passes probe only doors whose record is new or rewritten (or whose process was just
 //!   confirmed); every other door of a live process is asked on its own schedule, one
 //!   `door_recheck` apart. The loop sleeps until the next door is due; it never polls.
+//! - Every pass reads layers 1–2 afresh. A periodic pass reads the directory itself only when
+//!   the watch cannot vouch that nothing changed since the last read ([`super::rescan`]);
+//!   otherwise it judges the records that read found, less those pruned since. The first pass
+//!   and every nudged pass read it.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
@@ -29,12 +33,13 @@ use futures_util::future::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 
-use super::hub::{Hub, closed};
+use super::hub::{Hub, HubState, closed};
 use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
 use super::recheck::RecheckSchedule;
+use super::rescan::{Rescans, SinceLastRead};
 use super::watch::DirectoryWatch;
 use crate::registry::{ExitedProcess, ProcessExits, PruneOutcome, Registry, RegistryError};
-use crate::running::{RECORD_SUFFIX, RunningRecord};
+use crate::running::{RECORD_SUFFIX, RunningRecord, SharedScan, UnreadableEntry};
 
 /// How many periodic passes in a row (one interval apart) must fail to read the running
 /// directory before the loop ends every stream.
@@ -45,9 +50,11 @@ use crate::running::{RECORD_SUFFIX, RunningRecord};
 /// nudge just after a tick cannot make a blip look persistent.
 pub const FAILED_PASSES_TO_END: u32 = 2;
 
-/// Start the loop of `generation` on its own task.
-pub(super) fn spawn(hub: Arc<Hub>, generation: u64) {
-    tokio::spawn(run(hub, generation));
+/// Start the loop of the generation `state` holds on the monitor's loop thread (see
+/// `loop_thread`); `state` is the hub's, locked by the caller.
+pub(super) fn spawn(hub: Arc<Hub>, state: &mut HubState) {
+    let generation = state.generation;
+    state.loop_thread.run(Box::pin(run(hub, generation)));
 }
 
 /// One probe of the loop's, as it waits on its door's flight. `Sync` only so that the loop
@@ -78,6 +85,24 @@ struct Looper {
     changes_sender: mpsc::Sender<()>,
     /// How many periodic passes in a row failed to read the directory.
     failed_passes: u32,
+    /// What the last read of the directory found, for the passes that do not read it.
+    last_scan: Option<LastScan>,
+    /// Whether the last pass that tried to read the directory could.
+    last_read_succeeded: bool,
+    rescans: Rescans,
+}
+
+/// The directory as the last read found it: its records shared with the registry's cache.
+struct LastScan {
+    records: Vec<Arc<RunningRecord>>,
+    unreadable: Vec<UnreadableEntry>,
+}
+
+/// Whether a pass reads the directory or judges [`LastScan`] again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Directory,
+    LastScan,
 }
 
 /// The loop of `generation`: a first picture, then passes until the last listener leaves, the
@@ -87,7 +112,7 @@ async fn run(hub: Arc<Hub>, generation: u64) {
     let mut closing = hub.closing.subscribe();
     looper.rewatch();
     let first = tokio::select! {
-        first = looper.pass(Pass::First) => first.map_err(Some),
+        first = looper.pass(Pass::First, Source::Directory) => first.map_err(Some),
         // Its waiters see the registry closing and answer that; there is no failure to keep.
         () = closed(&mut closing) => Err(None),
     };
@@ -128,9 +153,9 @@ impl Looper {
     /// The loop of `generation`, with the paces the hub holds now and nothing read yet.
     fn new(hub: Arc<Hub>, generation: u64) -> Self {
         let (changes_sender, changes) = mpsc::channel(1);
-        let (interval, door_recheck) = {
+        let (interval, door_recheck, read_every) = {
             let state = hub.lock();
-            (state.interval, state.door_recheck)
+            (state.interval, state.door_recheck, state.read_every)
         };
         // Phases start at a random point, so registries started together do not probe in step.
         let phases_start = std::hash::RandomState::new().hash_one(generation);
@@ -148,6 +173,9 @@ impl Looper {
             changes,
             changes_sender,
             failed_passes: 0,
+            last_scan: None,
+            last_read_succeeded: false,
+            rescans: Rescans::every(read_every),
         }
     }
 
@@ -212,20 +240,31 @@ impl Looper {
         false
     }
 
-    /// (Re)start the directory watch when there is none or the directory was replaced.
-    fn rewatch(&mut self) {
+    /// (Re)start the directory watch when there is none, it missed something, or the directory
+    /// was replaced. `true` when the watch kept has seen every change since the last call.
+    fn rewatch(&mut self) -> bool {
         let dir = self.registry().dir().to_path_buf();
-        DirectoryWatch::renew(&mut self.watch, &dir, &self.changes_sender);
+        DirectoryWatch::renew(&mut self.watch, &dir, &self.changes_sender)
     }
 
     /// A pass after the first, periodic (every tick: it also renews the watch) or nudged by the
     /// watch. `Break` when this was the [`FAILED_PASSES_TO_END`]th periodic pass in a row that
     /// could not read the directory: the loop has ended every stream.
     async fn later_pass(&mut self, periodic: bool) -> ControlFlow<()> {
-        if periodic {
-            self.rewatch();
-        }
-        let Err(error) = self.pass(Pass::Later).await else {
+        let source = if periodic {
+            let since = SinceLastRead {
+                watch_unbroken: self.rewatch() && self.registry().dir_is_local(),
+                last_read_succeeded: self.last_read_succeeded,
+            };
+            if self.rescans.periodic_reads(since) {
+                Source::Directory
+            } else {
+                Source::LastScan
+            }
+        } else {
+            Source::Directory
+        };
+        let Err(error) = self.pass(Pass::Later, source).await else {
             self.failed_passes = 0;
             if periodic {
                 self.hub.steps.send_modify(|n| *n += 1);
@@ -253,9 +292,13 @@ impl Looper {
 
     /// One pass: read, judge, follow up. `Err` (the directory could not be read) leaves the
     /// picture exactly as it was.
-    async fn pass(&mut self, pass: Pass) -> Result<(), RegistryError> {
+    async fn pass(&mut self, pass: Pass, source: Source) -> Result<(), RegistryError> {
         self.hub.lock().feed.begin_step();
-        let read = self.read(pass).await?;
+        let scan = match (source, self.kept_scan()) {
+            (Source::LastScan, Some(kept)) => kept,
+            _ => self.scan().await?,
+        };
+        let read = self.read(pass, scan).await;
         let (on_disk, carried, to_probe, doors, gone) = {
             let mut state = self.hub.lock();
             let feed = &mut state.feed;
@@ -290,11 +333,39 @@ impl Looper {
         Ok(())
     }
 
-    /// Scan the directory and read layers 1–2 (and the doors, on the first pass) of every
-    /// record, and layers 1–2 again of the record last read for each file that failed to read.
-    async fn read(&self, pass: Pass) -> Result<PassRead, RegistryError> {
+    /// Read the directory, and keep what it found for the passes that do not read it.
+    async fn scan(&mut self) -> Result<SharedScan, RegistryError> {
+        let scanned = self.registry().scan().await;
+        self.last_read_succeeded = scanned.is_ok();
+        self.last_scan = None;
+        let scan = scanned?;
+        self.rescans.read();
+        self.last_scan = Some(LastScan {
+            records: scan.records.clone(),
+            unreadable: scan.unreadable.clone(),
+        });
+        Ok(scan)
+    }
+
+    /// The last read's findings, less the records pruned since (every other change since has
+    /// nudged a pass that read the directory); `None` before any read.
+    fn kept_scan(&self) -> Option<SharedScan> {
+        let last = self.last_scan.as_ref()?;
+        let still_on_disk = |record: &&Arc<RunningRecord>| {
+            self.on_disk
+                .get(&record.session_id)
+                .is_some_and(|on_disk| Arc::ptr_eq(on_disk, record))
+        };
+        Some(SharedScan {
+            records: last.records.iter().filter(still_on_disk).cloned().collect(),
+            unreadable: last.unreadable.clone(),
+        })
+    }
+
+    /// Read layers 1–2 (and the doors, on the first pass) of every record `scan` found, and
+    /// layers 1–2 again of the record last read for each file that failed to read.
+    async fn read(&self, pass: Pass, scan: SharedScan) -> PassRead {
         let first = matches!(pass, Pass::First);
-        let scan = self.registry().scan().await?;
         let readings = self.registry().verify_records(scan.records, first).await;
         // A file nobody can read must not hide its process's death (nor a pid turned
         // unverified); the first pass has no record last read.
@@ -311,11 +382,11 @@ impl Looper {
         } else {
             self.registry().verify_records(last_read, false).await
         };
-        Ok(PassRead {
+        PassRead {
             readings,
             unreadable: scan.unreadable,
             carried,
-        })
+        }
     }
 
     /// Probe what the judge left open, and prune what it found gone.
@@ -440,3 +511,6 @@ impl Looper {
         feed.flush();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -8,9 +8,12 @@
 //!
 //! Two paces, set apart (`serve`'s flags):
 //! - The interval ([`Monitor::set_interval`], `--events-interval`, default 2 s) paces the
-//!   directory passes: scan, layers 1–2 of every record, judge, prune. It is also the fallback
-//!   path: whatever the directory watch or the exit watch misses (or all exits, where the
-//!   registry has no pidfds), a pass finds within one interval.
+//!   directory passes: layers 1–2 of every record, judge, prune. It is also the fallback path:
+//!   whatever the exit watch misses (or all exits, where the registry has no pidfds), a pass
+//!   finds within one interval. A pass reads the directory itself only when the directory
+//!   watch has something to say, or cannot vouch for it, and at least every
+//!   `rescan::READ_AT_LEAST_EVERY` intervals; every change the watch reports nudges a pass
+//!   that reads it at once.
 //! - The door recheck ([`Monitor::set_door_recheck`], `--door-recheck`, default 10 s) is each
 //!   door's own period: every door of a live process (live, or unreachable with its process
 //!   confirmed) is asked again once per period, at a phase of its own, so N doors cost a steady
@@ -38,9 +41,11 @@ mod event;
 mod feed;
 mod hub;
 mod judge;
+mod loop_thread;
 mod looper;
 mod picture;
 mod recheck;
+mod rescan;
 mod subscription;
 mod watch;
 
@@ -83,6 +88,14 @@ impl Monitor {
     /// the loop starts.
     pub fn set_interval(&self, interval: Duration) {
         self.hub.lock().interval = interval.max(MIN_INTERVAL);
+    }
+
+    /// Make a periodic pass read the directory at least once in `passes` (1: every pass),
+    /// from the next time the loop starts. Tests set it out of reach, so that only the watch
+    /// can explain a change seen.
+    #[cfg(test)]
+    pub(crate) fn set_read_at_least_every(&self, passes: u32) {
+        self.hub.lock().read_every = passes;
     }
 
     /// Set how often each door of a live process is asked again, each at its own phase (at
@@ -133,7 +146,7 @@ impl Monitor {
                     state.feed.open();
                     state.ended = Default::default();
                     waited_on = Some(state.generation);
-                    looper::spawn(Arc::clone(&self.hub), state.generation);
+                    looper::spawn(Arc::clone(&self.hub), &mut state);
                 }
             }
             if progress.changed().await.is_err() {

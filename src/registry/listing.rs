@@ -152,6 +152,12 @@ fn pass_panicked(why: String) -> PassResult {
 }
 
 impl Registry {
+    /// Whether the running directory is on a local filesystem (decided when the registry was
+    /// made): only there does a watch on it see every change, whoever makes it.
+    pub fn dir_is_local(&self) -> bool {
+        self.reader.inline_scans
+    }
+
     /// Every record, verified (three layers when `probe`, else layers 1–2), newest first.
     ///
     /// Changes nothing on disk. The directory and layers 1–2 are read by a pass that starts
