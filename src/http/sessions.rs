@@ -380,8 +380,7 @@ async fn signal_checked(
     }
 }
 
-/// Stop a session: ask its door, then SIGTERM, wait, then SIGKILL if it is still the same
-/// process.
+/// Stop a session: ask its door, then SIGTERM, wait, SIGKILL if still the same process.
 ///
 /// First, as `mur stop` does, asks the capsule to cancel its tasks (`murmur.StopSession`), but
 /// only right after a fresh probe shows its door answering as this session; `door` says how

@@ -560,6 +560,7 @@ pub struct SignalRefusal {
     pub signal_sent: Option<Option<String>>,
     /// For a stop: what the door said when asked to stop, before any signal.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub door: Option<DoorStopView>,
 }
 
