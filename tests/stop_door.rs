@@ -236,7 +236,11 @@ async fn a_door_answering_for_another_session_is_a_mismatch_and_its_answer_is_dr
     );
     let reason = answer.body["door"]["reason"].as_str().unwrap();
     assert!(reason.contains(&other), "{reason}");
-    assert_eq!(stop_calls(&door).len(), 1, "asked once, after a probe it passed");
+    assert_eq!(
+        stop_calls(&door).len(),
+        1,
+        "asked once, after a probe it passed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
