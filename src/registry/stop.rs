@@ -99,8 +99,8 @@ impl Registry {
     /// same process. A zero timeout sends SIGKILL at once.
     ///
     /// The door is asked only right after a fresh probe has shown it answers as this session
-    /// ([`running::ask_door_to_stop`]); that takes at most the probe's deadlines plus
-    /// [`running::STOP_ASK_DEADLINE`], before the SIGTERM.
+    /// ([`running::ask_door_to_stop`]); that takes at most [`running::DOOR_STOP_DEADLINE`],
+    /// before the SIGTERM, and never changes what is signalled.
     ///
     /// The wait re-reads layers 1–2 every few milliseconds and ends as soon as the process is
     /// gone. The record is pruned once it is. Stops of one session run one at a time; a later
