@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use common::binary::{Home, User, registry, run};
 use common::server::TestServer;
 use common::*;
+use murmur_registry::registry::{Removal, RemovalCause};
 use murmur_registry::running::{DoorProbe, MAX_STOP_ANSWER_BYTES, STOP_ASK_DEADLINE};
 use serde_json::{Value, json};
 
@@ -56,6 +57,26 @@ impl Registry {
         let text = response.text().await.unwrap_or_default();
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
         Answer { status, body, text }
+    }
+
+    /// `DELETE /sessions/{id}`: prune on evidence.
+    async fn prune(&self, id: &str) -> Answer {
+        let response = self
+            .client
+            .delete(format!("{}/sessions/{id}", self.server.base()))
+            .bearer_auth(self.server.token())
+            .send()
+            .await
+            .expect("the registry answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer { status, body, text }
+    }
+
+    /// Why the registry last removed `id`'s record (taken, as the live view takes it).
+    fn removal(&self, id: &str) -> Option<Removal> {
+        self.server.state().registry().take_removal(id)
     }
 }
 
@@ -558,4 +579,96 @@ fn the_cli_notes_a_refusing_door_and_no_door_skips_it() {
     assert!(done.stderr.is_empty(), "{done:#?}");
     assert_eq!(process.wait_exit(DEADLINE).signal(), Some(15));
     assert!(door.requests().is_empty(), "{:#?}", door.requests());
+}
+
+/// A capsule that ends while its door is being asked (as one that exits on `StopSession`
+/// would) is the stop's doing: a prune meanwhile notes it as stopped. Once the stop has ended,
+/// a prune of the same session is a prune again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capsule_that_ends_while_its_door_is_asked_is_removed_as_stopped() {
+    let registry = Registry::start().await;
+    let id = session_id();
+    let door = DoorServer::start(DoorMode::Stoppable(StoppableDoor::new(
+        &id,
+        StopAnswer::Hangs,
+    )));
+    let mut process = TestProcess::sleeping();
+    RecordJson::new(&id)
+        .process(process.pid(), &process.start_token())
+        .url(door.url())
+        .write_in(registry.server.dir());
+    let pruned_meanwhile = async {
+        let asked = Instant::now();
+        while stop_calls(&door).is_empty() {
+            assert!(asked.elapsed() < DEADLINE, "the door was never asked");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &process.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(killed.success());
+        registry.prune(&id).await
+    };
+    let (stopped, pruned) = tokio::join!(registry.stop(&id, ""), pruned_meanwhile);
+    assert_eq!(pruned.status, 200, "{}", pruned.text);
+    let removal = registry.removal(&id).expect("the prune noted why");
+    assert_eq!(removal.cause, RemovalCause::Stopped, "{removal:?}");
+    assert_eq!(stopped.status, 200, "{}", stopped.text);
+    assert_eq!(stopped.body["outcome"], "already_gone", "{}", stopped.text);
+    assert_eq!(
+        stopped.body["door"]["outcome"], "no_answer",
+        "{}",
+        stopped.text
+    );
+    assert_eq!(process.wait_exit(DEADLINE).signal(), Some(9));
+
+    // The stop is over: the same session's record, gone again, is pruned as a prune.
+    let exited = ExitedChild::spawn();
+    exited
+        .record()
+        .set("session_id", id.as_str())
+        .write_in(registry.server.dir());
+    let pruned = registry.prune(&id).await;
+    assert_eq!(pruned.status, 200, "{}", pruned.text);
+    let removal = registry.removal(&id).expect("the prune noted why");
+    assert_eq!(removal.cause, RemovalCause::Pruned, "{removal:?}");
+}
+
+/// Stops of one session run one at a time, even when a stop of another session starts and ends
+/// while the first is asking its door (each stop tidies the map of stops in progress).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stop_waits_for_the_first_across_another_sessions_stop() {
+    let registry = Registry::start().await;
+    let id = session_id();
+    let door = DoorServer::start(DoorMode::Stoppable(StoppableDoor::new(
+        &id,
+        StopAnswer::Hangs,
+    )));
+    let mut process = TestProcess::sleeping();
+    RecordJson::new(&id)
+        .process(process.pid(), &process.start_token())
+        .url(door.url())
+        .write_in(registry.server.dir());
+    let mut other = TestProcess::sleeping();
+    let other_record = other.record().no_door();
+    other_record.write_in(registry.server.dir());
+    let meanwhile = async {
+        let asked = Instant::now();
+        while stop_calls(&door).is_empty() {
+            assert!(asked.elapsed() < DEADLINE, "the door was never asked");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let other_stop = registry.stop(&other_record.session_id(), "").await;
+        (other_stop, registry.stop(&id, "").await)
+    };
+    let (first, (other_stop, second)) = tokio::join!(registry.stop(&id, ""), meanwhile);
+    assert_stopped_by_sigterm(&other_stop, &mut other, "no_door");
+    assert_stopped_by_sigterm(&first, &mut process, "no_answer");
+    assert_eq!(
+        second.status, 404,
+        "the second stop waited: {}",
+        second.text
+    );
+    assert_eq!(stop_calls(&door).len(), 1, "{:#?}", door.requests());
 }
