@@ -672,3 +672,34 @@ async fn a_second_stop_waits_for_the_first_across_another_sessions_stop() {
     );
     assert_eq!(stop_calls(&door).len(), 1, "{:#?}", door.requests());
 }
+
+/// The dashboard's Kill is a signal (`POST …/signal` with SIGKILL), never a stop: the door is
+/// neither probed nor asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_through_the_signal_route_never_reaches_the_door() {
+    let registry = Registry::start().await;
+    let id = session_id();
+    let door = DoorServer::start(DoorMode::Stoppable(StoppableDoor::new(
+        &id,
+        answers(json!(["t"]), json!([])),
+    )));
+    let mut process = TestProcess::sleeping();
+    RecordJson::new(&id)
+        .process(process.pid(), &process.start_token())
+        .url(door.url())
+        .write_in(registry.server.dir());
+    let response = registry
+        .client
+        .post(format!("{}/sessions/{id}/signal", registry.server.base()))
+        .bearer_auth(registry.server.token())
+        .header("content-type", "application/json")
+        .body(r#"{"signal":"SIGKILL"}"#)
+        .send()
+        .await
+        .expect("the registry answers");
+    assert_eq!(response.status().as_u16(), 200);
+    let body: Value = serde_json::from_str(&response.text().await.expect("a body")).expect("JSON");
+    assert!(body.get("door").is_none(), "{body}");
+    assert_eq!(process.wait_exit(DEADLINE).signal(), Some(9));
+    assert!(door.requests().is_empty(), "{:#?}", door.requests());
+}
