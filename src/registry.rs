@@ -8,7 +8,8 @@
 //! - Reading changes nothing. Records are removed only by prune, signal and stop, on fresh
 //!   evidence: layers 1–2 read again right before the unlink, or the kernel's ESRCH.
 //! - Every verification goes through `verify`, whose door probes are single-flight; only
-//!   [`Registry::card`] asks a door on its own, since it needs the card itself.
+//!   [`Registry::card`] asks a door on its own, since it needs the card itself, and
+//!   [`Registry::stop`], whose ask to the door must follow a probe of its own.
 //! - A listing is answered by a directory pass that started after it was asked (`passes`).
 //! - Readings take layers 1–2 from the pidfd held for the process where there is one (`pins`);
 //!   removals and signals do not: they read `/proc` again, or pin the process anew.
@@ -48,7 +49,9 @@ pub use prune::{PruneOutcome, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
 pub use resources::{CPU_BASELINE_FRESH, CPU_SPAN_MIN, Resources};
 pub use signal::{RecordFate, SignalKind, SignalReport};
-pub use stop::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome, StopReport};
+pub use stop::{
+    AskDoor, DEFAULT_STOP_TIMEOUT, LONGEST_STOP, MAX_STOP_TIMEOUT, StopOutcome, StopReport,
+};
 pub use tally::{
     ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DURATION_BUCKETS, DurationFigures,
     ListingFigures, ProbeEnd, Tally,

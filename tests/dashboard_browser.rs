@@ -17,7 +17,9 @@
 //! - the state filter; a narrow (360 px) window without sideways scrolling;
 //! - a capsule name that is markup shows as text;
 //! - Kill, then Escape: nothing happens; Stop, confirmed with the keyboard: the capsule process
-//!   really ends, the outcome is shown and the row goes; Kill, confirmed with the mouse: the
+//!   really ends, the outcome is shown and the row goes; Stop of a capsule whose door serves
+//!   `murmur.StopSession`: the outcome says what it canceled and left running; Kill, confirmed
+//!   with the mouse: the
 //!   process dies of SIGKILL and its row goes when the registry finds it gone;
 //! - a snapshot arriving mid-stream replaces the whole table;
 //! - the running directory moved away: the page says the registry is unavailable, in the
@@ -62,7 +64,10 @@ use std::time::{Duration, Instant, SystemTime};
 use common::binary::{Home, User, registry};
 use common::served::ServeLaunch;
 use common::steps::run_step;
-use common::{CapsuleProcess, ServedBinary, TestProcess};
+use common::{
+    CapsuleProcess, DoorMode, DoorServer, RecordJson, ServedBinary, StopAnswer, StoppableDoor,
+    TestProcess,
+};
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -577,6 +582,7 @@ async fn a_person_connects_watches_and_stops_a_capsule() {
     step!(data_is_text_never_markup(&mut s));
     step!(kill_then_escape_sends_nothing(&mut s));
     step!(stop_confirmed_with_the_keyboard_ends_the_capsule(&mut s));
+    step!(stop_says_what_the_capsule_canceled_and_left_running(&mut s));
     step!(kill_confirmed_with_the_mouse_ends_the_script_capsule(
         &mut s
     ));
@@ -1123,6 +1129,73 @@ async fn stop_confirmed_with_the_keyboard_ends_the_capsule(s: &mut Scene) {
     assert!(
         browser.js(ROW, json!([mute_id])).await.is_object(),
         "the other sessions stay"
+    );
+}
+
+/// Stop of a capsule whose door serves `murmur.StopSession`: the outcome message says what it
+/// canceled and what it leaves running, and SIGTERM then ends the process.
+async fn stop_says_what_the_capsule_canceled_and_left_running(s: &mut Scene) {
+    let Scene { home, browser, .. } = s;
+    let id = common::session_id();
+    let door = DoorServer::start(DoorMode::Stoppable(StoppableDoor::new(
+        &id,
+        StopAnswer::Answers {
+            canceled: vec![json!("task_01"), json!("task_02")],
+            residue: vec![json!("shell: npm run dev (pid 4242)")],
+        },
+    )));
+    let mut process = TestProcess::sleeping();
+    home.write(
+        &RecordJson::new(&id)
+            .process(process.pid(), &process.start_token())
+            .url(door.url())
+            .set("capsule_name", "summarizer"),
+    );
+    browser
+        .wait_for(
+            "the stoppable capsule's row is live",
+            ROW_IN_STATE,
+            json!([id, "live"]),
+        )
+        .await;
+    browser
+        .click(&format!("tr[data-session-id='{id}'] button.stop"))
+        .await;
+    browser
+        .wait_for(
+            "the stop confirmation is open",
+            "return document.getElementById('confirm').open &&
+                    document.getElementById('confirm-title').textContent === 'Stop summarizer?';",
+            json!([]),
+        )
+        .await;
+    browser.click("#confirm-ok").await;
+    let outcome = browser
+        .wait_for(
+            "the stop's outcome is shown",
+            "const t = document.getElementById('outcome').textContent;
+             return t.startsWith('Stopped summarizer') ? t : null;",
+            json!([]),
+        )
+        .await;
+    let outcome = outcome.as_str().unwrap_or_default();
+    assert!(
+        outcome.contains("Canceled: task_01, task_02.")
+            && outcome.contains("Left running: shell: npm run dev (pid 4242)."),
+        "{outcome}"
+    );
+    let status = process.wait_exit(BROWSER_DEADLINE);
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(15),
+        "SIGTERM ended it after the door was asked"
+    );
+    assert_eq!(
+        door.requests()
+            .iter()
+            .filter(|r| common::is_call_of(r, "murmur.StopSession"))
+            .count(),
+        1
     );
 }
 

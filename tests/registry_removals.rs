@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{DEADLINE, ExitedChild, RecordJson, TestProcess, temp_dir, wait_until};
-use murmur_registry::registry::{PruneOutcome, Registry, RemovalCause, StopOutcome};
+use murmur_registry::registry::{AskDoor, PruneOutcome, Registry, RemovalCause, StopOutcome};
 use murmur_registry::running::{DoorProbe, reason_no_process};
 
 use std::os::unix::process::ExitStatusExt;
@@ -55,7 +55,10 @@ async fn a_prune_after_a_stop_has_ended_is_a_prune_not_the_stops_doing() {
     let record = RecordJson::fresh().process(child.pid(), "").no_door();
     record.write_in(dir.path());
     let id = record.session_id();
-    let report = registry.stop(&id, Duration::from_secs(1)).await.unwrap();
+    let report = registry
+        .stop(&id, Duration::from_secs(1), AskDoor::First)
+        .await
+        .unwrap();
     assert!(
         matches!(report.outcome, StopOutcome::Refused { .. }),
         "{:?}",
@@ -99,7 +102,11 @@ async fn finishing_stops_waits_for_a_stop_between_sigterm_and_sigkill() {
     let stop = tokio::spawn({
         let registry = Arc::clone(&registry);
         let id = record.session_id();
-        async move { registry.stop(&id, Duration::from_secs(1)).await }
+        async move {
+            registry
+                .stop(&id, Duration::from_secs(1), AskDoor::First)
+                .await
+        }
     });
     let started = std::time::Instant::now();
     while !termed.exists() {

@@ -63,7 +63,7 @@ enum Command {
         after_help = "Example:\n  murmur-registry ps\n  murmur-registry ps --json | jq '.[].session_id'"
     )]
     Ps(ps::PsArgs),
-    /// Stop a capsule: SIGTERM, then SIGKILL after the timeout if it is still running.
+    /// Stop a capsule: ask its door to cancel its tasks, SIGTERM, then SIGKILL after the timeout.
     #[command(after_help = "Examples:\n  murmur-registry stop @1\n  \
         murmur-registry stop ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d --timeout 30")]
     Stop(stop::StopArgs),

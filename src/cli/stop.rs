@@ -11,17 +11,22 @@ use clap::Args;
 
 use super::ps::running_sessions;
 use super::{DirArgs, registry_for};
-use crate::registry::{DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome};
-use crate::running;
+use crate::registry::{AskDoor, DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome};
+use crate::running::{self, DoorStop};
 
 #[derive(Debug, Args)]
 pub(super) struct StopArgs {
     /// A full session id, or `@N` for the N-th newest running session (`@1` first).
     session: String,
-    /// Seconds to wait after SIGTERM before SIGKILL; 0 sends SIGKILL at once.
+    /// Seconds to wait after SIGTERM before SIGKILL; 0 sends SIGKILL at once (without asking
+    /// the door).
     #[arg(long, default_value_t = DEFAULT_STOP_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(0..=MAX_STOP_TIMEOUT.as_secs()))]
     timeout: u64,
+    /// Stop by signals alone: do not first ask the capsule's door to cancel its tasks
+    /// (murmur.StopSession).
+    #[arg(long)]
+    no_door: bool,
     #[command(flatten)]
     dir: DirArgs,
 }
@@ -53,8 +58,13 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     if !running::is_valid_session_id(&session_id) {
         bail!("{session_id:?} is not a session id: use a full id from `murmur-registry ps`, or @N");
     }
+    let ask = if args.no_door {
+        AskDoor::Never
+    } else {
+        AskDoor::First
+    };
     let report = match registry
-        .stop(&session_id, Duration::from_secs(args.timeout))
+        .stop(&session_id, Duration::from_secs(args.timeout), ask)
         .await
     {
         Ok(report) => report,
@@ -75,6 +85,8 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
                 record.capsule_name, record.capsule_version
             )?;
             writeln!(out, "signal: {}", signal_sent.name())?;
+            write_door_answer(&mut out, &report.door)?;
+            note_door(&report.door);
             Ok(ExitCode::SUCCESS)
         }
         StopOutcome::AlreadyGone => {
@@ -90,6 +102,8 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
         }
         StopOutcome::Refused { reason, sent, .. } => {
             let sent = sent.map_or(String::new(), |s| format!(" ({} was sent)", s.name()));
+            write_door_answer(&mut std::io::stderr().lock(), &report.door)?;
+            note_door(&report.door);
             eprintln!(
                 "error: could not stop {}{sent}: {reason}",
                 record.session_id
@@ -97,4 +111,48 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// What the capsule said it canceled and leaves running, when its door answered: one
+/// `canceled:` line, and a `left running:` line for each residue item.
+fn write_door_answer(out: &mut impl Write, door: &DoorStop) -> std::io::Result<()> {
+    let DoorStop::Answered { canceled, residue } = door else {
+        return Ok(());
+    };
+    let canceled = if canceled.is_empty() {
+        "nothing".to_owned()
+    } else {
+        canceled
+            .iter()
+            .map(item_text)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    writeln!(out, "canceled: {canceled}")?;
+    for item in residue {
+        writeln!(out, "left running: {}", item_text(item))?;
+    }
+    Ok(())
+}
+
+/// Why the door did not help, on stderr, when it was there to ask.
+fn note_door(door: &DoorStop) {
+    match door {
+        DoorStop::Refused { reason }
+        | DoorStop::NoAnswer { reason }
+        | DoorStop::Mismatch { reason } => eprintln!("note: {reason}"),
+        DoorStop::NotLive { reason } => eprintln!("note: the door was not asked to stop: {reason}"),
+        DoorStop::Answered { .. } | DoorStop::NoDoor | DoorStop::Skipped => {}
+    }
+}
+
+/// One item a door listed: a string as it is, anything else as compact JSON, on one line.
+fn item_text(item: &serde_json::Value) -> String {
+    let text = match item {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }

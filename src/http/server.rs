@@ -43,7 +43,7 @@ use tokio::task::JoinSet;
 
 use super::error::{Problem, ProblemType};
 use super::routes::{RouteClass, class_of};
-use crate::registry::MAX_STOP_TIMEOUT;
+use crate::registry::LONGEST_STOP;
 pub use load::{LoadFigures, ShedCause};
 use write_stall::WriteStallGuard;
 
@@ -93,8 +93,9 @@ impl Default for ServeLimits {
     }
 }
 
-/// The deadline a stop gets at least: its longest SIGTERM wait, SIGKILL's grace, and margin.
-const STOP_DEADLINE: Duration = MAX_STOP_TIMEOUT.saturating_add(Duration::from_secs(30));
+/// The deadline a stop gets at least: its longest run (door, SIGTERM wait, SIGKILL's grace) and
+/// margin.
+const STOP_DEADLINE: Duration = LONGEST_STOP.saturating_add(Duration::from_secs(30));
 
 /// How long a connection between requests gets to close cleanly (flush what it wrote) when
 /// it is evicted or the server shuts down, before it is dropped.

@@ -20,10 +20,11 @@ use super::include::Includes;
 use super::list_filter::ListFilter;
 use super::responses::{BodyProblems, GateProblems, SessionProblems};
 use super::wire::{
-    AgentCard, CardProblem, CardRefusalMembers, ListMembers, ListQuery, LivenessReport,
-    LivenessView, Outcome, ProbeQuery, ProcessStatus, PruneAllResponse, PruneProblem, PruneRefusal,
-    PruneResponse, PrunedEntry, SessionList, SessionPath, SessionState, SessionView, SignalProblem,
-    SignalRefusal, SignalRequest, SignalResponse, StopQuery, StopResponse,
+    AgentCard, CardProblem, CardRefusalMembers, DoorStopView, ListMembers, ListQuery,
+    LivenessReport, LivenessView, Outcome, ProbeQuery, ProcessStatus, PruneAllResponse,
+    PruneProblem, PruneRefusal, PruneResponse, PrunedEntry, SessionList, SessionPath, SessionState,
+    SessionView, SignalProblem, SignalRefusal, SignalRequest, SignalResponse, StopQuery,
+    StopResponse,
 };
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
@@ -33,8 +34,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use crate::registry::{
-    CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, RegistryError,
-    SignalKind, StopOutcome,
+    AskDoor, CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome,
+    RegistryError, SignalKind, StopOutcome,
 };
 use crate::running::{ProcessState, SignalOutcome, is_valid_session_id};
 
@@ -384,6 +385,7 @@ async fn signal_checked(
             outcome: Outcome::AlreadyGone,
             reason,
             signal_sent: None,
+            door: None,
         })
         .into()),
         SignalOutcome::Refused { reason } => Err(Problem::new(
@@ -396,16 +398,20 @@ async fn signal_checked(
             outcome: Outcome::Refused,
             reason,
             signal_sent: None,
+            door: None,
         })
         .into()),
     }
 }
 
-/// Stop a session: SIGTERM, wait, then SIGKILL if it is still the same process.
+/// Stop a session: ask its door, then SIGTERM, wait, SIGKILL if still the same process.
 ///
-/// Waits at most `timeout` seconds for the process to go after SIGTERM, returning as soon as
-/// it does; then sends SIGKILL only if layers 1–2 still confirm it. `timeout=0` sends SIGKILL
-/// at once. The record is removed once the process is gone.
+/// First, as `mur stop` does, asks the capsule to cancel its tasks (`murmur.StopSession`), but
+/// only right after a fresh probe shows its door answering as this session; `door` says how
+/// that went (it never changes what is signalled). `door=false` and `timeout=0` skip it. Then
+/// waits at most `timeout` seconds for the process to go after SIGTERM, returning as soon as it
+/// does, and sends SIGKILL only if layers 1–2 still confirm it. `timeout=0` sends SIGKILL at
+/// once. The record is removed once the process is gone.
 #[utoipa::path(
     post, path = STOP_PATH, tag = TAG,
     params(SessionPath, StopQuery),
@@ -419,7 +425,8 @@ async fn signal_checked(
         (
             status = 409,
             description = "Refused: the process could not be confirmed, the kernel said EPERM, or \
-                it outlived SIGKILL's grace; `signal_sent` says what went out",
+                it outlived SIGKILL's grace; `signal_sent` says what went out, `door` what the \
+                door said",
             body = SignalProblem,
             content_type = "application/problem+json"
         ),
@@ -446,13 +453,17 @@ pub async fn stop_session(
             )));
         }
     };
+    let ask = match query.door {
+        Some(false) => AskDoor::Never,
+        None | Some(true) => AskDoor::First,
+    };
     // The stop runs to its end even if the client goes away: abandoning it between SIGTERM
     // and SIGKILL would leave a capsule half-stopped and its record in place.
     let stopping = {
         let state = state.clone();
         let id = id.clone();
         tokio::spawn(async move {
-            let stopped = state.registry().stop(&id, timeout).await;
+            let stopped = state.registry().stop(&id, timeout, ask).await;
             stopped.inspect(|report| state.registry().tally().stopped(&report.outcome))
         })
     };
@@ -460,18 +471,21 @@ pub async fn stop_session(
         .await
         .map_err(|e| RegistryError::Task(e.to_string()))??;
     let waited_ms = u64::try_from(report.waited.as_millis()).unwrap_or(u64::MAX);
+    let door = DoorStopView::of(&report.door);
     match report.outcome {
         StopOutcome::Stopped { signal_sent } => Ok(Json(StopResponse {
             session_id: id,
             signal_sent: Some(signal_sent.name().to_owned()),
             outcome: Outcome::Stopped,
             waited_ms,
+            door,
         })),
         StopOutcome::AlreadyGone => Ok(Json(StopResponse {
             session_id: id,
             signal_sent: None,
             outcome: Outcome::AlreadyGone,
             waited_ms,
+            door,
         })),
         StopOutcome::Refused {
             reason,
@@ -489,6 +503,7 @@ pub async fn stop_session(
                     outcome: Outcome::Refused,
                     reason,
                     signal_sent: Some(sent.map(|s| s.name().to_owned())),
+                    door: Some(door),
                 })
                 .into())
         }

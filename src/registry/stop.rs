@@ -1,5 +1,9 @@
-//! Stopping a session: SIGTERM, a bounded wait, then SIGKILL only if layers 1–2 still confirm
-//! the process. Stops of one session run one at a time.
+//! Stopping a session as `mur stop` does: ask the capsule's door first (`murmur.StopSession`),
+//! then SIGTERM, a bounded wait, and SIGKILL only if layers 1–2 still confirm the process.
+//! Stops of one session run one at a time.
+//!
+//! Invariant: what the door answers is reported, never consulted: the signals go out (or are
+//! refused) exactly as they would without the ask.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::signal::{RecordFate, SignalKind, prune_after_the_fact};
 use super::{Registry, RegistryError, RemovalCause, blocking};
-use crate::running::{self, ProcessState, RunningRecord, SignalOutcome};
+use crate::running::{self, DoorStop, ProcessState, RunningRecord, SignalOutcome};
 
 /// The longest a stop may wait between SIGTERM and SIGKILL.
 pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(300);
@@ -15,8 +19,28 @@ pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stop waits for the kernel to remove a process after SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(10);
+/// The longest one stop takes: asking the door, the longest wait after SIGTERM, SIGKILL's
+/// grace (besides reading the record and layers 1–2 between them).
+pub const LONGEST_STOP: Duration = running::DOOR_STOP_DEADLINE
+    .saturating_add(MAX_STOP_TIMEOUT)
+    .saturating_add(KILL_GRACE);
 /// How often a stop re-reads layers 1–2 while it waits for the process to go.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Whether a stop asks the capsule's door to stop its work before the signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AskDoor {
+    /// Ask first, as `mur stop` does (skipped anyway when the stop sends SIGKILL at once).
+    First,
+    /// Signals only.
+    Never,
+}
+
+/// Whether a stop with `ask` and `timeout` asks the door: a zero timeout means SIGKILL at
+/// once, which leaves the capsule nothing to wind down.
+fn asks_door(ask: AskDoor, timeout: Duration) -> bool {
+    ask == AskDoor::First && !timeout.is_zero()
+}
 
 /// How a stop ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +75,8 @@ pub struct StopReport {
     pub waited: Duration,
     /// Once the process was found gone, what the prune that followed did to the record.
     pub pruned: Option<RecordFate>,
+    /// What asking the door came to, before any signal.
+    pub door: DoorStop,
 }
 
 /// The stops in progress, by session id: each stop holds its session's lock for its whole run.
@@ -68,8 +94,13 @@ pub(super) fn is_stopping(stops: &StopsInProgress, session_id: &str) -> bool {
 }
 
 impl Registry {
-    /// Stop a session: SIGTERM, wait up to `timeout` for the process to go, then SIGKILL if it
-    /// is still the same process. A zero timeout sends SIGKILL at once.
+    /// Stop a session: ask its door (unless `ask` is [`AskDoor::Never`] or `timeout` is zero),
+    /// then SIGTERM, wait up to `timeout` for the process to go, then SIGKILL if it is still the
+    /// same process. A zero timeout sends SIGKILL at once.
+    ///
+    /// The door is asked only right after a fresh probe has shown it answers as this session
+    /// ([`running::ask_door_to_stop`]); that takes at most [`running::DOOR_STOP_DEADLINE`],
+    /// before the SIGTERM, and never changes what is signalled.
     ///
     /// The wait re-reads layers 1–2 every few milliseconds and ends as soon as the process is
     /// gone. The record is pruned once it is. Stops of one session run one at a time; a later
@@ -78,11 +109,17 @@ impl Registry {
         &self,
         session_id: &str,
         timeout: Duration,
+        ask: AskDoor,
     ) -> Result<StopReport, RegistryError> {
         let timeout = timeout.min(MAX_STOP_TIMEOUT);
         let lock = self.stop_lock(session_id);
         let _serialised = lock.lock().await;
         let record = self.record(session_id).await?;
+        let door = if asks_door(ask, timeout) {
+            running::ask_door_to_stop(&record, &self.door).await
+        } else {
+            DoorStop::Skipped
+        };
         let started = Instant::now();
         let first = if timeout.is_zero() {
             SignalKind::Kill
@@ -94,6 +131,7 @@ impl Registry {
             record: record.clone(),
             waited: started.elapsed(),
             pruned,
+            door: door.clone(),
         };
         match self
             .signal_record(&record, first, RemovalCause::Pruned)

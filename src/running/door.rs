@@ -124,12 +124,12 @@ pub struct DoorProbe {
 }
 
 /// The door's address, split for connecting and for the `Host` header.
-struct DoorAddress<'a> {
+pub(crate) struct DoorAddress<'a> {
     /// The host as it is resolved (`localhost`, `127.0.0.1`, `::1`).
     host: &'a str,
     port: u16,
     /// `host:port` as the record wrote it (brackets around an IPv6 literal), for `Host`.
-    authority: &'a str,
+    pub(crate) authority: &'a str,
 }
 
 impl Default for DoorProbe {
@@ -321,7 +321,7 @@ impl std::fmt::Debug for RedactedCard {
 
 /// Connect to the door, on loopback addresses only: `localhost` is resolved by the system,
 /// and a door token must not follow a hosts file that points it elsewhere.
-async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<TcpStream> {
+pub(crate) async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<TcpStream> {
     let mut last_error = std::io::Error::new(
         std::io::ErrorKind::AddrNotAvailable,
         "the name resolves to no loopback address",
@@ -344,44 +344,73 @@ async fn fetch_card(
     address: &DoorAddress<'_>,
     door_token: Option<&Secret>,
 ) -> Result<Bytes, String> {
+    let builder = door_request(address);
+    let request = match door_token {
+        Some(token) => builder
+            .method(Method::POST)
+            .uri("/")
+            .header(header::AUTHORIZATION, format!("Bearer {}", token.expose()))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from_static(EXTENDED_CARD_REQUEST))),
+        None => builder
+            .method(Method::GET)
+            .uri("/.well-known/agent-card.json")
+            .body(Full::new(Bytes::new())),
+    }
+    .map_err(|_| "could not be asked: the request is malformed".to_owned())?;
+    exchange(stream, request, MAX_CARD_BYTES)
+        .await
+        .map_err(|failure| failure.to_string())
+}
+
+/// A request to the door at `address`: its `Host`, our `User-Agent`, `A2A-Version: 1.0`.
+pub(crate) fn door_request(address: &DoorAddress<'_>) -> hyper::http::request::Builder {
+    Request::builder()
+        .header(header::HOST, address.authority)
+        .header(header::USER_AGENT, USER_AGENT)
+        .header("A2A-Version", "1.0")
+}
+
+/// Why one exchange with a door brought no body back; displayed as the end of a sentence that
+/// starts with the door (`door at … answered HTTP 401`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ExchangeFailure {
+    /// The door answered, with a status that is not 2xx.
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    /// No whole answer: the connection closed, broke off, or the answer was too large.
+    #[error("{0}")]
+    Broken(String),
+}
+
+/// Send `request` over `stream`: the body of a 2xx answer, at most `max_bytes` of it.
+pub(crate) async fn exchange(
+    stream: TcpStream,
+    request: Request<Full<Bytes>>,
+    max_bytes: usize,
+) -> Result<Bytes, ExchangeFailure> {
+    let broken = |text: &str| ExchangeFailure::Broken(text.to_owned());
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|_| "closed the connection before answering".to_owned())?;
+        .map_err(|_| broken("closed the connection before answering"))?;
     let exchange = std::pin::pin!(async move {
-        let builder = Request::builder()
-            .header(header::HOST, address.authority)
-            .header(header::USER_AGENT, USER_AGENT)
-            .header("A2A-Version", "1.0");
-        let request = match door_token {
-            Some(token) => builder
-                .method(Method::POST)
-                .uri("/")
-                .header(header::AUTHORIZATION, format!("Bearer {}", token.expose()))
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from_static(EXTENDED_CARD_REQUEST))),
-            None => builder
-                .method(Method::GET)
-                .uri("/.well-known/agent-card.json")
-                .body(Full::new(Bytes::new())),
-        }
-        .map_err(|_| "could not be asked: the request is malformed".to_owned())?;
         let response = sender
             .send_request(request)
             .await
-            .map_err(|_| "closed the connection without a valid HTTP answer".to_owned())?;
+            .map_err(|_| broken("closed the connection without a valid HTTP answer"))?;
         let status = response.status();
         if !status.is_success() {
-            return Err(format!("answered HTTP {}", status.as_u16()));
+            return Err(ExchangeFailure::Status(status.as_u16()));
         }
-        Limited::new(response.into_body(), MAX_CARD_BYTES)
+        Limited::new(response.into_body(), max_bytes)
             .collect()
             .await
             .map(|collected| collected.to_bytes())
             .map_err(|e| {
                 if e.is::<LengthLimitError>() {
-                    format!("answered more than {MAX_CARD_BYTES} bytes")
+                    ExchangeFailure::Broken(format!("answered more than {max_bytes} bytes"))
                 } else {
-                    "broke off its answer".to_owned()
+                    broken("broke off its answer")
                 }
             })
     });
@@ -401,7 +430,7 @@ const EXTENDED_CARD_REQUEST: &[u8] =
     br#"{"jsonrpc":"2.0","id":1,"method":"GetExtendedAgentCard","params":{}}"#;
 
 /// A record's `host:port`, if it is a door on loopback.
-fn door_address(url: &str) -> Result<DoorAddress<'_>, String> {
+pub(crate) fn door_address(url: &str) -> Result<DoorAddress<'_>, String> {
     let refuse = || {
         format!(
             "door address {} is not host:port on loopback; not probed",
@@ -440,7 +469,7 @@ pub(crate) fn redact_secrets(mut reason: String, record: &RunningRecord) -> Stri
 }
 
 /// Replace every secret of `record` inside every string (keys included) of `value`.
-fn redact_secrets_in(value: &mut Value, record: &RunningRecord) {
+pub(crate) fn redact_secrets_in(value: &mut Value, record: &RunningRecord) {
     let has_secret = |text: &str| {
         record
             .door_token
@@ -503,7 +532,7 @@ pub fn session_id_of(card: &Value) -> Option<&str> {
 }
 
 /// Someone else's text, cut short and stripped of control characters, fit for a reason string.
-fn quote_briefly(text: &str) -> String {
+pub(crate) fn quote_briefly(text: &str) -> String {
     let cleaned: String = text.chars().filter(|c| !c.is_control()).take(80).collect();
     if cleaned.len() < text.len() && text.chars().count() > 80 {
         format!("{cleaned:?}…")

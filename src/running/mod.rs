@@ -16,6 +16,7 @@
 
 mod dir;
 mod door;
+mod door_stop;
 mod process;
 mod record;
 mod signal;
@@ -34,6 +35,10 @@ pub use door::{
 pub(crate) use door::{
     MAX_CONCURRENT_PROBES, Verdict, decided_by_process, process_check_failed, redact_secrets,
     settled_without_door,
+};
+pub use door_stop::{
+    DOOR_STOP_DEADLINE, DoorStop, MAX_STOP_ANSWER_BYTES, STOP_ASK_DEADLINE, STOP_PROBE_DEADLINE,
+    ask_door_to_stop,
 };
 pub use process::{
     ProcessState, has_controlling_terminal, process_start_token, process_state, reason_exited,

@@ -98,6 +98,98 @@ pub enum DoorMode {
         token: String,
         rejection: Rejection,
     },
+    /// A murmur 0.8 door that serves `murmur.StopSession`; see [`StoppableDoor`].
+    Stoppable(StoppableDoor),
+}
+
+/// How a [`StoppableDoor`] answers `murmur.StopSession`.
+#[derive(Debug, Clone)]
+pub enum StopAnswer {
+    /// murmur 0.8's shape: `result: {session_id, canceled, residue}` for the door's session.
+    Answers {
+        canceled: Vec<Value>,
+        residue: Vec<Value>,
+    },
+    /// A JSON-RPC error of its own (`-32000`, with a message the registry must not quote).
+    Refuses,
+    /// JSON-RPC `-32601`, method not found: a door of a generation without the method.
+    MethodNotFound,
+    /// Reads the call and never answers.
+    Hangs,
+    /// 0.8's shape, but naming another session (a door some other capsule now holds).
+    ForSession(String),
+}
+
+/// A murmur 0.8 door: its card names `session_id` (the public [`a2a_card`]; with `token`, the
+/// extended card behind that bearer token, the public one naming no session), and
+/// `POST /` with `murmur.StopSession` is answered as `stop` says. With `token`, a `POST`
+/// without `Authorization: Bearer <token>` gets `401`. Any other JSON-RPC method is `-32601`.
+#[derive(Debug, Clone)]
+pub struct StoppableDoor {
+    pub session_id: String,
+    pub token: Option<String>,
+    pub stop: StopAnswer,
+    /// Noted at each `murmur.StopSession` call: whether this process was still running.
+    pub watched: Option<WatchedProcess>,
+}
+
+impl StoppableDoor {
+    /// A public door for `session_id` answering `murmur.StopSession` as `stop` says.
+    pub fn new(session_id: &str, stop: StopAnswer) -> Self {
+        Self {
+            session_id: session_id.to_owned(),
+            token: None,
+            stop,
+            watched: None,
+        }
+    }
+
+    /// The same door, authenticated with `token`.
+    pub fn with_token(mut self, token: &str) -> Self {
+        self.token = Some(token.to_owned());
+        self
+    }
+
+    /// The same door, noting at each `murmur.StopSession` call whether `process` still runs.
+    pub fn watching(mut self, process: &WatchedProcess) -> Self {
+        self.watched = Some(process.clone());
+        self
+    }
+}
+
+/// A process a [`StoppableDoor`] looks at when it is asked to stop: a record of whether it was
+/// running (in `/proc`, and not a zombie) at each call, shared with the test.
+#[derive(Debug, Clone)]
+pub struct WatchedProcess {
+    pid: u32,
+    seen: Arc<Mutex<Vec<bool>>>,
+}
+
+impl WatchedProcess {
+    pub fn new(pid: u32) -> Self {
+        Self {
+            pid,
+            seen: Arc::default(),
+        }
+    }
+
+    /// At each `murmur.StopSession` call so far, whether the process was running.
+    pub fn running_at_each_call(&self) -> Vec<bool> {
+        self.seen.lock().expect("watch log").clone()
+    }
+
+    fn note(&self) {
+        let running = super::processes::proc_state(self.pid).is_some_and(|state| state != 'Z');
+        self.seen.lock().expect("watch log").push(running);
+    }
+}
+
+/// Whether `request` is a JSON-RPC call of `method` (`POST /`).
+pub fn is_call_of(request: &Received, method: &str) -> bool {
+    request.method == "POST"
+        && request.path == "/"
+        && serde_json::from_str::<Value>(&request.body)
+            .is_ok_and(|call| call["jsonrpc"] == "2.0" && call["method"] == method)
 }
 
 /// One request a door received.
@@ -318,6 +410,7 @@ fn answer(mode: &DoorMode, request: &Received) -> Option<Vec<u8>> {
             "500 Internal Server Error",
             spec_card(id).to_string().as_bytes(),
         ),
+        DoorMode::Stoppable(door) => return stoppable_answer(door, request, is_card_get),
         DoorMode::Authenticated { .. } if is_card_get => ok_json(&public_card_without_session()),
         DoorMode::Authenticated {
             session_id,
@@ -354,4 +447,59 @@ fn answer(mode: &DoorMode, request: &Received) -> Option<Vec<u8>> {
             }
         }
     })
+}
+
+/// The bytes a [`StoppableDoor`] answers `request` with; `None` when it hangs.
+fn stoppable_answer(
+    door: &StoppableDoor,
+    request: &Received,
+    is_card_get: bool,
+) -> Option<Vec<u8>> {
+    if is_card_get {
+        return Some(match door.token {
+            Some(_) => ok_json(&public_card_without_session()),
+            None => ok_json(&a2a_card(&door.session_id)),
+        });
+    }
+    if request.method != "POST" || request.path != "/" {
+        return Some(not_found());
+    }
+    if let Some(token) = &door.token
+        && request.header("authorization") != Some(format!("Bearer {token}").as_str())
+    {
+        return Some(http("401 Unauthorized", br#"{"error":"unauthorized"}"#));
+    }
+    let call: Value = serde_json::from_str(&request.body).unwrap_or(Value::Null);
+    let reply = |member: &str, value: Value| {
+        let mut answer = json!({"jsonrpc": "2.0", "id": call["id"]});
+        answer[member] = value;
+        Some(ok_json(&answer))
+    };
+    let method_not_found = json!({"code": -32601, "message": "method not found"});
+    match call["method"].as_str() {
+        Some("GetExtendedAgentCard") if door.token.is_some() => {
+            reply("result", a2a_card(&door.session_id))
+        }
+        Some("murmur.StopSession") => {
+            if let Some(watched) = &door.watched {
+                watched.note();
+            }
+            let answered = |session_id: &str, canceled: &[Value], residue: &[Value]| json!({"session_id": session_id, "canceled": canceled, "residue": residue});
+            match &door.stop {
+                StopAnswer::Answers { canceled, residue } => {
+                    reply("result", answered(&door.session_id, canceled, residue))
+                }
+                StopAnswer::ForSession(other) => {
+                    reply("result", answered(other, &[json!("their-task")], &[]))
+                }
+                StopAnswer::Refuses => reply(
+                    "error",
+                    json!({"code": -32000, "message": "not now: the door says so in its own words"}),
+                ),
+                StopAnswer::MethodNotFound => reply("error", method_not_found),
+                StopAnswer::Hangs => None,
+            }
+        }
+        _ => reply("error", method_not_found),
+    }
 }

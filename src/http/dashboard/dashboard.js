@@ -809,8 +809,9 @@ function confirmAction(kind, session) {
   const who = `${name} (session ${session.session_id}, pid ${session.pid})`;
   if (kind === 'stop') {
     ui.dialogTitle.textContent = `Stop ${name}?`;
-    ui.dialogText.textContent = `The registry sends SIGTERM to ${who}, waits up to 10 seconds ` +
-      'for it to end, then sends SIGKILL if it is still the same process.';
+    ui.dialogText.textContent = `The registry asks ${who} to cancel its tasks, sends it ` +
+      'SIGTERM, waits up to 10 seconds for it to end, then sends SIGKILL if it is still the ' +
+      'same process.';
     ui.dialogOk.textContent = 'Stop';
   } else {
     ui.dialogTitle.textContent = `Kill ${name}?`;
@@ -873,7 +874,9 @@ async function requestAction(kind, key, button) {
     const detail = (body && body.detail) || response.statusText || 'no detail';
     // 410: the process had already ended, which is what was wanted.
     const tone = response.status === 410 ? 'info' : 'error';
-    announce(`Could not ${kind} ${name} (${response.status}): ${detail}`, tone);
+    const door = kind === 'stop' && body ? describeDoor(body.door) : '';
+    const said = door ? `${detail}.${door}` : detail;
+    announce(`Could not ${kind} ${name} (${response.status}): ${said}`, tone);
   }
 }
 
@@ -893,9 +896,29 @@ function describeSuccess(kind, name, body) {
       : ms < 1000 ? ` after ${Math.round(ms)} ms` : ` after ${(ms / 1000).toFixed(1)} s`;
     const how = body.signal_sent === 'SIGKILL'
       ? 'with SIGKILL (it did not end on SIGTERM)' : `with ${body.signal_sent || 'SIGTERM'}`;
-    return `Stopped ${name} ${how}${waited}.`;
+    return `Stopped ${name} ${how}${waited}.${describeDoor(body.door)}`;
   }
   return `Sent SIGKILL to ${name}.`;
+}
+
+// What the capsule's door said when the stop asked it first (the answer's `door`), as
+// sentences to append: what it canceled and left running, or why it did not help. Kill never
+// asks the door (it is a signal, not a stop).
+function describeDoor(door) {
+  if (!door || typeof door !== 'object') return '';
+  const items = (list) => (Array.isArray(list) ? list : []).map(
+    (item) => (typeof item === 'string' ? item : JSON.stringify(item)));
+  if (door.outcome === 'answered') {
+    const canceled = items(door.canceled);
+    const residue = items(door.residue);
+    const said = canceled.length ? ` Canceled: ${canceled.join(', ')}.` : ' Nothing to cancel.';
+    return residue.length ? `${said} Left running: ${residue.join('; ')}.` : said;
+  }
+  const unhelpful = ['refused', 'no_answer', 'mismatch', 'not_live'];
+  if (unhelpful.includes(door.outcome) && typeof door.reason === 'string') {
+    return ` Door: ${door.reason}.`;
+  }
+  return '';
 }
 
 async function readJson(response) {

@@ -1,0 +1,348 @@
+//! Asking a capsule to stop its work through its door: murmur 0.8's JSON-RPC method
+//! `murmur.StopSession`, as `mur stop` asks it before it signals.
+//!
+//! Invariants kept here:
+//! - `StopSession` names no session, so the door is asked only right after a fresh probe in the
+//!   same call has shown it answers as the record's session, and the answer's `session_id` is
+//!   checked again: a door on a port another process took over is never asked, or not believed.
+//! - One connection straight to the loopback address the record names (the prober's parsing
+//!   and connecting), the whole ask within [`STOP_ASK_DEADLINE`], at most
+//!   [`MAX_STOP_ANSWER_BYTES`] read; the door's own error message is never quoted.
+//! - What the door answers is only reported: it never decides whether signals are sent. Every
+//!   string in it has the record's secrets replaced before it leaves this module.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, header};
+use serde_json::Value;
+
+use super::door::{
+    ExchangeFailure, connect_loopback, door_address, door_request, exchange, quote_briefly,
+    redact_secrets, redact_secrets_in,
+};
+use super::{ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, RunningRecord, verify};
+
+/// The longest the ask may take, connecting included (`mur stop`'s answer deadline).
+pub const STOP_ASK_DEADLINE: Duration = Duration::from_secs(5);
+/// The longest the fresh probe before the ask may take, whatever the prober's own deadlines
+/// (an operator may lengthen those to a minute each): the spec's 2 s to connect and 5 s to
+/// answer. A door slower than that is not asked.
+pub const STOP_PROBE_DEADLINE: Duration = CONNECT_DEADLINE.saturating_add(ANSWER_DEADLINE);
+/// The longest [`ask_door_to_stop`] takes: the probe, then the ask.
+pub const DOOR_STOP_DEADLINE: Duration = STOP_PROBE_DEADLINE.saturating_add(STOP_ASK_DEADLINE);
+/// Answers larger than this are not read to the end (0.8's answer is two short lists).
+pub const MAX_STOP_ANSWER_BYTES: usize = 64 * 1024;
+/// The JSON-RPC error a door answers for a method it does not serve.
+const METHOD_NOT_FOUND: i64 = -32601;
+
+const STOP_SESSION_REQUEST: &[u8] =
+    br#"{"jsonrpc":"2.0","id":1,"method":"murmur.StopSession","params":{}}"#;
+
+/// What asking the door to stop came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DoorStop {
+    /// The door answered for this session: it canceled `canceled` and leaves `residue` running.
+    Answered {
+        /// The tasks it canceled, as the door named them (task ids).
+        canceled: Vec<Value>,
+        /// What it leaves running (detached commands, delegated children), as the door wrote.
+        residue: Vec<Value>,
+    },
+    /// The door answered with an error (a JSON-RPC error, method-not-found included, or an
+    /// HTTP error status).
+    Refused {
+        /// Which error.
+        reason: String,
+    },
+    /// No usable answer within the deadline: no connection, no answer, or not JSON-RPC.
+    NoAnswer {
+        /// What happened.
+        reason: String,
+    },
+    /// The door answered for another session, or for none.
+    Mismatch {
+        /// Which session it named.
+        reason: String,
+    },
+    /// Not asked: the fresh verification did not show the door answering as this session.
+    NotLive {
+        /// What the verification found.
+        reason: String,
+    },
+    /// Not asked: the record names no door.
+    NoDoor,
+    /// Not asked: the caller said not to (or asked for SIGKILL at once).
+    Skipped,
+}
+
+/// Verify `record` afresh (all three layers, a probe of its own, shared with nobody) and, if
+/// its door answers as this session, ask it `murmur.StopSession`.
+///
+/// Takes at most [`DOOR_STOP_DEADLINE`]: the probe within `probe`'s deadlines and
+/// [`STOP_PROBE_DEADLINE`], the ask within [`STOP_ASK_DEADLINE`].
+pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> DoorStop {
+    if record.url.is_none() {
+        return DoorStop::NoDoor;
+    }
+    let verified = tokio::time::timeout(STOP_PROBE_DEADLINE, verify(record, probe)).await;
+    match verified {
+        Ok(Liveness::Live) => {}
+        Ok(Liveness::Unreachable { reason } | Liveness::Gone { reason }) => {
+            return redacted(DoorStop::NotLive { reason }, record);
+        }
+        Err(_) => {
+            let reason = format!(
+                "the door did not confirm the session within {}",
+                humantime::format_duration(STOP_PROBE_DEADLINE)
+            );
+            return DoorStop::NotLive { reason };
+        }
+    }
+    let answer = tokio::time::timeout(STOP_ASK_DEADLINE, send_stop_session(record)).await;
+    let stop = match answer {
+        Err(_) => DoorStop::NoAnswer {
+            reason: format!(
+                "the door did not answer murmur.StopSession within {}",
+                humantime::format_duration(STOP_ASK_DEADLINE)
+            ),
+        },
+        Ok(Err(AskFailure::Refused(reason))) => DoorStop::Refused { reason },
+        Ok(Err(AskFailure::NoAnswer(reason))) => DoorStop::NoAnswer { reason },
+        Ok(Ok(body)) => read_stop_answer(&body, record),
+    };
+    redacted(stop, record)
+}
+
+/// Why the exchange brought no answer to read.
+enum AskFailure {
+    Refused(String),
+    NoAnswer(String),
+}
+
+/// One `POST /` carrying `murmur.StopSession`, with the record's door token as bearer if it has
+/// one; the body of a 2xx answer.
+async fn send_stop_session(record: &RunningRecord) -> Result<Bytes, AskFailure> {
+    let url = record.url.as_deref().unwrap_or_default();
+    let address = door_address(url).map_err(AskFailure::NoAnswer)?;
+    let stream = connect_loopback(&address).await.map_err(|e| {
+        AskFailure::NoAnswer(format!("the door at {url} could not be reached: {e}"))
+    })?;
+    let mut builder = door_request(&address)
+        .method(Method::POST)
+        .uri("/")
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(token) = &record.door_token {
+        builder = builder.header(header::AUTHORIZATION, format!("Bearer {}", token.expose()));
+    }
+    let request = builder
+        .body(Full::new(Bytes::from_static(STOP_SESSION_REQUEST)))
+        .map_err(|_| AskFailure::NoAnswer("the request to the door is malformed".to_owned()))?;
+    exchange(stream, request, MAX_STOP_ANSWER_BYTES)
+        .await
+        .map_err(|failure| match failure {
+            ExchangeFailure::Status(_) => {
+                AskFailure::Refused(format!("the door {failure} to murmur.StopSession"))
+            }
+            ExchangeFailure::Broken(_) => AskFailure::NoAnswer(format!("the door {failure}")),
+        })
+}
+
+/// What a door's JSON-RPC answer to `murmur.StopSession` says, for `record`'s session.
+fn read_stop_answer(body: &[u8], record: &RunningRecord) -> DoorStop {
+    let Ok(answer) = serde_json::from_slice::<Value>(body) else {
+        return DoorStop::NoAnswer {
+            reason: "the door answered something that is not JSON".to_owned(),
+        };
+    };
+    if let Some(error) = answer.get("error") {
+        // The door's own message is not quoted: it may echo what it was sent.
+        let reason = match error.get("code").and_then(Value::as_i64) {
+            Some(METHOD_NOT_FOUND) => "the door does not serve murmur.StopSession (JSON-RPC \
+                                       error -32601, method not found)"
+                .to_owned(),
+            Some(code) => format!("the door refused murmur.StopSession (JSON-RPC error {code})"),
+            None => "the door refused murmur.StopSession".to_owned(),
+        };
+        return DoorStop::Refused { reason };
+    }
+    let Some(result) = answer.get("result").filter(|r| r.is_object()) else {
+        return DoorStop::NoAnswer {
+            reason: "the door answered JSON-RPC without a `result`".to_owned(),
+        };
+    };
+    match result.get("session_id").and_then(Value::as_str) {
+        Some(id) if id == record.session_id => DoorStop::Answered {
+            canceled: list_of(result, "canceled"),
+            residue: list_of(result, "residue"),
+        },
+        Some(id) => DoorStop::Mismatch {
+            reason: format!(
+                "the door answered for session {}, not this one; nothing it said is kept",
+                quote_briefly(id)
+            ),
+        },
+        None => DoorStop::Mismatch {
+            reason: "the door's answer names no session; nothing it said is kept".to_owned(),
+        },
+    }
+}
+
+/// The array `result[key]`; empty when absent or not an array.
+fn list_of(result: &Value, key: &str) -> Vec<Value> {
+    match result.get(key) {
+        Some(Value::Array(items)) => items.clone(),
+        _ => Vec::new(),
+    }
+}
+
+/// `stop` with every secret of `record` replaced, in its reason and in every string it lists.
+fn redacted(stop: DoorStop, record: &RunningRecord) -> DoorStop {
+    let text = |reason: String| redact_secrets(reason, record);
+    match stop {
+        DoorStop::Answered {
+            mut canceled,
+            mut residue,
+        } => {
+            canceled
+                .iter_mut()
+                .chain(residue.iter_mut())
+                .for_each(|item| redact_secrets_in(item, record));
+            DoorStop::Answered { canceled, residue }
+        }
+        DoorStop::Refused { reason } => DoorStop::Refused {
+            reason: text(reason),
+        },
+        DoorStop::NoAnswer { reason } => DoorStop::NoAnswer {
+            reason: text(reason),
+        },
+        DoorStop::Mismatch { reason } => DoorStop::Mismatch {
+            reason: text(reason),
+        },
+        DoorStop::NotLive { reason } => DoorStop::NotLive {
+            reason: text(reason),
+        },
+        DoorStop::NoDoor => DoorStop::NoDoor,
+        DoorStop::Skipped => DoorStop::Skipped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(token: Option<&str>) -> RunningRecord {
+        let mut fields = json!({
+            "session_id": "ses_a", "url": "127.0.0.1:1", "pid": 1, "process_start": "1",
+            "capsule_name": "c", "capsule_version": "1", "workdir": "/w",
+            "outlives_launcher": false, "started_at": "2026-11-30T00:00:00Z",
+        });
+        if let Some(token) = token {
+            fields["door_token"] = json!(token);
+        }
+        serde_json::from_value(fields).expect("a record")
+    }
+
+    fn read(answer: Value) -> DoorStop {
+        read_stop_answer(answer.to_string().as_bytes(), &record(None))
+    }
+
+    #[test]
+    fn an_answer_for_this_session_gives_its_lists() {
+        let answered = read(json!({"jsonrpc": "2.0", "id": 1, "result": {
+            "session_id": "ses_a", "canceled": ["t1", "t2"], "residue": ["sh: make", {"pid": 7}]
+        }}));
+        assert_eq!(
+            answered,
+            DoorStop::Answered {
+                canceled: vec![json!("t1"), json!("t2")],
+                residue: vec![json!("sh: make"), json!({"pid": 7})],
+            }
+        );
+        let sparse = read(json!({"result": {"session_id": "ses_a", "canceled": "t1"}}));
+        assert_eq!(
+            sparse,
+            DoorStop::Answered {
+                canceled: vec![],
+                residue: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn errors_refuse_and_method_not_found_says_so() {
+        let DoorStop::Refused { reason } =
+            read(json!({"error": {"code": -32601, "message": "no such method"}}))
+        else {
+            panic!("method-not-found is a refusal");
+        };
+        assert!(reason.contains("method not found"), "{reason}");
+        assert!(
+            !reason.contains("no such method"),
+            "the door's words are not quoted"
+        );
+        let DoorStop::Refused { reason } =
+            read(json!({"error": {"code": -32000, "message": "busy"}}))
+        else {
+            panic!("an error is a refusal");
+        };
+        assert!(reason.contains("-32000"), "{reason}");
+        assert!(matches!(
+            read(json!({"error": "no"})),
+            DoorStop::Refused { .. }
+        ));
+    }
+
+    #[test]
+    fn another_session_or_none_is_a_mismatch_and_garbage_no_answer() {
+        let other = read(json!({"result": {"session_id": "ses_b", "canceled": ["t"]}}));
+        assert!(
+            matches!(&other, DoorStop::Mismatch { reason } if reason.contains("ses_b")),
+            "{other:?}"
+        );
+        assert!(matches!(
+            read(json!({"result": {"canceled": []}})),
+            DoorStop::Mismatch { .. }
+        ));
+        assert!(matches!(
+            read(json!({"result": {"session_id": 7}})),
+            DoorStop::Mismatch { .. }
+        ));
+        assert!(matches!(
+            read(json!({"result": ["ses_a"]})),
+            DoorStop::NoAnswer { .. }
+        ));
+        assert!(matches!(
+            read_stop_answer(b"<html>", &record(None)),
+            DoorStop::NoAnswer { .. }
+        ));
+    }
+
+    #[test]
+    fn secrets_are_redacted_from_lists_and_reasons() {
+        let record = record(Some("s3cret"));
+        let answered = DoorStop::Answered {
+            canceled: vec![json!("task s3cret")],
+            residue: vec![json!({"cmd": "curl -H s3cret"})],
+        };
+        assert_eq!(
+            redacted(answered, &record),
+            DoorStop::Answered {
+                canceled: vec![json!("task [redacted]")],
+                residue: vec![json!({"cmd": "curl -H [redacted]"})],
+            }
+        );
+        let mismatch = read_stop_answer(
+            json!({"result": {"session_id": "s3cret"}})
+                .to_string()
+                .as_bytes(),
+            &record,
+        );
+        let DoorStop::Mismatch { reason } = redacted(mismatch, &record) else {
+            panic!("a mismatch");
+        };
+        assert!(!reason.contains("s3cret"), "{reason}");
+    }
+}
