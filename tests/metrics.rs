@@ -596,6 +596,57 @@ async fn streams_open_and_503s_for_in_flight_and_stream_caps_are_counted() {
     }
 }
 
+/// With a listener and no listing at all, the sessions gauge follows the live view's passes:
+/// a capsule shows live, then, killed, leaves the live count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sessions_gauge_follows_the_live_view_without_a_listing() {
+    let api =
+        Scraper::start(TestServer::builder().events_interval(Duration::from_millis(200))).await;
+    let mut capsule = CapsuleProcess::single();
+    capsule.record().write_in(api.server.dir());
+    let stream = api
+        .client
+        .get(format!("{}/events", api.server.base()))
+        .bearer_auth(api.server.token())
+        .send()
+        .await
+        .expect("a stream");
+    assert_eq!(stream.status().as_u16(), 200);
+    let live = |e: &exposition::Exposition| e.value(SESSIONS, &[("state", "live")]);
+    scrape_until_local(&api, "the live view's pass counted the capsule live", |e| {
+        live(e) == 1.0
+    })
+    .await;
+    capsule.send_signal(9);
+    capsule.wait_exit(DEADLINE);
+    scrape_until_local(&api, "the killed capsule left the live count", |e| {
+        live(e) == 0.0
+    })
+    .await;
+    let (_, text) = api.scrape().await;
+    let listed =
+        (text.lines()).any(|l| l.starts_with(REQUESTS) && l.contains("route=\"/sessions\""));
+    assert!(!listed, "no listing was asked for:\n{text}");
+    drop(stream);
+}
+
+/// Scrape `api` until `done` holds of its exposition, failing after [`DEADLINE`].
+async fn scrape_until_local(
+    api: &Scraper,
+    what: &str,
+    done: impl Fn(&exposition::Exposition) -> bool,
+) {
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let (parsed, text) = api.scrape().await;
+        if done(&parsed) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}:\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs promtool (Debian prometheus)"]
 async fn promtool_accepts_the_exposition() {

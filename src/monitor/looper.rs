@@ -323,6 +323,9 @@ impl Looper {
                 feed.publish(departure.removed(note));
             }
             feed.flush();
+            // `/metrics` counts sessions from the latest picture, this pass's included.
+            let picture = &feed.picture;
+            (self.registry().tally()).pictured(picture.readings(), picture.unreadable());
             (on_disk, carried, to_probe, doors, gone)
         };
         self.on_disk = on_disk;

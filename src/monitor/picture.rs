@@ -28,6 +28,16 @@ impl Picture {
         self.sessions.contains_key(session_id)
     }
 
+    /// Every session's reading, by session id.
+    pub(super) fn readings(&self) -> impl Iterator<Item = &Reading> {
+        self.sessions.values()
+    }
+
+    /// How many entries of the directory are not records.
+    pub(super) fn unreadable(&self) -> usize {
+        self.unreadable
+    }
+
     pub(super) fn session_ids(&self) -> impl Iterator<Item = &String> {
         self.sessions.keys()
     }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{Listing, RemovalCause, SignalKind, StopOutcome};
+use super::{Listing, Reading, RemovalCause, SignalKind, StopOutcome};
 use crate::running::{Liveness, SignalOutcome};
 
 /// The upper bounds (seconds) of the duration histograms' buckets: from a loopback answer
@@ -187,17 +187,23 @@ impl Tally {
 
     /// Keep what a verified listing found, as the figures of the registry's picture.
     pub(super) fn listed(&self, listing: &Listing) {
+        self.pictured(&listing.readings, listing.unreadable.len());
+    }
+
+    /// Keep the verdicts of `readings` and the count of unreadable entries as the figures of
+    /// the registry's picture: a verified listing's, or the live view's after each pass,
+    /// whichever came last. A reading whose probe is still out is not counted.
+    pub fn pictured<'a>(&self, readings: impl IntoIterator<Item = &'a Reading>, unreadable: usize) {
         let mut figures = ListingFigures {
-            unreadable: u64::try_from(listing.unreadable.len()).unwrap_or(u64::MAX),
+            unreadable: u64::try_from(unreadable).unwrap_or(u64::MAX),
             at: Some(SystemTime::now()),
             ..ListingFigures::default()
         };
-        for reading in &listing.readings {
+        for reading in readings {
             match reading.liveness {
                 Some(Liveness::Live) => figures.live += 1,
                 Some(Liveness::Unreachable { .. }) => figures.unreachable += 1,
                 Some(Liveness::Gone { .. }) => figures.gone += 1,
-                // A verified listing decides every record.
                 None => {}
             }
         }

@@ -114,14 +114,14 @@ fn listing(encoder: &mut DescriptorEncoder, last: &ListingFigures) -> Fmt {
     series(
         encoder,
         "sessions",
-        "Sessions by state (live, unreachable, gone) at the registry's last verified listing.",
+        "Sessions by state (live, unreachable, gone) in the registry's latest picture.",
         MetricType::Gauge,
         by_state.map(|(state, n)| ([("state", wire_word(state))], n)),
     )?;
     series::<0>(
         encoder,
         "unreadable_entries",
-        "Entries of the running directory that are not valid records, at the last listing.",
+        "Entries of the running directory that are not valid records, in the latest picture.",
         MetricType::Gauge,
         [([], last.unreadable)],
     )?;
@@ -132,7 +132,8 @@ fn listing(encoder: &mut DescriptorEncoder, last: &ListingFigures) -> Fmt {
     single(
         encoder,
         "last_listing_timestamp_seconds",
-        "When the last verified listing was made (Unix time; 0 before the first).",
+        "When the latest picture was taken: a verified listing or a live-view pass (Unix time; 0 \
+         before the first).",
         at,
     )
 }
