@@ -514,21 +514,21 @@ async fn raw_status(api: &Scraper, path: &str) -> u16 {
         .expect("a status")
 }
 
-fn silent_door_probe() -> DoorProbe {
-    DoorProbe::with_deadlines(Duration::from_millis(500), Duration::from_secs(3))
+impl Scraper {
+    /// A server under `limits` whose door probes wait up to 3 s for an answer, so a listing of
+    /// a silent door (see [`hold_a_listing`]) holds its request that long.
+    async fn behind_a_silent_door(limits: ServeLimits) -> Self {
+        let probe = DoorProbe::with_deadlines(Duration::from_millis(500), Duration::from_secs(3));
+        Self::start(TestServer::builder().probe(probe).limits(limits)).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_503_from_the_accept_loop_is_counted_though_no_router_saw_it() {
-    let limits = ServeLimits {
+    let api = Scraper::behind_a_silent_door(ServeLimits {
         max_connections: 1,
         ..ServeLimits::default()
-    };
-    let api = Scraper::start(
-        TestServer::builder()
-            .probe(silent_door_probe())
-            .limits(limits),
-    )
+    })
     .await;
     let held = hold_a_listing(&api).await;
     // The only connection is inside a request: the newcomer is answered unread.
@@ -548,16 +548,11 @@ async fn a_503_from_the_accept_loop_is_counted_though_no_router_saw_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_open_and_503s_for_in_flight_and_stream_caps_are_counted() {
-    let limits = ServeLimits {
+    let api = Scraper::behind_a_silent_door(ServeLimits {
         max_in_flight: 1,
         max_event_streams: 1,
         ..ServeLimits::default()
-    };
-    let api = Scraper::start(
-        TestServer::builder()
-            .probe(silent_door_probe())
-            .limits(limits),
-    )
+    })
     .await;
     let held = hold_a_listing(&api).await;
     assert_eq!(raw_status(&api, "/healthz").await, 503);

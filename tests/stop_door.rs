@@ -46,28 +46,20 @@ impl Registry {
 
     /// `POST /sessions/{id}/stop?{query}`.
     async fn stop(&self, id: &str, query: &str) -> Answer {
-        let response = self
-            .client
-            .post(format!("{}/sessions/{id}/stop?{query}", self.server.base()))
-            .bearer_auth(self.server.token())
-            .send()
-            .await
-            .expect("the registry answers");
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap_or_default();
-        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Answer { status, body, text }
+        let url = format!("{}/sessions/{id}/stop?{query}", self.server.base());
+        self.send(self.client.post(url)).await
     }
 
     /// `DELETE /sessions/{id}`: prune on evidence.
     async fn prune(&self, id: &str) -> Answer {
-        let response = self
-            .client
-            .delete(format!("{}/sessions/{id}", self.server.base()))
-            .bearer_auth(self.server.token())
-            .send()
-            .await
-            .expect("the registry answers");
+        let url = format!("{}/sessions/{id}", self.server.base());
+        self.send(self.client.delete(url)).await
+    }
+
+    /// `request` with the token, its answer read whole.
+    async fn send(&self, request: reqwest::RequestBuilder) -> Answer {
+        let response =
+            (request.bearer_auth(self.server.token()).send().await).expect("the registry answers");
         let status = response.status().as_u16();
         let text = response.text().await.unwrap_or_default();
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
@@ -78,6 +70,17 @@ impl Registry {
     fn removal(&self, id: &str) -> Option<Removal> {
         self.server.state().registry().take_removal(id)
     }
+}
+
+/// A sleeping process standing for capsule `id`, its record (naming `door`) written in the
+/// registry's directory.
+fn capsule_behind(registry: &Registry, id: &str, door: &DoorServer) -> TestProcess {
+    let process = TestProcess::sleeping();
+    RecordJson::new(id)
+        .process(process.pid(), &process.start_token())
+        .url(door.url())
+        .write_in(registry.server.dir());
+    process
 }
 
 /// The `murmur.StopSession` calls a door received.
@@ -213,11 +216,7 @@ async fn a_door_that_refuses_or_lacks_the_method_is_stopped_by_signals_alone() {
     ] {
         let id = session_id();
         let door = DoorServer::start(DoorMode::Stoppable(StoppableDoor::new(&id, stop)));
-        let mut process = TestProcess::sleeping();
-        RecordJson::new(&id)
-            .process(process.pid(), &process.start_token())
-            .url(door.url())
-            .write_in(registry.server.dir());
+        let mut process = capsule_behind(&registry, &id, &door);
         let answer = registry.stop(&id, "").await;
         assert_stopped_by_sigterm(&answer, &mut process, "refused");
         let door_view = &answer.body["door"];
@@ -242,11 +241,7 @@ async fn a_door_answering_for_another_session_is_a_mismatch_and_its_answer_is_dr
         &id,
         StopAnswer::ForSession(other.clone()),
     )));
-    let mut process = TestProcess::sleeping();
-    RecordJson::new(&id)
-        .process(process.pid(), &process.start_token())
-        .url(door.url())
-        .write_in(registry.server.dir());
+    let mut process = capsule_behind(&registry, &id, &door);
     let answer = registry.stop(&id, "").await;
     assert_stopped_by_sigterm(&answer, &mut process, "mismatch");
     assert_eq!(
@@ -272,11 +267,7 @@ async fn a_hanging_door_delays_the_stop_by_at_most_the_ask_deadline() {
         &id,
         StopAnswer::Hangs,
     )));
-    let mut process = TestProcess::sleeping();
-    RecordJson::new(&id)
-        .process(process.pid(), &process.start_token())
-        .url(door.url())
-        .write_in(registry.server.dir());
+    let mut process = capsule_behind(&registry, &id, &door);
     let started = Instant::now();
     let answer = registry.stop(&id, "").await;
     let took = started.elapsed();
@@ -310,11 +301,7 @@ async fn an_answer_over_the_size_cap_is_not_read() {
         &id,
         answers(json!([]), json!([huge])),
     )));
-    let mut process = TestProcess::sleeping();
-    RecordJson::new(&id)
-        .process(process.pid(), &process.start_token())
-        .url(door.url())
-        .write_in(registry.server.dir());
+    let mut process = capsule_behind(&registry, &id, &door);
     let answer = registry.stop(&id, "").await;
     assert_stopped_by_sigterm(&answer, &mut process, "no_answer");
     assert!(answer.text.len() < 4096, "{} bytes", answer.text.len());
@@ -331,11 +318,7 @@ async fn a_door_that_does_not_answer_as_this_session_is_never_asked() {
         &session_id(),
         answers(json!(["their-task"]), json!([])),
     )));
-    let mut process = TestProcess::sleeping();
-    RecordJson::new(&id)
-        .process(process.pid(), &process.start_token())
-        .url(taken_over.url())
-        .write_in(registry.server.dir());
+    let mut process = capsule_behind(&registry, &id, &taken_over);
     let answer = registry.stop(&id, "").await;
     assert_stopped_by_sigterm(&answer, &mut process, "not_live");
     assert!(
@@ -430,11 +413,7 @@ async fn door_false_and_timeout_zero_never_call_the_door() {
             &id,
             answers(json!(["t"]), json!([])),
         )));
-        let mut process = TestProcess::sleeping();
-        RecordJson::new(&id)
-            .process(process.pid(), &process.start_token())
-            .url(door.url())
-            .write_in(registry.server.dir());
+        let mut process = capsule_behind(&registry, &id, &door);
         let answer = registry.stop(&id, query).await;
         assert_eq!(answer.status, 200, "{query}: {}", answer.text);
         assert_eq!(answer.body["signal_sent"], signal, "{query}");
@@ -592,11 +571,7 @@ async fn a_capsule_that_ends_while_its_door_is_asked_is_removed_as_stopped() {
         &id,
         StopAnswer::Hangs,
     )));
-    let mut process = TestProcess::sleeping();
-    RecordJson::new(&id)
-        .process(process.pid(), &process.start_token())
-        .url(door.url())
-        .write_in(registry.server.dir());
+    let mut process = capsule_behind(&registry, &id, &door);
     let pruned_meanwhile = async {
         let asked = Instant::now();
         while stop_calls(&door).is_empty() {
@@ -645,11 +620,7 @@ async fn a_second_stop_waits_for_the_first_across_another_sessions_stop() {
         &id,
         StopAnswer::Hangs,
     )));
-    let mut process = TestProcess::sleeping();
-    RecordJson::new(&id)
-        .process(process.pid(), &process.start_token())
-        .url(door.url())
-        .write_in(registry.server.dir());
+    let mut process = capsule_behind(&registry, &id, &door);
     let mut other = TestProcess::sleeping();
     let other_record = other.record().no_door();
     other_record.write_in(registry.server.dir());
@@ -683,11 +654,7 @@ async fn kill_through_the_signal_route_never_reaches_the_door() {
         &id,
         answers(json!(["t"]), json!([])),
     )));
-    let mut process = TestProcess::sleeping();
-    RecordJson::new(&id)
-        .process(process.pid(), &process.start_token())
-        .url(door.url())
-        .write_in(registry.server.dir());
+    let mut process = capsule_behind(&registry, &id, &door);
     let response = registry
         .client
         .post(format!("{}/sessions/{id}/signal", registry.server.base()))
