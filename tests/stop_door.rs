@@ -516,6 +516,42 @@ fn the_cli_prints_what_was_canceled_and_each_thing_left_running() {
     assert_eq!(stop_calls(&door).len(), 1);
 }
 
+/// A capsule that ends as soon as its door is asked is stopped all the same: the CLI says so,
+/// with what it canceled, and no signal was needed.
+#[test]
+fn the_cli_reports_a_capsule_that_ended_when_asked_as_stopped() {
+    let home = Home::new();
+    let id = session_id();
+    let mut process = TestProcess::sleeping();
+    let door = DoorServer::start(DoorMode::Stoppable(StoppableDoor::new(
+        &id,
+        StopAnswer::EndsThenAnswers {
+            pid: process.pid(),
+            canceled: vec![json!("task_01")],
+        },
+    )));
+    home.write(
+        &RecordJson::new(&id)
+            .process(process.pid(), &process.start_token())
+            .url(door.url()),
+    );
+    let done = cli_stop(&home, &[&id]);
+    done.assert_success();
+    let lines = done.stdout_lines();
+    assert_eq!(lines[0], format!("stopped: {id}"), "{done:#?}");
+    assert!(lines.contains(&"canceled: task_01"), "{done:#?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("signal: none")),
+        "{done:#?}"
+    );
+    assert_eq!(
+        process.wait_exit(DEADLINE).signal(),
+        Some(9),
+        "the door's SIGKILL"
+    );
+    assert_eq!(stop_calls(&door).len(), 1);
+}
+
 #[test]
 fn the_cli_notes_a_refusing_door_and_no_door_skips_it() {
     let home = Home::new();

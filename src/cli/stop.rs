@@ -89,7 +89,24 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
             note_door(&report.door);
             Ok(ExitCode::SUCCESS)
         }
+        // Its door was asked while it ran (a fresh probe confirmed it), and it ended then.
+        StopOutcome::AlreadyGone if matches!(report.door, DoorStop::Answered { .. }) => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "stopped: {}", record.session_id)?;
+            writeln!(
+                out,
+                "capsule: {}@{}",
+                record.capsule_name, record.capsule_version
+            )?;
+            writeln!(
+                out,
+                "signal: none (it ended when its door asked it to stop)"
+            )?;
+            write_door_answer(&mut out, &report.door)?;
+            Ok(ExitCode::SUCCESS)
+        }
         StopOutcome::AlreadyGone => {
+            note_door(&report.door);
             let pruned = report
                 .pruned
                 .as_ref()

@@ -461,9 +461,14 @@ pub(crate) fn door_address(url: &str) -> Result<DoorAddress<'_>, String> {
 
 /// `reason` with every secret of `record` replaced, in case a door echoed one back.
 pub(crate) fn redact_secrets(mut reason: String, record: &RunningRecord) -> String {
-    let secrets = record.door_token.iter().chain(record.credentials.values());
-    for secret in secrets.filter(|s| !s.expose().is_empty()) {
-        reason = reason.replace(secret.expose(), "[redacted]");
+    let mut secrets: Vec<&str> = (record.door_token.iter().chain(record.credentials.values()))
+        .map(|secret| secret.expose())
+        .filter(|secret| !secret.is_empty())
+        .collect();
+    // Longest first: a secret that holds another must go whole, not leave its remainder.
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    for secret in secrets {
+        reason = reason.replace(secret, "[redacted]");
     }
     reason
 }
@@ -644,6 +649,19 @@ mod tests {
             json!({"name": "[redacted] [redacted] [redacted]", "[redacted]": ["[redacted]"]})
         );
         assert_eq!(format!("{card:?}"), "RedactedCard(..)");
+    }
+
+    #[test]
+    fn a_secret_that_holds_another_is_redacted_whole() {
+        let record: RunningRecord = serde_json::from_value(serde_json::json!({
+            "session_id": "ses_a", "url": "127.0.0.1:1", "pid": 1, "process_start": "1",
+            "capsule_name": "c", "capsule_version": "1", "workdir": "/w",
+            "outlives_launcher": false, "started_at": "2026-11-30T00:00:00Z",
+            "door_token": "tok", "credentials": {"api": "tokXYZ"}
+        }))
+        .expect("a record");
+        let said = redact_secrets("sent tokXYZ and tok".to_owned(), &record);
+        assert_eq!(said, "sent [redacted] and [redacted]");
     }
 
     #[test]

@@ -173,14 +173,22 @@ fn read_stop_answer(body: &[u8], record: &RunningRecord) -> DoorStop {
         };
     };
     match result.get("session_id").and_then(Value::as_str) {
-        Some(id) if id == record.session_id => DoorStop::Answered {
-            canceled: list_of(result, "canceled"),
-            residue: list_of(result, "residue"),
-        },
+        Some(id) if id == record.session_id => {
+            // murmur 0.8 always sends both lists; an answer without them is not its answer.
+            match (list_of(result, "canceled"), list_of(result, "residue")) {
+                (Some(canceled), Some(residue)) => DoorStop::Answered { canceled, residue },
+                _ => DoorStop::NoAnswer {
+                    reason: "the door's answer lacks murmur 0.8's `canceled` and `residue` lists"
+                        .to_owned(),
+                },
+            }
+        }
+        // Redacted before it is quoted: escaping or cutting would hide a secret from the
+        // redaction that follows.
         Some(id) => DoorStop::Mismatch {
             reason: format!(
                 "the door answered for session {}, not this one; nothing it said is kept",
-                quote_briefly(id)
+                quote_briefly(&redact_secrets(id.to_owned(), record))
             ),
         },
         None => DoorStop::Mismatch {
@@ -189,11 +197,11 @@ fn read_stop_answer(body: &[u8], record: &RunningRecord) -> DoorStop {
     }
 }
 
-/// The array `result[key]`; empty when absent or not an array.
-fn list_of(result: &Value, key: &str) -> Vec<Value> {
+/// The array `result[key]`; `None` when absent or not an array.
+fn list_of(result: &Value, key: &str) -> Option<Vec<Value>> {
     match result.get(key) {
-        Some(Value::Array(items)) => items.clone(),
-        _ => Vec::new(),
+        Some(Value::Array(items)) => Some(items.clone()),
+        _ => None,
     }
 }
 
@@ -262,8 +270,10 @@ mod tests {
             }
         );
         let sparse = read(json!({"result": {"session_id": "ses_a", "canceled": "t1"}}));
+        assert!(matches!(sparse, DoorStop::NoAnswer { .. }), "{sparse:?}");
+        let empty = read(json!({"result": {"session_id": "ses_a", "canceled": [], "residue": []}}));
         assert_eq!(
-            sparse,
+            empty,
             DoorStop::Answered {
                 canceled: vec![],
                 residue: vec![]
@@ -344,5 +354,18 @@ mod tests {
             panic!("a mismatch");
         };
         assert!(!reason.contains("s3cret"), "{reason}");
+        // A secret that quoting would escape, or cut at its 80 characters, is still redacted.
+        let quoted = format!("q\"{}\\", "x".repeat(90));
+        let holder = self::record(Some(&quoted));
+        let id = format!("ses_{quoted}");
+        let mismatch = read_stop_answer(
+            json!({"result": {"session_id": id}}).to_string().as_bytes(),
+            &holder,
+        );
+        let DoorStop::Mismatch { reason } = redacted(mismatch, &holder) else {
+            panic!("a mismatch");
+        };
+        assert!(!reason.contains("q\\\"x"), "{reason}");
+        assert!(reason.contains("[redacted]"), "{reason}");
     }
 }

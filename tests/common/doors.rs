@@ -118,6 +118,9 @@ pub enum StopAnswer {
     Hangs,
     /// 0.8's shape, but naming another session (a door some other capsule now holds).
     ForSession(String),
+    /// Kills process `pid` (SIGKILL, waiting until it is no longer running), then answers in
+    /// 0.8's shape with `canceled`: a capsule that ends as soon as it is asked to stop.
+    EndsThenAnswers { pid: u32, canceled: Vec<Value> },
 }
 
 /// A murmur 0.8 door: its card names `session_id` (the public [`a2a_card`]; with `token`, the
@@ -498,6 +501,20 @@ fn stoppable_answer(
                 ),
                 StopAnswer::MethodNotFound => reply("error", method_not_found),
                 StopAnswer::Hangs => None,
+                StopAnswer::EndsThenAnswers { pid, canceled } => {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-9", &pid.to_string()])
+                        .status();
+                    let asked = std::time::Instant::now();
+                    while super::processes::proc_state(*pid).is_some_and(|state| state != 'Z') {
+                        assert!(
+                            asked.elapsed() < super::DEADLINE,
+                            "pid {pid} outlived SIGKILL"
+                        );
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    reply("result", answered(&door.session_id, canceled, &[]))
+                }
             }
         }
         _ => reply("error", method_not_found),
