@@ -56,27 +56,46 @@ impl LoopThread {
 
 /// Start the thread and its runtime; `None` (with a warning) if either cannot be had.
 fn start() -> Option<mpsc::UnboundedSender<LoopTask>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .inspect_err(|error| {
-            tracing::warn!(%error, "cannot start the live view's runtime; it shares the server's");
-        })
-        .ok()?;
     let (loops, mut received) = mpsc::unbounded_channel::<LoopTask>();
-    std::thread::Builder::new()
+    let (built, was_built) = std::sync::mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new()
         .name("live-view".to_owned())
         .spawn(move || {
+            // Built here, not handed in: a spawn that fails drops its closure on the caller's
+            // async worker, and a runtime dropped there panics.
+            let built_now = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            let runtime = match built_now {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    let _ = built.send(Err(error));
+                    return;
+                }
+            };
+            let _ = built.send(Ok(()));
             // Until the monitor is gone: its sender goes with it.
             runtime.block_on(async move {
                 while let Some(task) = received.recv().await {
                     tokio::spawn(task);
                 }
             });
-        })
-        .inspect_err(|error| {
-            tracing::warn!(%error, "cannot start the live view's thread; it shares the server's");
-        })
-        .ok()?;
-    Some(loops)
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start the live view's thread; it shares the server's");
+        return None;
+    }
+    // Waits for the runtime to be built only (well under a millisecond): a loop sent to a
+    // thread whose runtime failed would be lost.
+    match was_built.recv() {
+        Ok(Ok(())) => Some(loops),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "cannot start the live view's runtime; it shares the server's");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("the live view's thread ended before its runtime was built");
+            None
+        }
+    }
 }
