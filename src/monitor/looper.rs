@@ -39,7 +39,7 @@ use super::recheck::RecheckSchedule;
 use super::rescan::{Rescans, SinceLastRead};
 use super::watch::DirectoryWatch;
 use crate::registry::{ExitedProcess, ProcessExits, PruneOutcome, Registry, RegistryError};
-use crate::running::{RECORD_SUFFIX, RunningRecord, SharedScan, UnreadableEntry};
+use crate::running::{Liveness, RECORD_SUFFIX, RunningRecord, SharedScan, UnreadableEntry};
 
 /// How many periodic passes in a row (one interval apart) must fail to read the running
 /// directory before the loop ends every stream.
@@ -251,12 +251,14 @@ impl Looper {
     /// watch. `Break` when this was the [`FAILED_PASSES_TO_END`]th periodic pass in a row that
     /// could not read the directory: the loop has ended every stream.
     async fn later_pass(&mut self, periodic: bool) -> ControlFlow<()> {
+        // A nudge already waiting means the last read is stale: this pass reads, and answers it.
+        let nudged = self.changes.try_recv().is_ok();
         let source = if periodic {
             let since = SinceLastRead {
                 watch_unbroken: self.rewatch() && self.registry().dir_is_local(),
                 last_read_succeeded: self.last_read_succeeded,
             };
-            if self.rescans.periodic_reads(since) {
+            if self.rescans.periodic_reads(since) || nudged {
                 Source::Directory
             } else {
                 Source::LastScan
@@ -294,11 +296,21 @@ impl Looper {
     /// picture exactly as it was.
     async fn pass(&mut self, pass: Pass, source: Source) -> Result<(), RegistryError> {
         self.hub.lock().feed.begin_step();
-        let scan = match (source, self.kept_scan()) {
-            (Source::LastScan, Some(kept)) => kept,
-            _ => self.scan().await?,
+        let read = match (source, self.kept_scan()) {
+            (Source::LastScan, Some(kept)) => {
+                let read = self.read(pass, kept).await;
+                if self.read_still_holds(&read).await {
+                    read
+                } else {
+                    let scan = self.scan().await?;
+                    self.read(pass, scan).await
+                }
+            }
+            _ => {
+                let scan = self.scan().await?;
+                self.read(pass, scan).await
+            }
         };
-        let read = self.read(pass, scan).await;
         let (on_disk, carried, to_probe, doors, gone) = {
             let mut state = self.hub.lock();
             let feed = &mut state.feed;
@@ -363,6 +375,18 @@ impl Looper {
             records: last.records.iter().filter(still_on_disk).cloned().collect(),
             unreadable: last.unreadable.clone(),
         })
+    }
+
+    /// Whether a read of the last scan may be judged: every record it finds gone is still the
+    /// file that scan read. A record replaced since (its inotify nudge not yet taken) must not
+    /// be reported gone for its old process; the directory is read instead.
+    async fn read_still_holds(&self, read: &PassRead) -> bool {
+        let gone: Vec<Arc<RunningRecord>> = (read.readings.iter())
+            .filter(|reading| matches!(reading.liveness, Some(Liveness::Gone { .. })))
+            .map(|reading| Arc::clone(&reading.record))
+            .collect();
+        let count = gone.len();
+        count == 0 || self.registry().still_the_files_read(gone).await.len() == count
     }
 
     /// Read layers 1–2 (and the doors, on the first pass) of every record `scan` found, and

@@ -5,7 +5,9 @@
 //! Invariants:
 //! - Pure: the loop tells what it knows; nothing here looks at the directory or the watch.
 //! - Only a periodic pass may skip the read, and only while the watch vouches for the time
-//!   since the last read: every change since then has nudged, and a nudged pass reads.
+//!   since the last read: every change since then has nudged, and a nudged pass reads. (A
+//!   nudge still on its way, or a change no watch sees, is caught by the loop: a pass that
+//!   skipped the read and finds a record gone reads the directory when its file changed.)
 //! - A read is never skipped after a pass that failed to read, and never more than
 //!   [`READ_AT_LEAST_EVERY`] − 1 periodic passes in a row: what no watch reports (the directory
 //!   made unreachable above it, a watch broken in a way it cannot tell) is still seen within

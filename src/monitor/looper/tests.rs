@@ -111,3 +111,59 @@ async fn with_reads_left_to_the_watch_every_record_added_rewritten_or_removed_is
         }
     }
 }
+
+/// A record rewritten for another process where the watch cannot see it (through a hard link
+/// from another directory), after which its old process dies: a pass that does not read the
+/// directory must not report the session gone for the old process; it reads the directory and
+/// judges the record as it is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_replaced_unseen_is_not_judged_gone_for_its_old_process() {
+    let home = tempfile::tempdir().expect("temp dir");
+    let dir = home.path().join("running");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod 700");
+    let elsewhere = home.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    let mut old = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("spawn sleep");
+    let id = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1bff";
+    let record = |pid: u32| {
+        serde_json::json!({
+            "session_id": id, "url": null, "pid": pid,
+            "process_start": process_start_token(pid).expect("a start token"),
+            "capsule_name": "test-capsule", "capsule_version": "0.1.0", "workdir": "/w",
+            "outlives_launcher": false, "started_at": "2026-12-01T00:00:00Z",
+        })
+        .to_string()
+    };
+    let file = dir.join(format!("{id}.json"));
+    std::fs::write(&file, record(old.id())).expect("write the record");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    let link = elsewhere.join("same-inode.json");
+    std::fs::hard_link(&file, &link).expect("a hard link from another directory");
+
+    let registry = Arc::new(Registry::new(&dir, DoorProbe::new()));
+    let monitor = Monitor::new(registry);
+    monitor.set_interval(MIN_INTERVAL);
+    monitor.set_read_at_least_every(u32::MAX);
+    let mut subscription = monitor.subscribe().await.expect("subscribes");
+    assert_eq!(subscription.snapshot.readings.len(), 1);
+    let mut steps = monitor.steps();
+    quiet_passes(&mut steps).await;
+
+    // Rewritten in place through the other name: the running directory's watch hears nothing.
+    std::fs::write(&link, record(std::process::id())).expect("rewrite through the link");
+    old.kill().expect("kill the old process");
+    old.wait().expect("reap it");
+    match next_change(&mut subscription).await {
+        EventKind::Changed { now, .. } => {
+            assert_eq!(now.record.pid, std::process::id(), "judged as it is now");
+            let gone = matches!(now.liveness, Some(crate::running::Liveness::Gone { .. }));
+            assert!(!gone, "{now:?}");
+        }
+        other => panic!("the record as rewritten, not {other:?}"),
+    }
+    assert!(file.exists(), "nothing pruned");
+}
