@@ -242,6 +242,9 @@ fn stream(
         let mut closing = open.subscription.closing.clone();
         let next = loop {
             let turn = tokio::select! {
+                // In this order: a `resources` event never goes out before the change events
+                // of the step it samples.
+                biased;
                 // `wait_for` also ends the stream if the monitor is dropped.
                 () = crate::monitor::closed(&mut closing) => Turn::Closing,
                 received = open.subscription.recv() => Turn::Received(received),

@@ -179,13 +179,24 @@ impl FeedTask {
                     break;
                 }
                 Turn::Stepped(true) => {
-                    // The step's events are on the ring already: apply them first.
-                    while let Some(Ok(next)) = followed.recv().now_or_never() {
-                        apply(&mut picture, next);
+                    // The step's events are on the ring already: apply them first. Behind on
+                    // them, the picture is not this step's: a fresh subscription, no sample.
+                    let mut behind = false;
+                    loop {
+                        match followed.recv().now_or_never() {
+                            Some(Ok(next)) => apply(&mut picture, next),
+                            Some(Err(broadcast::error::RecvError::Lagged(_))) => {
+                                behind = true;
+                                break;
+                            }
+                            Some(Err(broadcast::error::RecvError::Closed)) | None => break,
+                        }
                     }
-                    if !self.sample(&picture).await {
-                        break;
+                    if behind {
+                        subscription = None;
+                        continue;
                     }
+                    self.sample(&picture).await;
                 }
             }
         }
@@ -201,9 +212,10 @@ impl FeedTask {
         state.listeners > 0 && state.generation == self.generation
     }
 
-    /// Sample every confirmed session in `picture` and send the event; `false` when no stream
-    /// listens any more.
-    async fn sample(&self, picture: &BTreeMap<String, Reading>) -> bool {
+    /// Sample every confirmed session in `picture` and send the event. Nobody to send it to is
+    /// not the end: a listener that just left may still be counted, and one arriving now joins
+    /// this channel; whether the task goes on is [`FeedTask::wanted`]'s to say.
+    async fn sample(&self, picture: &BTreeMap<String, Reading>) {
         // Newest first, as every listing is: the picture is ordered by id, oldest first.
         let readings: Vec<Reading> = picture
             .values()
@@ -222,7 +234,7 @@ impl FeedTask {
                 })
                 .collect(),
         };
-        self.sender.send(Arc::from(encode(&event))).is_ok()
+        let _ = self.sender.send(Arc::from(encode(&event)));
     }
 }
 

@@ -34,8 +34,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use crate::registry::{
-    AskDoor, CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome,
-    RegistryError, SignalKind, StopOutcome,
+    AskDoor, CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, Reading,
+    RegistryError, Resources, SignalKind, StopOutcome,
 };
 use crate::running::{ProcessState, SignalOutcome, is_valid_session_id};
 
@@ -100,7 +100,7 @@ pub async fn list_sessions(
         state.registry().sessions(probe).await?
     };
     let resources = match includes.resources {
-        true => Some(state.registry().resources(&listing.readings).await),
+        true => Some(resources_of_kept(&state, &listing, &filter).await),
         false => None,
     };
     let members = ListMembers {
@@ -115,6 +115,29 @@ pub async fn list_sessions(
     Ok(json_body(listing.encoded(|listing| {
         encode_list(listing, ListMembers::default(), &filter)
     })?))
+}
+
+/// What the process of each session `filter` keeps costs, indexed like `listing.readings`
+/// (`None` for the others): only the sessions the answer shows are sampled, so a filtered
+/// listing moves no other process's CPU baseline.
+async fn resources_of_kept(
+    state: &AppState,
+    listing: &Listing,
+    filter: &ListFilter,
+) -> Vec<Option<Resources>> {
+    let kept: Vec<usize> = (0..listing.readings.len())
+        .filter(|&at| filter.keeps(&listing.readings[at]))
+        .collect();
+    let readings: Vec<Reading> = kept
+        .iter()
+        .map(|&at| listing.readings[at].clone())
+        .collect();
+    let figures = state.registry().resources(&readings).await;
+    let mut all = vec![None; listing.readings.len()];
+    for (at, figure) in kept.into_iter().zip(figures) {
+        all[at] = figure;
+    }
+    all
 }
 
 /// The list body of `listing`, keeping the sessions `filter` admits, each with the optional
