@@ -35,6 +35,7 @@ use tokio::sync::mpsc;
 
 use super::hub::{Hub, HubState, closed};
 use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
+use super::picture::Picture;
 use super::recheck::RecheckSchedule;
 use super::rescan::{Rescans, SinceLastRead};
 use super::watch::DirectoryWatch;
@@ -335,9 +336,7 @@ impl Looper {
                 feed.publish(departure.removed(note));
             }
             feed.flush();
-            // `/metrics` counts sessions from the latest picture, this pass's included.
-            let picture = &feed.picture;
-            (self.registry().tally()).pictured(picture.readings(), picture.unreadable());
+            self.count_picture(&feed.picture);
             (on_disk, carried, to_probe, doors, gone)
         };
         self.on_disk = on_disk;
@@ -500,9 +499,16 @@ impl Looper {
                 feed.publish(event);
             }
             feed.flush();
+            self.count_picture(&feed.picture);
             gone
         };
         self.prune(gone).await;
+    }
+
+    /// Hand `/metrics` the picture's counts, after every change to it: a death a pidfd reports
+    /// shows there as soon as on `/events`, not a pass later.
+    fn count_picture(&self, picture: &Picture) {
+        (self.registry().tally()).pictured(picture.readings(), picture.unreadable());
     }
 
     /// Prune the records of `session_ids` on fresh evidence, and publish their removals as one
@@ -536,6 +542,7 @@ impl Looper {
             feed.publish(kind);
         }
         feed.flush();
+        self.count_picture(&feed.picture);
     }
 }
 
