@@ -485,10 +485,7 @@ pub async fn stop_session(
     let stopping = {
         let state = state.clone();
         let id = id.clone();
-        tokio::spawn(async move {
-            let stopped = state.registry().stop(&id, timeout, ask).await;
-            stopped.inspect(|report| state.registry().tally().stopped(&report.outcome))
-        })
+        tokio::spawn(async move { state.registry().stop(&id, timeout, ask).await })
     };
     let report = stopping
         .await

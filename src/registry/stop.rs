@@ -104,8 +104,23 @@ impl Registry {
     ///
     /// The wait re-reads layers 1–2 every few milliseconds and ends as soon as the process is
     /// gone. The record is pruned once it is. Stops of one session run one at a time; a later
-    /// one finds the record already pruned and answers [`RegistryError::NotFound`].
+    /// one finds the record already pruned and answers [`RegistryError::NotFound`]. Every stop
+    /// that ends is counted for `/metrics` by its outcome.
     pub async fn stop(
+        &self,
+        session_id: &str,
+        timeout: Duration,
+        ask: AskDoor,
+    ) -> Result<StopReport, RegistryError> {
+        let stopped = self.stop_serialised(session_id, timeout, ask).await;
+        if let Ok(report) = &stopped {
+            self.tally.stopped(&report.outcome);
+        }
+        stopped
+    }
+
+    /// [`Registry::stop`], uncounted.
+    async fn stop_serialised(
         &self,
         session_id: &str,
         timeout: Duration,

@@ -176,7 +176,7 @@ impl Tally {
     }
 
     /// Count one stop that ended in `outcome`.
-    pub fn stopped(&self, outcome: &StopOutcome) {
+    pub(super) fn stopped(&self, outcome: &StopOutcome) {
         let end = match outcome {
             StopOutcome::Stopped { .. } => ActionEnd::Stopped,
             StopOutcome::AlreadyGone => ActionEnd::AlreadyGone,
