@@ -619,6 +619,15 @@ async fn a_capsule_that_ends_while_its_door_is_asked_is_removed_as_stopped() {
             .status()
             .expect("run kill");
         assert!(killed.success());
+        // SIGKILL is delivered on its own time: prune once the process is no longer running.
+        let killed_at = Instant::now();
+        while proc_state(process.pid()).is_some_and(|state| state != 'Z') {
+            assert!(
+                killed_at.elapsed() < DEADLINE,
+                "SIGKILL did not end the process"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         registry.prune(&id).await
     };
     let (stopped, pruned) = tokio::join!(registry.stop(&id, ""), pruned_meanwhile);
