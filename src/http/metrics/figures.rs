@@ -2,7 +2,9 @@
 //!
 //! Invariant: every label value is a wire word of the enum that names it to clients
 //! ([`SessionState`], [`Outcome`], [`RemovalCause`]), a signal's name, or a [`ShedCause`]; the
-//! series are the same at every scrape (zeros included), so rates never start mid-way.
+//! series are the same at every scrape (zeros included), so rates never start mid-way. Two
+//! exceptions: the `fleet_*` series exist only in a fleet, and `fleet_hosts` only while the
+//! fleet view can be read (a 0 would claim an empty fleet).
 
 use std::time::UNIX_EPOCH;
 
