@@ -17,7 +17,7 @@
 //!   answered (a listing with `include=card`); it is shared by `Arc` among the waiters and gone
 //!   with the last of them. Any other flight keeps the card's skills alone.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -40,12 +40,22 @@ pub(super) struct Verified {
 }
 
 /// Everything a door probe of a record depends on: the record, compared and hashed by its
-/// session id, pid, start token, door address and door token alone.
+/// session id, pid, start token, door address and secrets alone. The secrets are the ones an
+/// answer is redacted of, so every waiter of a flight has its answer redacted for its own.
 #[derive(Debug, Clone)]
 struct ProbeKey(Arc<RunningRecord>);
 
+type ProbeParts<'a> = (
+    &'a str,
+    u32,
+    &'a str,
+    Option<&'a str>,
+    Option<&'a Secret>,
+    &'a BTreeMap<String, Secret>,
+);
+
 impl ProbeKey {
-    fn parts(&self) -> (&str, u32, &str, Option<&str>, Option<&Secret>) {
+    fn parts(&self) -> ProbeParts<'_> {
         let record = &*self.0;
         (
             &record.session_id,
@@ -53,6 +63,7 @@ impl ProbeKey {
             &record.process_start,
             record.url.as_deref(),
             record.door_token.as_ref(),
+            &record.credentials,
         )
     }
 }
