@@ -202,9 +202,11 @@ async fn a_listing_with_cards_joins_a_probe_already_in_flight() {
     let api = Arc::new(Api::start().await);
     let process = TestProcess::sleeping();
     let record = process.record();
+    // The hold is the window the second listing has to join in: long against a loaded
+    // machine's scheduling, within the probe's 5 s answer deadline.
     let door = DoorServer::start_slow(
         DoorMode::A2aCard(record.session_id()),
-        Duration::from_millis(1500),
+        Duration::from_millis(3500),
     );
     let record = record.url(door.url());
     api.write(&record);
@@ -213,7 +215,7 @@ async fn a_listing_with_cards_joins_a_probe_already_in_flight() {
         let api = Arc::clone(&api);
         tokio::spawn(async move { api.get("/sessions").await })
     };
-    // The plain listing's probe has reached the door, which holds its answer for 1.5 s: the
+    // The plain listing's probe has reached the door, which holds its answer for 3.5 s: the
     // listing with cards joins that probe.
     let waited = std::time::Instant::now();
     while door.requests().is_empty() {
