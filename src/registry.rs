@@ -79,8 +79,9 @@ impl Registry {
     /// A registry over `dir` (normally [`running::running_dir`]'s answer), probing with `door`.
     pub fn new(dir: impl Into<PathBuf>, door: DoorProbe) -> Self {
         let tally = Arc::new(Tally::default());
+        let counting = Arc::clone(&tally);
         Self {
-            door,
+            door: door.observed_by(move |confirmed, took| counting.visited(confirmed, took)),
             flights: Flights::default(),
             reader: PassReader::new(dir.into()),
             passes: Arc::default(),

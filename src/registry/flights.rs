@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use tokio::sync::watch;
 
-use super::Tally;
 use crate::running::{DoorProbe, RedactedCard, RunningRecord, Secret, Skill};
 
 /// What one probe answered: `Ok` when the door named the session, else why not (unredacted).
@@ -122,7 +121,6 @@ impl Flights {
         &self,
         record: &Arc<RunningRecord>,
         door: &DoorProbe,
-        tally: Arc<Tally>,
         want_card: bool,
     ) -> Arc<Flight> {
         let key = ProbeKey(Arc::clone(record));
@@ -144,7 +142,7 @@ impl Flights {
             // The table lock is held until the entry is in, so the task cannot leave the table
             // before it has joined it.
             tokio::spawn(async move {
-                let answer = tally.probe(door.probe_unredacted(&record)).await;
+                let answer = door.probe_unredacted(&record).await;
                 // Once out of the table nobody else joins, so whether the card is wanted is
                 // settled.
                 let card_wanted = table

@@ -1,17 +1,17 @@
 //! The registry's own counts, for `/metrics`: the door probes it made, the records it removed,
-//! the signals and stops it ran, and what its last verified listing found. Plain atomics and no
+//! the signals and stops it ran, and what its latest picture holds. Plain atomics and no
 //! exporter's types: the HTTP layer reads them and renders them (`http::metrics`).
 //!
 //! Invariants kept here:
-//! - Counters only grow, and each event is counted once, where it happens: a probe in its
-//!   flight (not once per caller waiting on it), a removal only when this registry's unlink
-//!   removed the file.
+//! - Counters only grow, and each event is counted once, where it happens: a probe at the door
+//!   (once per visit, however many callers share it; its time from connecting to the answer,
+//!   not the wait for a probe slot), a removal only when this registry's unlink removed the
+//!   file.
 //! - Reading the figures does nothing else: no directory pass, no probe.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use super::{Listing, Reading, RemovalCause, SignalKind, StopOutcome};
 use crate::running::{Liveness, SignalOutcome};
@@ -143,18 +143,15 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Run a door probe, counting its end and its duration. An error is a door that did not
-    /// confirm the session.
-    pub async fn probe<T, E>(&self, probe: impl Future<Output = Result<T, E>>) -> Result<T, E> {
-        let started = Instant::now();
-        let answer = probe.await;
-        self.probe_durations.observe(started.elapsed());
-        let end = match answer {
-            Ok(_) => ProbeEnd::Confirmed,
-            Err(_) => ProbeEnd::Unconfirmed,
+    /// Count one visit to a door: whether it confirmed the session, and how long the door took.
+    pub(super) fn visited(&self, confirmed: bool, took: Duration) {
+        self.probe_durations.observe(took);
+        let end = if confirmed {
+            ProbeEnd::Confirmed
+        } else {
+            ProbeEnd::Unconfirmed
         };
         self.probes[end as usize].fetch_add(1, Ordering::Relaxed);
-        answer
     }
 
     /// Count `n` removals for `cause` (the registry's unlink removed the files).
@@ -280,14 +277,12 @@ mod tests {
         assert!((figures.sum_seconds - 60.031).abs() < 1e-9);
     }
 
-    #[tokio::test]
-    async fn a_probe_is_counted_by_how_it_ended() {
+    #[test]
+    fn a_probe_is_counted_by_how_it_ended() {
         let tally = Tally::default();
-        let _ = tally.probe(async { Ok::<_, String>(()) }).await;
-        let _ = tally
-            .probe(async { Err::<(), _>("refused".to_owned()) })
-            .await;
-        let _ = tally.probe(async { Err::<(), _>("late".to_owned()) }).await;
+        tally.visited(true, Duration::from_millis(3));
+        tally.visited(false, Duration::from_millis(40));
+        tally.visited(false, Duration::from_secs(5));
         assert_eq!(tally.probes(ProbeEnd::Confirmed), 1);
         assert_eq!(tally.probes(ProbeEnd::Unconfirmed), 2);
         assert_eq!(tally.probe_durations().count, 3);

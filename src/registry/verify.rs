@@ -226,12 +226,9 @@ impl Registry {
                 verdict: Err(verdict.liveness),
             },
             Err(process) => {
-                let flight = self.flights.join(
-                    &record,
-                    &self.door,
-                    Arc::clone(&self.tally),
-                    cards == Cards::Wanted,
-                );
+                let flight = self
+                    .flights
+                    .join(&record, &self.door, cards == Cards::Wanted);
                 PendingReading {
                     record,
                     process,

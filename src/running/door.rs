@@ -121,6 +121,18 @@ pub struct DoorProbe {
     answer_deadline: Duration,
     max_in_flight: usize,
     in_flight: Arc<Semaphore>,
+    observer: Option<VisitObserver>,
+}
+
+/// Told of every visit to a door: whether it confirmed the session, and how long the door took
+/// (connecting to the card read, the wait for a probe slot excluded).
+#[derive(Clone)]
+pub(crate) struct VisitObserver(Arc<dyn Fn(bool, Duration) + Send + Sync>);
+
+impl std::fmt::Debug for VisitObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("VisitObserver")
+    }
 }
 
 /// The door's address, split for connecting and for the `Host` header.
@@ -165,7 +177,17 @@ impl DoorProbe {
             answer_deadline: answer,
             max_in_flight,
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            observer: None,
         }
+    }
+
+    /// This prober, telling `observer` of every visit to a door (see [`VisitObserver`]).
+    pub(crate) fn observed_by(
+        mut self,
+        observer: impl Fn(bool, Duration) + Send + Sync + 'static,
+    ) -> Self {
+        self.observer = Some(VisitObserver(Arc::new(observer)));
+        self
     }
 
     /// How many probes may hold a socket at once.
@@ -227,7 +249,23 @@ impl DoorProbe {
             .acquire()
             .await
             .map_err(|_| "the prober is shutting down".to_owned())?;
-        let stream = tokio::time::timeout(self.connect_deadline, connect_loopback(&address))
+        let started = std::time::Instant::now();
+        let visited = self.visit(record, url, &address).await;
+        if let Some(observer) = &self.observer {
+            (observer.0)(visited.is_ok(), started.elapsed());
+        }
+        visited
+    }
+
+    /// One visit to the door at `address`, holding a probe slot: the card, if it names the
+    /// record's session.
+    async fn visit(
+        &self,
+        record: &RunningRecord,
+        url: &str,
+        address: &DoorAddress<'_>,
+    ) -> Result<Value, String> {
+        let stream = tokio::time::timeout(self.connect_deadline, connect_loopback(address))
             .await
             .map_err(|_| {
                 format!(
@@ -243,7 +281,7 @@ impl DoorProbe {
             })?;
         let body = tokio::time::timeout(
             self.answer_deadline,
-            fetch_card(stream, &address, record.door_token.as_ref()),
+            fetch_card(stream, address, record.door_token.as_ref()),
         )
         .await
         .map_err(|_| {
