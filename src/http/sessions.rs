@@ -431,7 +431,8 @@ async fn signal_checked(
 ///
 /// First, as `mur stop` does, asks the capsule to cancel its tasks (`murmur.StopSession`), but
 /// only right after a fresh probe shows its door answering as this session; `door` says how
-/// that went (it never changes what is signalled). `door=false` and `timeout=0` skip it. Then
+/// that went (it never changes what is signalled). That takes at most 12 s before the SIGTERM
+/// (7 s for the probe, 5 s for the ask); `door=false` and `timeout=0` skip it. Then
 /// waits at most `timeout` seconds for the process to go after SIGTERM, returning as soon as it
 /// does, and sends SIGKILL only if layers 1–2 still confirm it. `timeout=0` sends SIGKILL at
 /// once. The record is removed once the process is gone.

@@ -94,7 +94,8 @@ pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> Door
         }
         Err(_) => {
             let reason = format!(
-                "the door did not confirm the session within {}",
+                "the session was not confirmed within {} (its probe, and any wait for a free \
+                 probe slot)",
                 humantime::format_duration(STOP_PROBE_DEADLINE)
             );
             return DoorStop::NotLive { reason };
