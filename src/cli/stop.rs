@@ -11,7 +11,7 @@ use clap::Args;
 
 use super::ps::running_sessions;
 use super::{DirArgs, registry_for};
-use crate::registry::{AskDoor, DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome};
+use crate::registry::{AskDoor, DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome, StopReport};
 use crate::running::{self, DoorStop};
 
 #[derive(Debug, Args)]
@@ -77,32 +77,13 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     let record = &report.record;
     match report.outcome {
         StopOutcome::Stopped { signal_sent } => {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "stopped: {}", record.session_id)?;
-            writeln!(
-                out,
-                "capsule: {}@{}",
-                record.capsule_name, record.capsule_version
-            )?;
-            writeln!(out, "signal: {}", signal_sent.name())?;
-            write_door_answer(&mut out, &report.door)?;
+            write_stopped(&report, signal_sent.name())?;
             note_door(&report.door);
             Ok(ExitCode::SUCCESS)
         }
         // Its door was asked while it ran (a fresh probe confirmed it), and it ended then.
         StopOutcome::AlreadyGone if matches!(report.door, DoorStop::Answered { .. }) => {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "stopped: {}", record.session_id)?;
-            writeln!(
-                out,
-                "capsule: {}@{}",
-                record.capsule_name, record.capsule_version
-            )?;
-            writeln!(
-                out,
-                "signal: none (it ended when its door asked it to stop)"
-            )?;
-            write_door_answer(&mut out, &report.door)?;
+            write_stopped(&report, "none (it ended when its door asked it to stop)")?;
             Ok(ExitCode::SUCCESS)
         }
         StopOutcome::AlreadyGone => {
@@ -128,6 +109,21 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// A stop that ended the session, on stdout: the session, its capsule, the signal that did it,
+/// and what the capsule's door said.
+fn write_stopped(report: &StopReport, signal: &str) -> std::io::Result<()> {
+    let record = &report.record;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "stopped: {}", record.session_id)?;
+    writeln!(
+        out,
+        "capsule: {}@{}",
+        record.capsule_name, record.capsule_version
+    )?;
+    writeln!(out, "signal: {signal}")?;
+    write_door_answer(&mut out, &report.door)
 }
 
 /// What the capsule said it canceled and leaves running, when its door answered: one
