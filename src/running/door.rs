@@ -10,7 +10,7 @@
 //!   record's `door_token` is sent to the address the record names and nowhere else.
 //! - Reasons never quote a secret, and quote a door's own words only briefly and sanitised.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -215,7 +215,7 @@ impl DoorProbe {
     /// its token), so the card can be shown to anyone allowed to list sessions.
     pub async fn card(&self, record: &RunningRecord) -> Result<Value, String> {
         match self.verified_card(record).await {
-            Ok(mut card) => {
+            Ok((mut card, _)) => {
                 redact_secrets_in(&mut card, record);
                 Ok(card)
             }
@@ -232,13 +232,22 @@ impl DoorProbe {
         &self,
         record: &RunningRecord,
     ) -> Result<RedactedCard, String> {
-        let card = self.verified_card(record).await?;
+        let (card, _) = self.verified_card(record).await?;
         Ok(RedactedCard::redacted(card, record))
     }
 
-    /// The card the door answered, if it names the record's session; else why not (secrets
-    /// not yet redacted).
-    async fn verified_card(&self, record: &RunningRecord) -> Result<Value, String> {
+    /// Probe like [`DoorProbe::probe`]; `Ok` with the socket address that answered as the
+    /// record's session, so that a caller may speak to that socket and no other.
+    pub(crate) async fn confirmed_at(&self, record: &RunningRecord) -> Result<SocketAddr, String> {
+        match self.verified_card(record).await {
+            Ok((_, at)) => Ok(at),
+            Err(reason) => Err(redact_secrets(reason, record)),
+        }
+    }
+
+    /// The card the door answered, if it names the record's session, and the address that
+    /// answered; else why not (secrets not yet redacted).
+    async fn verified_card(&self, record: &RunningRecord) -> Result<(Value, SocketAddr), String> {
         let Some(url) = record.url.as_deref() else {
             return Err("the record names no door".to_owned());
         };
@@ -264,7 +273,7 @@ impl DoorProbe {
         record: &RunningRecord,
         url: &str,
         address: &DoorAddress<'_>,
-    ) -> Result<Value, String> {
+    ) -> Result<(Value, SocketAddr), String> {
         let stream = tokio::time::timeout(self.connect_deadline, connect_loopback(address))
             .await
             .map_err(|_| {
@@ -279,6 +288,9 @@ impl DoorProbe {
                 }
                 _ => format!("door at {url} could not be reached: {e}"),
             })?;
+        let at = stream
+            .peer_addr()
+            .map_err(|e| format!("door at {url} could not be reached: {e}"))?;
         let body = tokio::time::timeout(
             self.answer_deadline,
             fetch_card(stream, address, record.door_token.as_ref()),
@@ -299,7 +311,7 @@ impl DoorProbe {
             answer
         };
         match session_id_of(&card) {
-            Some(id) if id == record.session_id => Ok(card),
+            Some(id) if id == record.session_id => Ok((card, at)),
             Some(id) => Err(format!(
                 "door at {url} answers for session {}, not this one",
                 quote_briefly(&redact_secrets(id.to_owned(), record))
@@ -359,7 +371,7 @@ impl std::fmt::Debug for RedactedCard {
 
 /// Connect to the door, on loopback addresses only: `localhost` is resolved by the system,
 /// and a door token must not follow a hosts file that points it elsewhere.
-pub(crate) async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<TcpStream> {
+async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<TcpStream> {
     let mut last_error = std::io::Error::new(
         std::io::ErrorKind::AddrNotAvailable,
         "the name resolves to no loopback address",
@@ -588,13 +600,25 @@ pub(crate) fn quote_briefly(text: &str) -> String {
 ///
 /// Layers 1–2 run on the blocking pool; the door is probed only for a process that passed them.
 pub async fn verify(record: &RunningRecord, door: &DoorProbe) -> Liveness {
+    match verified_at(record, door).await {
+        Ok(_) => Liveness::Live,
+        Err(liveness) => liveness,
+    }
+}
+
+/// [`verify`], with the socket address whose answer made the session live: `Err` with the
+/// verdict when it is not live through its door (a doorless live session included).
+pub(crate) async fn verified_at(
+    record: &RunningRecord,
+    door: &DoorProbe,
+) -> Result<SocketAddr, Liveness> {
     let process = process_state_off_worker(record.clone()).await;
     match settled_without_door(record, process) {
-        Ok(verdict) => verdict.liveness,
-        Err(_) => match door.probe(record).await {
-            Ok(()) => Liveness::Live,
-            Err(reason) => Liveness::Unreachable { reason },
-        },
+        Ok(verdict) => Err(verdict.liveness),
+        Err(_) => door
+            .confirmed_at(record)
+            .await
+            .map_err(|reason| Liveness::Unreachable { reason }),
     }
 }
 

@@ -5,24 +5,26 @@
 //! - `StopSession` names no session, so the door is asked only right after a fresh probe in the
 //!   same call has shown it answers as the record's session, and the answer's `session_id` is
 //!   checked again: a door on a port another process took over is never asked, or not believed.
-//! - One connection straight to the loopback address the record names (the prober's parsing
-//!   and connecting), the whole ask within [`STOP_ASK_DEADLINE`], at most
+//! - One connection straight to the socket address whose answer just verified the session (the
+//!   record's name is not resolved again), the whole ask within [`STOP_ASK_DEADLINE`], at most
 //!   [`MAX_STOP_ANSWER_BYTES`] read; the door's own error message is never quoted.
 //! - What the door answers is only reported: it never decides whether signals are sent. Every
 //!   string in it has the record's secrets replaced before it leaves this module.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, header};
 use serde_json::Value;
+use tokio::net::TcpStream;
 
 use super::door::{
-    ExchangeFailure, connect_loopback, door_address, door_request, exchange, quote_briefly,
-    redact_secrets, redact_secrets_in,
+    ExchangeFailure, door_address, door_request, exchange, quote_briefly, redact_secrets,
+    redact_secrets_in, verified_at,
 };
-use super::{ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, RunningRecord, verify};
+use super::{ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, RunningRecord};
 
 /// The longest the ask may take, connecting included (`mur stop`'s answer deadline).
 pub const STOP_ASK_DEADLINE: Duration = Duration::from_secs(5);
@@ -86,10 +88,12 @@ pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> Door
     if record.url.is_none() {
         return DoorStop::NoDoor;
     }
-    let verified = tokio::time::timeout(STOP_PROBE_DEADLINE, verify(record, probe)).await;
-    match verified {
-        Ok(Liveness::Live) => {}
-        Ok(Liveness::Unreachable { reason } | Liveness::Gone { reason }) => {
+    let verified = tokio::time::timeout(STOP_PROBE_DEADLINE, verified_at(record, probe)).await;
+    let at = match verified {
+        Ok(Ok(at)) => at,
+        // Live without a door to have answered: nothing to ask.
+        Ok(Err(Liveness::Live)) => return DoorStop::NoDoor,
+        Ok(Err(Liveness::Unreachable { reason } | Liveness::Gone { reason })) => {
             return redacted(DoorStop::NotLive { reason }, record);
         }
         Err(_) => {
@@ -100,8 +104,8 @@ pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> Door
             );
             return DoorStop::NotLive { reason };
         }
-    }
-    let answer = tokio::time::timeout(STOP_ASK_DEADLINE, send_stop_session(record)).await;
+    };
+    let answer = tokio::time::timeout(STOP_ASK_DEADLINE, send_stop_session(record, at)).await;
     let stop = match answer {
         Err(_) => DoorStop::NoAnswer {
             reason: format!(
@@ -122,12 +126,14 @@ enum AskFailure {
     NoAnswer(String),
 }
 
-/// One `POST /` carrying `murmur.StopSession`, with the record's door token as bearer if it has
-/// one; the body of a 2xx answer.
-async fn send_stop_session(record: &RunningRecord) -> Result<Bytes, AskFailure> {
+/// One `POST /` carrying `murmur.StopSession` to the socket at `at`, the very one whose answer
+/// just verified the session (the record's name is not resolved again: it could name another
+/// socket by now), with the record's door token as bearer if it has one; the body of a 2xx
+/// answer.
+async fn send_stop_session(record: &RunningRecord, at: SocketAddr) -> Result<Bytes, AskFailure> {
     let url = record.url.as_deref().unwrap_or_default();
     let address = door_address(url).map_err(AskFailure::NoAnswer)?;
-    let stream = connect_loopback(&address).await.map_err(|e| {
+    let stream = TcpStream::connect(at).await.map_err(|e| {
         AskFailure::NoAnswer(format!("the door at {url} could not be reached: {e}"))
     })?;
     let mut builder = door_request(&address)
