@@ -572,7 +572,13 @@ mod with_etcd {
         let mut client = cluster.members[0].client().await;
         let b = OtherHost::join(&mut client, "b", 60).await;
         b.put_session(&mut client, "ses_b1", "live").await;
-        let (server, _watcher) = registry_on_endpoints(cluster.endpoints()).await;
+        // The registry watches through the first member it is given: a follower, so that the
+        // member killed is the cluster's leader and not the one the watch runs on (whose loss
+        // ends the streams by design, until the view is read again from another).
+        let leader = cluster.leader().await;
+        let mut endpoints = cluster.endpoints();
+        endpoints.rotate_left((leader + 1) % 3);
+        let (server, _watcher) = registry_on_endpoints(endpoints).await;
         until(
             &server,
             "/fleet/sessions",
@@ -583,7 +589,11 @@ mod with_etcd {
         let mut stream = EventStream::open(&server).await;
         assert_eq!(stream.next_event().await.1, "snapshot");
 
-        let leader = cluster.leader().await;
+        assert_eq!(
+            cluster.leader().await,
+            leader,
+            "the leader stayed while the test set up"
+        );
         cluster.members[leader].kill();
         let survivor = (leader + 1) % 3;
         let mut client = cluster.members[survivor].client().await;
