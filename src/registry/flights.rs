@@ -33,7 +33,7 @@ type Answer = Result<Verified, String>;
 pub(super) struct Verified {
     /// The skills the card lists (ids and tags), redacted as the card is.
     pub(super) skills: Arc<[Skill]>,
-    /// The card itself, redacted for the record that started the flight; only when a waiter
+    /// The card itself, redacted for the secrets every waiter shares (they key the flight); only when a waiter
     /// asked for it.
     pub(super) card: Option<Arc<RedactedCard>>,
 }
@@ -186,11 +186,6 @@ impl Flights {
 }
 
 impl Flight {
-    /// The record whose secrets the answer's card is redacted for.
-    pub(super) fn record(&self) -> &RunningRecord {
-        &self.key.0
-    }
-
     /// The probe's answer, unredacted, once the door has given it.
     pub(super) async fn answer(&self) -> Answer {
         let mut answer = self.answer.clone();

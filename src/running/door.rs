@@ -227,7 +227,7 @@ impl DoorProbe {
     /// shares one probe among equal records and redacts each answer with its own record.
     ///
     /// `Ok` holds the verified card with `record`'s secrets already redacted, as
-    /// [`DoorProbe::card`] answers it ([`RedactedCard::for_record`] for another record).
+    /// [`DoorProbe::card`] answers it.
     pub(crate) async fn probe_unredacted(
         &self,
         record: &RunningRecord,
@@ -345,21 +345,6 @@ impl RedactedCard {
     /// The skills it lists (ids and tags, bounded: [`skills_of`]).
     pub fn skills(&self) -> Vec<Skill> {
         skills_of(&self.0)
-    }
-
-    /// This card (redacted for `redacted_for`) as `record` may show it: the same card when
-    /// both records hold the same secrets, else a copy with `record`'s secrets redacted too.
-    pub(crate) fn for_record(
-        self: &Arc<Self>,
-        redacted_for: &RunningRecord,
-        record: &RunningRecord,
-    ) -> Arc<Self> {
-        let same_secrets = redacted_for.door_token == record.door_token
-            && redacted_for.credentials == record.credentials;
-        if same_secrets {
-            return Arc::clone(self);
-        }
-        Arc::new(Self::redacted(self.0.clone(), record))
     }
 }
 
@@ -705,10 +690,9 @@ mod tests {
             *card.json(),
             json!({"name": "[redacted] [redacted] beta", "[redacted]": ["beta"]})
         );
-        assert!(Arc::ptr_eq(&card.for_record(&a, &a.clone()), &card));
         assert_eq!(
-            *card.for_record(&a, &b).json(),
-            json!({"name": "[redacted] [redacted] [redacted]", "[redacted]": ["[redacted]"]})
+            RedactedCard::redacted(card.json().clone(), &b).json()["name"],
+            "[redacted] [redacted] [redacted]"
         );
         assert_eq!(format!("{card:?}"), "RedactedCard(..)");
     }
