@@ -33,8 +33,8 @@ type Answer = Result<Verified, String>;
 pub(super) struct Verified {
     /// The skills the card lists (ids and tags), redacted as the card is.
     pub(super) skills: Arc<[Skill]>,
-    /// The card itself, redacted for the secrets every waiter shares (they key the flight); only when a waiter
-    /// asked for it.
+    /// The card itself, redacted for the secrets every waiter shares (they key the flight);
+    /// only when a waiter asked for it.
     pub(super) card: Option<Arc<RedactedCard>>,
 }
 
