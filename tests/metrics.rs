@@ -515,6 +515,15 @@ async fn raw_status(api: &Scraper, path: &str) -> u16 {
 }
 
 impl Scraper {
+    /// `GET /events` with the token: the stream, open until dropped.
+    async fn open_events(&self) -> reqwest::Response {
+        (self.client.get(format!("{}/events", self.server.base())))
+            .bearer_auth(self.server.token())
+            .send()
+            .await
+            .expect("a stream")
+    }
+
     /// A server under `limits` whose door probes wait up to 3 s for an answer, so a listing of
     /// a silent door (see [`hold_a_listing`]) holds its request that long.
     async fn behind_a_silent_door(limits: ServeLimits) -> Self {
@@ -558,13 +567,7 @@ async fn streams_open_and_503s_for_in_flight_and_stream_caps_are_counted() {
     assert_eq!(raw_status(&api, "/healthz").await, 503);
     assert_eq!(held.await.expect("the listing").0, 200);
 
-    let stream = api
-        .client
-        .get(format!("{}/events", api.server.base()))
-        .bearer_auth(api.server.token())
-        .send()
-        .await
-        .expect("a stream");
+    let stream = api.open_events().await;
     assert_eq!(stream.status().as_u16(), 200);
     assert_eq!(raw_status(&api, "/events").await, 503);
     let (open, _) = api.scrape().await;
@@ -599,13 +602,7 @@ async fn the_sessions_gauge_follows_the_live_view_without_a_listing() {
         Scraper::start(TestServer::builder().events_interval(Duration::from_millis(200))).await;
     let mut capsule = CapsuleProcess::single();
     capsule.record().write_in(api.server.dir());
-    let stream = api
-        .client
-        .get(format!("{}/events", api.server.base()))
-        .bearer_auth(api.server.token())
-        .send()
-        .await
-        .expect("a stream");
+    let stream = api.open_events().await;
     assert_eq!(stream.status().as_u16(), 200);
     let live = |e: &exposition::Exposition| e.value(SESSIONS, &[("state", "live")]);
     scrape_until_local(&api, "the live view's pass counted the capsule live", |e| {

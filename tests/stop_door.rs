@@ -76,11 +76,26 @@ impl Registry {
 /// registry's directory.
 fn capsule_behind(registry: &Registry, id: &str, door: &DoorServer) -> TestProcess {
     let process = TestProcess::sleeping();
+    record_behind(id, &process, door).write_in(registry.server.dir());
+    process
+}
+
+/// [`capsule_behind`] for a door that checks `token` as bearer: the record holds it.
+fn capsule_behind_authenticated(
+    registry: &Registry,
+    id: &str,
+    door: &DoorServer,
+    token: &str,
+) -> TestProcess {
+    let process = TestProcess::sleeping();
+    (record_behind(id, &process, door).set("door_token", token)).write_in(registry.server.dir());
+    process
+}
+
+fn record_behind(id: &str, process: &TestProcess, door: &DoorServer) -> RecordJson {
     RecordJson::new(id)
         .process(process.pid(), &process.start_token())
         .url(door.url())
-        .write_in(registry.server.dir());
-    process
 }
 
 /// The `murmur.StopSession` calls a door received.
@@ -173,12 +188,7 @@ async fn an_authenticated_door_is_asked_with_its_bearer_token_and_only_with_it()
     let door = DoorServer::start(DoorMode::Stoppable(
         StoppableDoor::new(&id, answers(json!(["t1"]), json!([]))).with_token(token),
     ));
-    let mut process = TestProcess::sleeping();
-    RecordJson::new(&id)
-        .process(process.pid(), &process.start_token())
-        .url(door.url())
-        .set("door_token", token)
-        .write_in(registry.server.dir());
+    let mut process = capsule_behind_authenticated(&registry, &id, &door, token);
 
     let answer = registry.stop(&id, "").await;
     assert_stopped_by_sigterm(&answer, &mut process, "answered");
@@ -450,12 +460,7 @@ async fn a_secret_the_door_echoes_is_redacted_from_its_answer() {
     let door = DoorServer::start(DoorMode::Stoppable(
         StoppableDoor::new(&id, stop).with_token(token),
     ));
-    let mut process = TestProcess::sleeping();
-    RecordJson::new(&id)
-        .process(process.pid(), &process.start_token())
-        .url(door.url())
-        .set("door_token", token)
-        .write_in(registry.server.dir());
+    let mut process = capsule_behind_authenticated(&registry, &id, &door, token);
     let answer = registry.stop(&id, "").await;
     assert_stopped_by_sigterm(&answer, &mut process, "answered");
     assert!(!answer.text.contains(token), "{}", answer.text);
