@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     CARD_PATH, CapsuleProcess, DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection,
-    TestProcess, Zombie, refused_url, session_id, wire_word, wrong_start_token,
+    TestProcess, Zombie, refused_url, session_id, spec_card, wire_word, wrong_start_token,
 };
 use murmur_registry::http::wire::SessionState;
 use murmur_registry::registry::Registry;
@@ -135,6 +135,25 @@ async fn a_door_spelled_localhost_is_probed_too() {
     // 127.0.0.1 within its deadlines.
     assert_eq!(verify(&record, &DoorProbe::new()).await, Liveness::Live);
     assert_eq!(door.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_card_is_read_however_http_frames_it() {
+    let id = session_id();
+    for mode in [
+        DoorMode::Chunked(id.clone()),
+        DoorMode::CloseDelimited(id.clone()),
+    ] {
+        let door = DoorServer::start(mode.clone());
+        let record = record_behind(&door, &id);
+        assert_eq!(
+            verify(&record, &quick_probe()).await,
+            Liveness::Live,
+            "{mode:?}"
+        );
+        let card = quick_probe().card(&record).await.expect("the card");
+        assert_eq!(card, spec_card(&id), "{mode:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

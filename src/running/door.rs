@@ -15,14 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper::{Method, Request, header};
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
+use super::door_exchange::{DoorRequest, exchange};
 use super::skills::{Skill, skills_of};
 
 use super::process::{ProcessState, process_state};
@@ -274,7 +271,7 @@ impl DoorProbe {
         url: &str,
         address: &DoorAddress<'_>,
     ) -> Result<(Value, SocketAddr), String> {
-        let stream = tokio::time::timeout(self.connect_deadline, connect_loopback(address))
+        let (stream, at) = tokio::time::timeout(self.connect_deadline, connect_loopback(address))
             .await
             .map_err(|_| {
                 format!(
@@ -288,9 +285,6 @@ impl DoorProbe {
                 }
                 _ => format!("door at {url} could not be reached: {e}"),
             })?;
-        let at = stream
-            .peer_addr()
-            .map_err(|e| format!("door at {url} could not be reached: {e}"))?;
         let body = tokio::time::timeout(
             self.answer_deadline,
             fetch_card(stream, address, record.door_token.as_ref()),
@@ -355,8 +349,9 @@ impl std::fmt::Debug for RedactedCard {
 }
 
 /// Connect to the door, on loopback addresses only: `localhost` is resolved by the system,
-/// and a door token must not follow a hosts file that points it elsewhere.
-async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<TcpStream> {
+/// and a door token must not follow a hosts file that points it elsewhere. With the stream, the
+/// address it is connected to.
+async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<(TcpStream, SocketAddr)> {
     let mut last_error = std::io::Error::new(
         std::io::ErrorKind::AddrNotAvailable,
         "the name resolves to no loopback address",
@@ -366,7 +361,7 @@ async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<TcpStrea
             continue;
         }
         match TcpStream::connect(addr).await {
-            Ok(stream) => return Ok(stream),
+            Ok(stream) => return Ok((stream, addr)),
             Err(error) => last_error = error,
         }
     }
@@ -379,87 +374,15 @@ async fn fetch_card(
     address: &DoorAddress<'_>,
     door_token: Option<&Secret>,
 ) -> Result<Bytes, String> {
-    let builder = door_request(address);
     let request = match door_token {
-        Some(token) => builder
-            .method(Method::POST)
-            .uri("/")
-            .header(header::AUTHORIZATION, format!("Bearer {}", token.expose()))
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from_static(EXTENDED_CARD_REQUEST))),
-        None => builder
-            .method(Method::GET)
-            .uri("/.well-known/agent-card.json")
-            .body(Full::new(Bytes::new())),
-    }
-    .map_err(|_| "could not be asked: the request is malformed".to_owned())?;
-    exchange(stream, request, MAX_CARD_BYTES)
+        Some(token) => DoorRequest::post_json(address, EXTENDED_CARD_REQUEST, Some(token))
+            .map_err(|why| format!("could not be asked: {why}"))?,
+        None => DoorRequest::get(address, "/.well-known/agent-card.json"),
+    };
+    exchange(stream, &request, MAX_CARD_BYTES)
         .await
         .map_err(|failure| failure.to_string())
 }
-
-/// A request to the door at `address`: its `Host`, our `User-Agent`, `A2A-Version: 1.0`.
-pub(crate) fn door_request(address: &DoorAddress<'_>) -> hyper::http::request::Builder {
-    Request::builder()
-        .header(header::HOST, address.authority)
-        .header(header::USER_AGENT, USER_AGENT)
-        .header("A2A-Version", "1.0")
-}
-
-/// Why one exchange with a door brought no body back; displayed as the end of a sentence that
-/// starts with the door (`door at … answered HTTP 401`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ExchangeFailure {
-    /// The door answered, with a status that is not 2xx.
-    #[error("answered HTTP {0}")]
-    Status(u16),
-    /// No whole answer: the connection closed, broke off, or the answer was too large.
-    #[error("{0}")]
-    Broken(String),
-}
-
-/// Send `request` over `stream`: the body of a 2xx answer, at most `max_bytes` of it.
-pub(crate) async fn exchange(
-    stream: TcpStream,
-    request: Request<Full<Bytes>>,
-    max_bytes: usize,
-) -> Result<Bytes, ExchangeFailure> {
-    let broken = |text: &str| ExchangeFailure::Broken(text.to_owned());
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|_| broken("closed the connection before answering"))?;
-    let exchange = std::pin::pin!(async move {
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|_| broken("closed the connection without a valid HTTP answer"))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(ExchangeFailure::Status(status.as_u16()));
-        }
-        Limited::new(response.into_body(), max_bytes)
-            .collect()
-            .await
-            .map(|collected| collected.to_bytes())
-            .map_err(|e| {
-                if e.is::<LengthLimitError>() {
-                    ExchangeFailure::Broken(format!("answered more than {max_bytes} bytes"))
-                } else {
-                    broken("broke off its answer")
-                }
-            })
-    });
-    // The connection is driven here, beside the exchange, not in a task of its own: a probe is
-    // one request, and a task per probe cost more than the request (idle rechecks). A
-    // connection that ends first has handed over all it read; the exchange then finishes (or
-    // fails) on that. Dropping the connection closes the socket.
-    match future::select(exchange, connection).await {
-        future::Either::Left((answer, _connection)) => answer,
-        future::Either::Right((_ended, exchange)) => exchange.await,
-    }
-}
-
-const USER_AGENT: &str = concat!("murmur-registry/", env!("CARGO_PKG_VERSION"));
 
 const EXTENDED_CARD_REQUEST: &[u8] =
     br#"{"jsonrpc":"2.0","id":1,"method":"GetExtendedAgentCard","params":{}}"#;

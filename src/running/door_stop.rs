@@ -15,15 +15,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Method, header};
 use serde_json::Value;
 use tokio::net::TcpStream;
 
-use super::door::{
-    ExchangeFailure, door_address, door_request, exchange, quote_briefly, redact_secrets,
-    redact_secrets_in, verified_at,
-};
+use super::door::{door_address, quote_briefly, redact_secrets, redact_secrets_in, verified_at};
+use super::door_exchange::{DoorRequest, ExchangeFailure, exchange};
 use super::{ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, RunningRecord};
 
 /// The longest the ask may take, connecting included (`mur stop`'s answer deadline).
@@ -136,17 +132,10 @@ async fn send_stop_session(record: &RunningRecord, at: SocketAddr) -> Result<Byt
     let stream = TcpStream::connect(at).await.map_err(|e| {
         AskFailure::NoAnswer(format!("the door at {url} could not be reached: {e}"))
     })?;
-    let mut builder = door_request(&address)
-        .method(Method::POST)
-        .uri("/")
-        .header(header::CONTENT_TYPE, "application/json");
-    if let Some(token) = &record.door_token {
-        builder = builder.header(header::AUTHORIZATION, format!("Bearer {}", token.expose()));
-    }
-    let request = builder
-        .body(Full::new(Bytes::from_static(STOP_SESSION_REQUEST)))
-        .map_err(|_| AskFailure::NoAnswer("the request to the door is malformed".to_owned()))?;
-    exchange(stream, request, MAX_STOP_ANSWER_BYTES)
+    let request =
+        DoorRequest::post_json(&address, STOP_SESSION_REQUEST, record.door_token.as_ref())
+            .map_err(|why| AskFailure::NoAnswer(format!("the door could not be asked: {why}")))?;
+    exchange(stream, &request, MAX_STOP_ANSWER_BYTES)
         .await
         .map_err(|failure| match failure {
             ExchangeFailure::Status(_) => {

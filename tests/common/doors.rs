@@ -100,6 +100,11 @@ pub enum DoorMode {
     },
     /// A murmur 0.8 door that serves `murmur.StopSession`; see [`StoppableDoor`].
     Stoppable(StoppableDoor),
+    /// Answers the [`spec_card`] after a `100 Continue`, in chunks (one with an extension) and
+    /// with a trailer.
+    Chunked(String),
+    /// Answers the [`spec_card`] as HTTP/1.0 with no length: the body ends when the door closes.
+    CloseDelimited(String),
 }
 
 /// How a [`StoppableDoor`] answers `murmur.StopSession`.
@@ -414,6 +419,24 @@ fn answer(mode: &DoorMode, request: &Received) -> Option<Vec<u8>> {
             spec_card(id).to_string().as_bytes(),
         ),
         DoorMode::Stoppable(door) => return stoppable_answer(door, request, is_card_get),
+        DoorMode::Chunked(id) if is_card_get => {
+            let card = spec_card(id).to_string();
+            let (first, rest) = card.split_at(card.len() / 2);
+            format!(
+                "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n{:x};part=1\r\n{first}\r\n{:x}\r\n{rest}\r\n\
+                 0\r\nServer-Timing: x\r\n\r\n",
+                first.len(),
+                rest.len()
+            )
+            .into_bytes()
+        }
+        DoorMode::CloseDelimited(id) if is_card_get => format!(
+            "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{}",
+            spec_card(id)
+        )
+        .into_bytes(),
+        DoorMode::Chunked(_) | DoorMode::CloseDelimited(_) => not_found(),
         DoorMode::Authenticated { .. } if is_card_get => ok_json(&public_card_without_session()),
         DoorMode::Authenticated {
             session_id,
