@@ -117,17 +117,14 @@ mod glibc {
         }
     }
 
-    /// `VmRSS` of this process, in KiB; 0 when it cannot be read (then nothing is trimmed on
-    /// account of it).
-    fn resident_kib() -> u64 {
-        std::fs::read_to_string("/proc/self/status")
+    /// The resident set of this process, in KiB; 0 when it cannot be read (then nothing is
+    /// trimmed on account of it). From `statm`, whose second field is the resident pages:
+    /// `status` says the same in KiB, but the kernel renders some fifty lines for it each time.
+    pub(super) fn resident_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/statm")
             .ok()
-            .and_then(|status| {
-                status.lines().find_map(|line| {
-                    line.strip_prefix("VmRSS:")
-                        .and_then(|kib| kib.trim().trim_end_matches(" kB").parse().ok())
-                })
-            })
+            .and_then(|statm| statm.split_ascii_whitespace().nth(1)?.parse::<u64>().ok())
+            .map(|pages| pages * (rustix::param::page_size() as u64 / 1024))
             .unwrap_or(0)
     }
 }
@@ -183,4 +180,22 @@ mod tests {
         assert!(gaps.iter().all(|g| *g <= MAX_SPACING.as_secs()), "{gaps:?}");
         assert_eq!(gaps.last().copied(), Some(MAX_SPACING.as_secs()));
     }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn the_resident_set_read_is_the_one_status_reports() {
+        let vm_rss = || -> u64 {
+            let status = std::fs::read_to_string("/proc/self/status").expect("status");
+            let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+            line[6..].trim().trim_end_matches(" kB").parse().expect("KiB")
+        };
+        let (before, read, after) = (vm_rss(), glibc::resident_kib(), vm_rss());
+        // Other test threads may move it a little between the reads.
+        let (low, high) = (before.min(after), before.max(after));
+        assert!(
+            read + MIB >= low && read <= high + MIB,
+            "statm says {read} KiB, status {before} then {after}"
+        );
+    }
+
 }

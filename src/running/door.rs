@@ -352,20 +352,22 @@ impl std::fmt::Debug for RedactedCard {
 /// and a door token must not follow a hosts file that points it elsewhere. With the stream, the
 /// address it is connected to.
 async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<(TcpStream, SocketAddr)> {
-    let mut last_error = std::io::Error::new(
-        std::io::ErrorKind::AddrNotAvailable,
-        "the name resolves to no loopback address",
-    );
+    let mut last_error = None;
     for addr in tokio::net::lookup_host((address.host, address.port)).await? {
         if !addr.ip().is_loopback() {
             continue;
         }
         match TcpStream::connect(addr).await {
             Ok(stream) => return Ok((stream, addr)),
-            Err(error) => last_error = error,
+            Err(error) => last_error = Some(error),
         }
     }
-    Err(last_error)
+    Err(last_error.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::AddrNotAvailable,
+            "the name resolves to no loopback address",
+        )
+    }))
 }
 
 /// Ask for the card over `stream`; the body of a 2xx answer, at most [`MAX_CARD_BYTES`] of it.

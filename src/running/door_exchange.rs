@@ -10,7 +10,7 @@
 //! - The answer's end is where HTTP/1.1 frames it (chunked, `Content-Length`, or the door's
 //!   close); an answer that ends short of it, or frames itself two ways, brings no body.
 //! - The connection carries one request (it says `Connection: close`) and is closed once the
-//!   answer is read: never pooled, never reused.
+//!   answer is read (reset once it is whole): never pooled, never reused.
 //!
 //! Why not hyper's client here: a probe is one small request on a connection of its own, and in
 //! the idle live view (100 probes a second) hyper's dispatcher, its channel and its `shutdown`
@@ -135,6 +135,12 @@ pub(crate) async fn exchange(
             .await
             .map_err(|_| broken("broke off its answer"))?;
         if let Progress::Answered(body) = reader.take(&mut received, read == 0)? {
+            // The answer is whole, so the connection has nothing left to carry: it is reset
+            // rather than closed in turn. On loopback the door's side of a graceful close runs
+            // on our CPU (its FIN_WAIT to TIME_WAIT, its ACK back), about as dear as the
+            // request; and a door that closed first, as `Connection: close` asks, is not
+            // bothered by the reset. Failing to set it leaves the graceful close.
+            let _ = stream.set_zero_linger();
             return Ok(body);
         }
     }
