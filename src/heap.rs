@@ -186,8 +186,15 @@ mod tests {
     fn the_resident_set_read_is_the_one_status_reports() {
         let vm_rss = || -> u64 {
             let status = std::fs::read_to_string("/proc/self/status").expect("status");
-            let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
-            line[6..].trim().trim_end_matches(" kB").parse().expect("KiB")
+            let line = status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .expect("VmRSS");
+            line[6..]
+                .trim()
+                .trim_end_matches(" kB")
+                .parse()
+                .expect("KiB")
         };
         let (before, read, after) = (vm_rss(), glibc::resident_kib(), vm_rss());
         // Other test threads may move it a little between the reads.
@@ -197,5 +204,4 @@ mod tests {
             "statm says {read} KiB, status {before} then {after}"
         );
     }
-
 }
