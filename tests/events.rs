@@ -66,8 +66,6 @@ const NEVER: Duration = Duration::from_secs(3600);
 const CONNECT: Duration = Duration::from_millis(300);
 /// The probe's answer deadline: a SIGSTOPped door is unreachable after this.
 const ANSWER: Duration = Duration::from_millis(700);
-/// The longest wait for the next event of a stream. Never how long a test takes.
-const EVENT_DEADLINE: Duration = Duration::from_secs(15);
 /// What a loaded 2-core machine may add to the time the loop itself needs to see a change.
 const SCHEDULING_SLACK: Duration = Duration::from_secs(3);
 
@@ -127,8 +125,7 @@ impl Server {
             .send()
             .await
             .expect("the registry answers /events");
-        assert_eq!(response.status().as_u16(), 200, "GET /events");
-        EventStream::new(response)
+        EventStream::new(response, EVENT_DEADLINE)
     }
 
     /// Open `/events` and read its snapshot.
@@ -169,193 +166,16 @@ impl Server {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A Server-Sent Events reader
+// Reading the stream (the reader itself is `common::sse`'s)
 // ---------------------------------------------------------------------------------------------
 
-/// One event as a client sees it.
-#[derive(Debug, Clone)]
-struct SseEvent {
-    id: u64,
-    name: String,
-    data: Value,
-}
-
-impl SseEvent {
-    fn session_id(&self) -> &str {
-        self.data["session_id"].as_str().unwrap_or_default()
-    }
-
-    /// `session.changed`'s new state, or the added session's state.
-    fn state(&self) -> &str {
-        match self.name.as_str() {
-            "session.changed" => self.data["new_state"].as_str().unwrap_or_default(),
-            _ => self.data["session"]["liveness"]["state"]
-                .as_str()
-                .unwrap_or_default(),
-        }
-    }
-}
-
-/// An incremental `text/event-stream` parser: `id:`, `event:` and `data:` lines, a blank line
-/// ending each event, `:` comments ignored. Checks on every event that it has an id, a name,
-/// one line of JSON data, and an id greater than the stream's previous one.
-#[derive(Default)]
-struct SseParser {
-    pending: Vec<u8>,
-    id: Option<u64>,
-    name: Option<String>,
-    data: Vec<String>,
-    last_id: Option<u64>,
-}
-
-impl SseParser {
-    fn feed(&mut self, bytes: &[u8]) {
-        self.pending.extend_from_slice(bytes);
-    }
-
-    /// The next complete event fed so far, if any.
-    fn next_event(&mut self) -> Option<SseEvent> {
-        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=end).collect();
-            let line = String::from_utf8(line).expect("the stream is UTF-8");
-            let line = line.trim_end_matches(['\n', '\r']);
-            if line.is_empty() {
-                if let Some(event) = self.dispatch() {
-                    return Some(event);
-                }
-                continue;
-            }
-            if line.starts_with(':') {
-                continue;
-            }
-            let (field, value) = line.split_once(':').unwrap_or((line, ""));
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match field {
-                "id" => self.id = Some(value.parse().expect("an event id is a decimal")),
-                "event" => self.name = Some(value.to_owned()),
-                "data" => self.data.push(value.to_owned()),
-                other => panic!("unexpected field {other:?} in the stream"),
-            }
-        }
-        None
-    }
-
-    /// The event the blank line just ended, if it carried anything.
-    fn dispatch(&mut self) -> Option<SseEvent> {
-        let (id, name, data) = (
-            self.id.take(),
-            self.name.take(),
-            std::mem::take(&mut self.data),
-        );
-        if id.is_none() && name.is_none() && data.is_empty() {
-            return None;
-        }
-        let id = id.unwrap_or_else(|| panic!("an event without an id: {name:?} {data:?}"));
-        let name = name.unwrap_or_else(|| panic!("an event without a name: {id} {data:?}"));
-        assert_eq!(data.len(), 1, "one line of data per event: {name} {data:?}");
-        let data: Value = serde_json::from_str(&data[0]).expect("event data is JSON");
-        if let Some(last) = self.last_id {
-            assert!(
-                id > last,
-                "ids strictly increase within a stream: {id} after {last} ({name})"
-            );
-        }
-        self.last_id = Some(id);
-        Some(SseEvent { id, name, data })
-    }
-}
-
-/// Reads `/events` incrementally off a reqwest response (`chunk()` by `chunk()`), through an
-/// [`SseParser`], with a deadline on every event.
-struct EventStream {
-    response: reqwest::Response,
-    parser: SseParser,
-    /// Everything the stream carried so far, comments included.
-    raw: String,
-    ended: bool,
-}
-
-impl EventStream {
-    fn new(response: reqwest::Response) -> Self {
-        Self {
-            response,
-            parser: SseParser::default(),
-            raw: String::new(),
-            ended: false,
-        }
-    }
-
-    fn content_type(&self) -> String {
-        self.response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned()
-    }
-
-    /// The next event, or `None` once the server ended the stream. Fails the test if neither
-    /// comes within [`EVENT_DEADLINE`].
-    async fn next(&mut self) -> Option<SseEvent> {
-        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
-        loop {
-            if let Some(event) = self.parser.next_event() {
-                return Some(event);
-            }
-            if self.ended {
-                return None;
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
-                .await
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "no event within {EVENT_DEADLINE:?}; the stream so far:\n{}",
-                        self.raw
-                    )
-                });
-            match chunk {
-                Ok(Some(bytes)) => {
-                    self.raw.push_str(&String::from_utf8_lossy(&bytes));
-                    self.parser.feed(&bytes);
-                }
-                // A connection the server closes ends the stream as much as a clean end does.
-                Ok(None) | Err(_) => self.ended = true,
-            }
-        }
-    }
-
-    /// The next event, which must exist.
-    async fn expect_event(&mut self) -> SseEvent {
-        match self.next().await {
-            Some(event) => event,
-            None => panic!("the stream ended; it carried:\n{}", self.raw),
-        }
-    }
-
-    /// The next event, which must be a `snapshot`.
-    async fn snapshot(&mut self) -> SseEvent {
-        let event = self.expect_event().await;
-        assert_eq!(event.name, "snapshot", "the first event: {event:?}");
-        event
-    }
-
-    /// Skip events until one satisfies `wanted`; fail on an event `allowed` refuses.
-    async fn until(
-        &mut self,
-        what: &str,
-        allowed: impl Fn(&SseEvent) -> bool,
-        wanted: impl Fn(&SseEvent) -> bool,
-    ) -> SseEvent {
-        loop {
-            let event = self
-                .next()
-                .await
-                .unwrap_or_else(|| panic!("the stream ended before {what}:\n{}", self.raw));
-            if wanted(&event) {
-                return event;
-            }
-            assert!(allowed(&event), "unexpected event before {what}: {event:?}");
-        }
+/// `session.changed`'s new state, or the added session's state.
+fn state_of(event: &SseEvent) -> &str {
+    match event.name.as_str() {
+        "session.changed" => event.data["new_state"].as_str().unwrap_or_default(),
+        _ => event.data["session"]["liveness"]["state"]
+            .as_str()
+            .unwrap_or_default(),
     }
 }
 
@@ -437,7 +257,7 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 fn is_change_to(state: &'static str) -> impl Fn(&SseEvent) -> bool {
-    move |e| e.name == "session.changed" && e.state() == state
+    move |e| e.name == "session.changed" && state_of(e) == state
 }
 
 fn is_removal(e: &SseEvent) -> bool {
@@ -461,7 +281,7 @@ async fn announced_capsule(server: &Server, stream: &mut EventStream) -> (Capsul
     let added = stream.expect_event().await;
     assert_eq!(added.name, "session.added", "{added:?}");
     assert_eq!(added.session_id(), id);
-    if added.state() != "live" {
+    if state_of(&added) != "live" {
         stream
             .until("live", minor_change_of(id.clone()), is_change_to("live"))
             .await;
@@ -650,7 +470,7 @@ async fn announced_live(server: &Server, stream: &mut EventStream, record: &Reco
     record.write_in(server.dir());
     let added = stream.expect_event().await;
     assert_eq!(added.name, "session.added", "{added:?}");
-    assert_eq!(added.state(), "live");
+    assert_eq!(state_of(&added), "live");
     let id = record.session_id();
     assert_eq!(added.session_id(), id);
     id
@@ -854,7 +674,7 @@ async fn a_replaced_record_not_readable_yet_is_not_reported_gone_when_the_old_pr
             },
         )
         .await;
-    assert_ne!(followed.state(), "gone", "{followed:?}");
+    assert_ne!(state_of(&followed), "gone", "{followed:?}");
 }
 
 /// The record file of `record` leased where it is, once a scan has tried to open it (and
@@ -897,7 +717,7 @@ async fn a_process_that_dies_while_its_record_cannot_be_read_is_changed_to_gone_
     assert_eq!(gone.name, "session.changed", "{gone:?}");
     assert_eq!(gone.session_id(), id);
     assert_eq!(gone.data["old_state"], "live");
-    assert_eq!(gone.state(), "gone");
+    assert_eq!(state_of(&gone), "gone");
     assert_eq!(gone.data["session"]["liveness"]["process"], "gone");
     let reason = gone.data["reason"].as_str().expect("the evidence");
     assert!(reason.contains(&pid.to_string()), "{reason}");
@@ -958,6 +778,35 @@ async fn a_capsule_stopped_through_the_api_is_removed_as_stopped() {
 // ---------------------------------------------------------------------------------------------
 // The stream's contract
 // ---------------------------------------------------------------------------------------------
+
+/// The reader every test reads through: an event is the same wherever the chunks split it (even
+/// inside a character), comments and `retry:` are no events, and the last comment is kept.
+#[test]
+fn the_parser_reads_an_event_split_anywhere_and_skips_comments_and_retry() {
+    let stream = ":\n\nretry: 3000\n: a comment\nid: 7\nevent: session.added\n\
+                  data: {\"session_id\":\"ses_é\"}\r\n\n: stream ended: why\n\n"
+        .as_bytes();
+    let expected = SseEvent {
+        id: 7,
+        name: "session.added".to_owned(),
+        data: json!({"session_id": "ses_é"}),
+    };
+    let read = |chunks: &mut dyn Iterator<Item = &[u8]>| {
+        let mut parser = SseParser::default();
+        let mut events = Vec::new();
+        for chunk in chunks {
+            parser.feed(chunk);
+            events.extend(std::iter::from_fn(|| parser.next_event()));
+        }
+        (events, parser.last_comment().map(str::to_owned))
+    };
+    let whole = (vec![expected], Some("stream ended: why".to_owned()));
+    for at in 0..=stream.len() {
+        let (head, tail) = stream.split_at(at);
+        assert_eq!(read(&mut [head, tail].into_iter()), whole, "split at {at}");
+    }
+    assert_eq!(read(&mut stream.chunks(1)), whole, "byte by byte");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_event_is_a_snapshot_of_the_verified_picture() {
@@ -1275,11 +1124,11 @@ async fn an_unreadable_directory_ends_the_stream(by_a_file: bool) {
         "it does not exist"
     };
     assert!(
-        stream.raw.contains(&format!(
+        stream.raw().contains(&format!(
             "\n: stream ended: the running directory is unavailable: {why}; the registry answers again once it is back"
         )),
         "the last words say why:\n{}",
-        stream.raw
+        stream.raw()
     );
 
     let unavailable = (503, "urn:murmur-registry:problem:running-dir-unavailable");
@@ -1523,7 +1372,7 @@ async fn more_changes_at_once_than_half_the_ring_come_as_one_snapshot_and_keep_l
                 snapshots.push((event.id, known.len()));
             }
             "session.changed" => {
-                assert_eq!(event.state(), "gone", "{event:?}");
+                assert_eq!(state_of(&event), "gone", "{event:?}");
                 known.insert(event.session_id().to_owned(), "gone".to_owned());
             }
             "session.removed" => {
@@ -1552,7 +1401,7 @@ async fn more_changes_at_once_than_half_the_ring_come_as_one_snapshot_and_keep_l
     );
 
     // Still connected: the next change comes as an event, with an id after the snapshot's.
-    let last = stream.parser.last_id.expect("events had ids");
+    let last = stream.last_id().expect("events had ids");
     let record = RecordJson::fresh().no_door();
     record.write_in(server.dir());
     let added = stream.expect_event().await;
@@ -1781,7 +1630,7 @@ async fn a_door_token_appears_in_no_event_and_no_snapshot() {
     while states.len() < 2 {
         let added = stream.expect_event().await;
         assert_eq!(added.name, "session.added", "{added:?}");
-        states.insert(added.session_id().to_owned(), added.state().to_owned());
+        states.insert(added.session_id().to_owned(), state_of(&added).to_owned());
     }
     assert_eq!(states[&accepted], "live", "the token reached the door");
     assert_eq!(states[&refused], "unreachable");
@@ -1804,7 +1653,7 @@ async fn a_door_token_appears_in_no_event_and_no_snapshot() {
     std::fs::remove_file(server.dir().join(live.file_name())).unwrap();
     stream.until("removed", |_| false, is_removal).await;
 
-    for (which, raw) in [("stream", &stream.raw), ("snapshot", &newcomer.raw)] {
+    for (which, raw) in [("stream", stream.raw()), ("snapshot", newcomer.raw())] {
         assert!(
             !raw.contains(token),
             "the {which} carries the token:\n{raw}"

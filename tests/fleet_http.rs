@@ -157,6 +157,7 @@ mod with_etcd {
     use super::common::DEADLINE;
     use super::*;
     use common::etcd::{Etcd, EtcdCluster};
+    use common::{EventStream, SseEvent};
 
     /// The view's TTL: short, so outages show quickly; the deadlines are fractions of it.
     const TTL: Duration = Duration::from_secs(3);
@@ -315,13 +316,13 @@ mod with_etcd {
         let (status, body) = server.get("/fleet/hosts").await;
         assert_eq!((status, hosts(&body)), (200, vec!["b".to_owned()]));
 
-        let mut stream = EventStream::open(&server).await;
-        let (id, name, data) = stream.next_event().await;
+        let mut stream = fleet_events(&server).await;
+        let SseEvent { id, name, data } = stream.expect_event().await;
         assert_eq!((id, name.as_str()), (0, "snapshot"));
         assert_eq!(sessions(&data), ["ses_b1"]);
 
         b.put_session(&mut client, "ses_b2", "live").await;
-        let (_, name, data) = stream.next_event().await;
+        let SseEvent { name, data, .. } = stream.expect_event().await;
         assert_eq!(name, "session.added");
         assert_eq!(
             (data["host_id"].as_str(), data["session_id"].as_str()),
@@ -329,7 +330,7 @@ mod with_etcd {
         );
 
         b.put_session(&mut client, "ses_b2", "unreachable").await;
-        let (_, name, data) = stream.next_event().await;
+        let SseEvent { name, data, .. } = stream.expect_event().await;
         assert_eq!(name, "session.changed");
         assert_eq!(
             (data["old_state"].as_str(), data["new_state"].as_str()),
@@ -337,14 +338,14 @@ mod with_etcd {
         );
 
         b.delete_session(&mut client, "ses_b1").await;
-        let (_, name, data) = stream.next_event().await;
+        let SseEvent { name, data, .. } = stream.expect_event().await;
         assert_eq!(
             (name.as_str(), data["session_id"].as_str()),
             ("session.removed", Some("ses_b1"))
         );
 
         let _c = OtherHost::join(&mut client, "c", 60).await;
-        let (_, name, data) = stream.next_event().await;
+        let SseEvent { name, data, .. } = stream.expect_event().await;
         assert_eq!(
             (name.as_str(), data["host_id"].as_str()),
             ("host.joined", Some("c"))
@@ -357,7 +358,7 @@ mod with_etcd {
             .expect("revoke b's lease");
         let mut left = Vec::new();
         for _ in 0..2 {
-            let (_, name, data) = stream.next_event().await;
+            let SseEvent { name, data, .. } = stream.expect_event().await;
             left.push(format!(
                 "{name} {}",
                 data["session_id"]
@@ -451,8 +452,8 @@ mod with_etcd {
             |s, body| s == 200 && sessions(body).len() == 3,
         )
         .await;
-        let mut stream = EventStream::open(&server).await;
-        assert_eq!(stream.next_event().await.1, "snapshot");
+        let mut stream = fleet_events(&server).await;
+        stream.snapshot().await;
 
         etcd.kill();
         let took = until(
@@ -586,8 +587,8 @@ mod with_etcd {
             |s, body| s == 200 && sessions(body) == ["ses_b1"],
         )
         .await;
-        let mut stream = EventStream::open(&server).await;
-        assert_eq!(stream.next_event().await.1, "snapshot");
+        let mut stream = fleet_events(&server).await;
+        stream.snapshot().await;
 
         assert_eq!(
             cluster.leader().await,
@@ -608,7 +609,7 @@ mod with_etcd {
             let deadline = DEADLINE * 3;
             assert!(start.elapsed() < deadline, "the cluster never took a write");
         }
-        let (_, name, data) = stream.next_event().await;
+        let SseEvent { name, data, .. } = stream.expect_event().await;
         assert_eq!(
             (name.as_str(), data["session_id"].as_str()),
             ("session.added", Some("ses_b2")),
@@ -618,72 +619,8 @@ mod with_etcd {
         assert_eq!((status, sessions(&body).len()), (200, 2));
     }
 
-    /// `GET /fleet/events` read block by block.
-    struct EventStream {
-        response: reqwest::Response,
-        buffer: String,
-        /// The last block read.
-        last: String,
-    }
-
-    impl EventStream {
-        async fn open(server: &FleetServer) -> Self {
-            let response = server.request("/fleet/events").await;
-            assert_eq!(response.status().as_u16(), 200);
-            Self {
-                response,
-                buffer: String::new(),
-                last: String::new(),
-            }
-        }
-
-        /// The next block (event or comment), within [`DEADLINE`]; `None` when the stream ends.
-        async fn next_block(&mut self) -> Option<String> {
-            let start = Instant::now();
-            loop {
-                if let Some(end) = self.buffer.find("\n\n") {
-                    let block = self.buffer[..end].to_owned();
-                    self.buffer.drain(..end + 2);
-                    return Some(block);
-                }
-                let left = DEADLINE.saturating_sub(start.elapsed());
-                let chunk = tokio::time::timeout(left, self.response.chunk())
-                    .await
-                    .expect("the stream said something within the deadline")
-                    .expect("the stream reads");
-                self.buffer.push_str(&String::from_utf8_lossy(&chunk?));
-            }
-        }
-
-        /// The next event (comments skipped): its id, name and data.
-        async fn next_event(&mut self) -> (u64, String, Value) {
-            loop {
-                let Some(block) = self.next_block().await else {
-                    panic!("the stream ended; its last words: {:?}", self.last);
-                };
-                self.last = block.clone();
-                let field = |name: &str| {
-                    block
-                        .lines()
-                        .find_map(|line| line.strip_prefix(&format!("{name}: ")))
-                        .map(str::to_owned)
-                };
-                if let (Some(id), Some(name), Some(data)) =
-                    (field("id"), field("event"), field("data"))
-                {
-                    let data = serde_json::from_str(&data).expect("JSON data");
-                    return (id.parse().expect("a decimal id"), name, data);
-                }
-            }
-        }
-
-        /// The comment the stream ends with.
-        async fn last_words(&mut self) -> String {
-            let mut last = String::new();
-            while let Some(block) = self.next_block().await {
-                last = block;
-            }
-            last
-        }
+    /// `GET /fleet/events`, which must be a 200, each event awaited within [`DEADLINE`].
+    async fn fleet_events(server: &FleetServer) -> EventStream {
+        EventStream::new(server.request("/fleet/events").await, DEADLINE)
     }
 }

@@ -34,7 +34,6 @@
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
 
 use common::binary::{Home, User, chown_nobody, registry, run};
 use common::pidfds::{
@@ -42,15 +41,12 @@ use common::pidfds::{
     without_pidfd_open,
 };
 use common::{
-    CapsuleProcess, DEADLINE, ExitedChild, RecordJson, ServedBinary, TestProcess, Zombie,
-    replace_by_rename, wait_until, wrong_start_token,
+    CapsuleProcess, DEADLINE, EVENT_DEADLINE, EventStream, ExitedChild, RecordJson, ServedBinary,
+    SseEvent, TestProcess, Zombie, replace_by_rename, wait_until, wrong_start_token,
 };
 use murmur_registry::running::reason_exited;
 use rustix::process::Signal;
 use serde_json::Value;
-
-/// The longest wait for the next event of a stream. Never how long a test takes.
-const EVENT_DEADLINE: Duration = Duration::from_secs(15);
 
 /// How many whole-directory passes (listings) it takes at most to drop a pidfd no record names:
 /// one no reading named during two passes in a row is dropped as the third begins (two, not
@@ -143,7 +139,7 @@ impl Server {
     }
 
     /// Open `/events` and read its snapshot.
-    async fn listen(&self) -> (EventStream, Event) {
+    async fn listen(&self) -> (EventStream, SseEvent) {
         let response = self
             .client
             .get(self.url("/events"))
@@ -151,14 +147,8 @@ impl Server {
             .send()
             .await
             .expect("the registry answers GET /events");
-        assert_eq!(response.status().as_u16(), 200, "GET /events");
-        let mut stream = EventStream {
-            response,
-            pending: Vec::new(),
-            raw: String::new(),
-        };
-        let snapshot = stream.next().await;
-        assert_eq!(snapshot.name, "snapshot", "the first event: {snapshot:?}");
+        let mut stream = EventStream::new(response, EVENT_DEADLINE);
+        let snapshot = stream.snapshot().await;
         (stream, snapshot)
     }
 }
@@ -196,97 +186,25 @@ impl Listing {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A Server-Sent Events reader
+// Reading `/events` (the reader itself is `common::sse`'s)
 // ---------------------------------------------------------------------------------------------
 
-/// One event as a client sees it.
-#[derive(Debug)]
-struct Event {
-    name: String,
-    data: Value,
+/// The state of session `id` in `snapshot`, empty when it is not in it.
+fn state_in_snapshot<'a>(snapshot: &'a SseEvent, id: &str) -> &'a str {
+    snapshot.data["sessions"]
+        .as_array()
+        .and_then(|sessions| sessions.iter().find(|s| s["session_id"] == id))
+        .and_then(|s| s["liveness"]["state"].as_str())
+        .unwrap_or_default()
 }
 
-impl Event {
-    fn session_id(&self) -> &str {
-        self.data["session_id"].as_str().unwrap_or_default()
-    }
-
-    /// The state of session `id` in a snapshot, empty when it is not in it.
-    fn state_in_snapshot(&self, id: &str) -> &str {
-        self.data["sessions"]
-            .as_array()
-            .and_then(|sessions| sessions.iter().find(|s| s["session_id"] == id))
-            .and_then(|s| s["liveness"]["state"].as_str())
-            .unwrap_or_default()
-    }
-}
-
-/// `/events` read chunk by chunk: `event:` and `data:` lines, a blank line ending each event,
-/// comments and ids skipped (the events tests check those).
-struct EventStream {
-    response: reqwest::Response,
-    pending: Vec<u8>,
-    /// Everything the stream carried so far, for a failure's message.
-    raw: String,
-}
-
-impl EventStream {
-    /// The next event; fails the test if none comes within [`EVENT_DEADLINE`] or the stream
-    /// ends.
-    async fn next(&mut self) -> Event {
-        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
-        loop {
-            if let Some(event) = self.parse_one() {
-                return event;
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
-                .await
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "no event within {EVENT_DEADLINE:?}; the stream:\n{}",
-                        self.raw
-                    )
-                });
-            match chunk {
-                Ok(Some(bytes)) => {
-                    self.raw.push_str(&String::from_utf8_lossy(&bytes));
-                    self.pending.extend_from_slice(&bytes);
-                }
-                Ok(None) | Err(_) => panic!("the stream ended; it carried:\n{}", self.raw),
-            }
-        }
-    }
-
-    /// The next event about session `id`, skipping events about others.
-    async fn next_about(&mut self, id: &str) -> Event {
-        loop {
-            let event = self.next().await;
-            if event.session_id() == id {
-                return event;
-            }
-        }
-    }
-
-    /// The first complete event in what was read, if any.
-    fn parse_one(&mut self) -> Option<Event> {
-        let end = self.pending.windows(2).position(|w| w == b"\n\n")?;
-        let block: Vec<u8> = self.pending.drain(..end + 2).collect();
-        let block = String::from_utf8(block).expect("the stream is UTF-8");
-        let mut name = None;
-        let mut data = None;
-        for line in block.lines() {
-            if let Some(value) = line.strip_prefix("event:") {
-                name = Some(value.trim().to_owned());
-            } else if let Some(value) = line.strip_prefix("data:") {
-                data = Some(serde_json::from_str(value.trim()).expect("event data is JSON"));
-            }
-        }
-        match (name, data) {
-            (Some(name), Some(data)) => Some(Event { name, data }),
-            // A comment (keep-alive) alone: read on.
-            _ => self.parse_one(),
-        }
-    }
+/// The next event about session `id`, skipping events about others; fails the test if the
+/// stream ends first.
+async fn next_about(events: &mut EventStream, id: &str) -> SseEvent {
+    let about = format!("an event about {id}");
+    events
+        .until(&about, |_| true, |e| e.session_id() == id)
+        .await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -518,7 +436,7 @@ async fn a_killed_capsule_is_reported_gone_and_removed_without_a_pass(user: User
     }
 
     let (mut events, snapshot) = server.listen().await;
-    assert_eq!(snapshot.state_in_snapshot(&id), "live", "{snapshot:?}");
+    assert_eq!(state_in_snapshot(&snapshot, &id), "live", "{snapshot:?}");
     assert_eq!(
         server.pidfds(),
         pidfd_pids(&[capsule.pid()]),
@@ -527,7 +445,7 @@ async fn a_killed_capsule_is_reported_gone_and_removed_without_a_pass(user: User
 
     kill_child(capsule.pid());
     capsule.wait_exit(DEADLINE);
-    let changed = events.next_about(&id).await;
+    let changed = next_about(&mut events, &id).await;
     assert_eq!(changed.name, "session.changed", "{changed:?}");
     assert_eq!(changed.data["new_state"], "gone", "{changed:?}");
     assert_eq!(
@@ -535,7 +453,7 @@ async fn a_killed_capsule_is_reported_gone_and_removed_without_a_pass(user: User
         reason_exited(capsule.pid()),
         "{changed:?}"
     );
-    let removed = events.next_about(&id).await;
+    let removed = next_about(&mut events, &id).await;
     assert_eq!(removed.name, "session.removed", "{removed:?}");
     assert_eq!(removed.data["reason"], "pruned", "{removed:?}");
     assert!(!file.exists(), "the record is unlinked");
@@ -644,13 +562,13 @@ async fn without_pidfd_open_the_registry_says_so_once_and_still_tells_live_from_
 
     let (mut events, snapshot) = server.listen().await;
     let id = door.session_id();
-    assert_eq!(snapshot.state_in_snapshot(&id), "live", "{snapshot:?}");
+    assert_eq!(state_in_snapshot(&snapshot, &id), "live", "{snapshot:?}");
     capsule.send_signal(9);
     capsule.wait_exit(DEADLINE);
-    let changed = events.next_about(&id).await;
+    let changed = next_about(&mut events, &id).await;
     assert_eq!(changed.name, "session.changed", "{changed:?}");
     assert_eq!(changed.data["new_state"], "gone", "{changed:?}");
-    let removed = events.next_about(&id).await;
+    let removed = next_about(&mut events, &id).await;
     assert_eq!(removed.name, "session.removed", "{removed:?}");
     assert_eq!(removed.data["reason"], "pruned", "{removed:?}");
     assert!(!home.running_dir().join(door.file_name()).exists());

@@ -25,8 +25,6 @@ use serde_json::Value;
 
 /// How often the server under test passes over the directory (one `resources` event each).
 const INTERVAL: Duration = Duration::from_millis(200);
-/// The longest wait for the next event of a stream. Never how long a test takes.
-const EVENT_DEADLINE: Duration = Duration::from_secs(15);
 /// What the memory-holding child writes to, so every page of it is resident.
 const HELD_BYTES: u64 = 64 << 20;
 /// The threads the threaded child runs besides its main one.
@@ -86,11 +84,7 @@ impl Client {
             .send()
             .await
             .expect("the registry answers /events");
-        assert_eq!(response.status().as_u16(), 200, "GET /events{query}");
-        EventStream {
-            response,
-            pending: Vec::new(),
-        }
+        EventStream::new(response, EVENT_DEADLINE)
     }
 
     fn write(&self, record: &RecordJson) {
@@ -171,74 +165,6 @@ fn figures(resources: &Value) -> (Option<f64>, u64, u64, u64) {
         number("rss_bytes"),
         number("threads"),
     )
-}
-
-// ---------------------------------------------------------------------------------------------
-// An event stream reader
-// ---------------------------------------------------------------------------------------------
-
-/// One event as a client sees it.
-#[derive(Debug)]
-struct SseEvent {
-    id: u64,
-    name: String,
-    data: Value,
-}
-
-struct EventStream {
-    response: reqwest::Response,
-    pending: Vec<u8>,
-}
-
-impl EventStream {
-    /// The next event; fails the test if none comes within [`EVENT_DEADLINE`] or the stream
-    /// ends.
-    async fn next(&mut self) -> SseEvent {
-        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
-        loop {
-            if let Some(event) = self.parse_one() {
-                return event;
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
-                .await
-                .expect("an event within the deadline")
-                .expect("the stream reads")
-                .expect("the stream goes on");
-            self.pending.extend_from_slice(&chunk);
-        }
-    }
-
-    /// The next event whose name is `name`, checking every event before it with `allowed`.
-    async fn until(&mut self, name: &str, allowed: impl Fn(&SseEvent) -> bool) -> SseEvent {
-        loop {
-            let event = self.next().await;
-            if event.name == name {
-                return event;
-            }
-            assert!(allowed(&event), "unexpected before {name}: {event:?}");
-        }
-    }
-
-    /// One whole event out of what was read so far (comments skipped).
-    fn parse_one(&mut self) -> Option<SseEvent> {
-        let text = String::from_utf8_lossy(&self.pending).into_owned();
-        let end = text.find("\n\n")?;
-        self.pending.drain(..end + 2);
-        let (mut id, mut name, mut data) = (None, None, None);
-        for line in text[..end].lines() {
-            match line.split_once(": ") {
-                Some(("id", value)) => id = Some(value.parse().expect("a decimal id")),
-                Some(("event", value)) => name = Some(value.to_owned()),
-                Some(("data", value)) => data = Some(serde_json::from_str(value).expect("JSON")),
-                _ => {}
-            }
-        }
-        match (id, name, data) {
-            (Some(id), Some(name), Some(data)) => Some(SseEvent { id, name, data }),
-            // A comment alone (a keep-alive).
-            _ => self.parse_one(),
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -452,10 +378,9 @@ async fn a_stream_that_asks_gets_resources_each_step_and_one_that_does_not_gets_
     client.write(&g);
 
     let mut plain = client.events("").await;
-    assert_eq!(plain.next().await.name, "snapshot");
+    plain.snapshot().await;
     let mut asking = client.events("?include=resources").await;
-    let snapshot = asking.next().await;
-    assert_eq!(snapshot.name, "snapshot");
+    let snapshot = asking.snapshot().await;
 
     // An event each step, each naming the spinner with figures, in order, never the gone
     // record; the first has no CPU share (no earlier sample), a later one shows the spinner
@@ -472,7 +397,11 @@ async fn a_stream_that_asks_gets_resources_each_step_and_one_that_does_not_gets_
             "the spinner never showed busy: {shares:?}"
         );
         let event = asking
-            .until("resources", |e| e.name.starts_with("session."))
+            .until(
+                "resources",
+                |e| e.name.starts_with("session."),
+                |e| e.name == "resources",
+            )
             .await;
         assert!(
             event.id >= last_id,
@@ -505,7 +434,11 @@ async fn a_stream_that_asks_gets_resources_each_step_and_one_that_does_not_gets_
     client.write(&m);
     loop {
         let added = plain
-            .until("session.added", |e| e.name != "resources")
+            .until(
+                "session.added",
+                |e| e.name != "resources",
+                |e| e.name == "session.added",
+            )
             .await;
         if added.data["session_id"] == m.session_id() {
             break;
@@ -569,7 +502,7 @@ async fn sampling_runs_only_while_a_stream_that_asked_is_open() {
 
     // A stream that does not ask: the live view has that one listener, and no sampler.
     let mut plain = client.events("").await;
-    assert_eq!(plain.next().await.name, "snapshot");
+    plain.snapshot().await;
     assert_eq!(
         monitor.listeners(),
         1,
@@ -578,8 +511,10 @@ async fn sampling_runs_only_while_a_stream_that_asked_is_open() {
 
     // One that asks: its resources come, and the sampler follows the live view beside it.
     let mut asking = client.events("?include=resources").await;
-    assert_eq!(asking.next().await.name, "snapshot");
-    let event = asking.until("resources", |_| true).await;
+    asking.snapshot().await;
+    let event = asking
+        .until("resources", |_| true, |e| e.name == "resources")
+        .await;
     assert!(
         event.data["sessions"][0]["resources"].is_object(),
         "{:?}",

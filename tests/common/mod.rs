@@ -16,6 +16,8 @@
 //! - [`binary`]: the binary's command line for a test (a private `HOME`, run as which user).
 //! - [`server`]: the real app served in-process ([`server::TestServer`]).
 //! - [`steps`]: named steps for long scenarios, so a failure says which step.
+//! - [`sse`]: an [`EventStream`] reading `/events` or `/fleet/events` event by event, through
+//!   the one [`SseParser`] that checks every event against the stream contract.
 //! - [`etcd`] (feature `fleet`): real etcd servers and clusters on free loopback ports.
 //!
 //! Invariants: every test builds its own world from these pieces and tears it down on drop;
@@ -39,6 +41,7 @@ pub mod processes;
 pub mod records;
 pub mod served;
 pub mod server;
+pub mod sse;
 pub mod steps;
 
 pub use doors::*;
@@ -46,6 +49,7 @@ pub use files::*;
 pub use processes::*;
 pub use records::*;
 pub use served::ServedBinary;
+pub use sse::*;
 
 /// The upper bound for anything a test waits on. Generous on purpose: it is never how long a
 /// test takes, only how long a broken one takes to fail instead of hanging.
