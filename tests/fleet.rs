@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 use common::binary::{Home, User, registry, run};
 use common::etcd::{Etcd, EtcdCluster, connect};
 use common::{
-    CapsuleProcess, DEADLINE, DoorMode, DoorServer, RecordJson, Rejection, ServedBinary, session_id,
+    CapsuleProcess, DEADLINE, DoorMode, DoorServer, EventStream, RecordJson, Rejection,
+    ServedBinary, session_id,
 };
 use etcd_client::{Client, GetOptions};
 use rustix::process::{Pid, Signal};
@@ -479,11 +480,10 @@ async fn lease_lives(client: &mut Client, lease: i64) -> bool {
 // A registry's /fleet/events
 // ---------------------------------------------------------------------------------------------
 
-/// `GET /fleet/events` of one host, read event by event.
+/// `GET /fleet/events` of one host, read event by event through the common reader.
 struct FleetEvents {
     of: &'static str,
-    response: reqwest::Response,
-    buffer: String,
+    stream: EventStream,
 }
 
 impl FleetEvents {
@@ -495,40 +495,17 @@ impl FleetEvents {
             .send()
             .await
             .expect("open /fleet/events");
-        assert_eq!(response.status().as_u16(), 200);
         let mut events = Self {
             of: host.id,
-            response,
-            buffer: String::new(),
+            stream: EventStream::new(response, DEADLINE),
         };
-        let (name, _) = events.next(Instant::now() + DEADLINE).await;
-        assert_eq!(name, "snapshot", "the first event");
+        events.stream.snapshot().await;
         events
     }
 
-    /// The next event (comments skipped): its name and data. Fails at `deadline`.
-    async fn next(&mut self, deadline: Instant) -> (String, Value) {
-        loop {
-            while let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                let field =
-                    |name: &str| (block.lines()).find_map(|l| l.strip_prefix(&format!("{name}: ")));
-                if let (Some(name), Some(data)) = (field("event"), field("data")) {
-                    let data = serde_json::from_str(data).expect("JSON data");
-                    return (name.to_owned(), data);
-                }
-            }
-            let chunk = tokio::time::timeout_at(deadline.into(), self.response.chunk())
-                .await
-                .unwrap_or_else(|_| panic!("{}'s /fleet/events went quiet", self.of))
-                .expect("the stream reads")
-                .unwrap_or_else(|| panic!("{}'s /fleet/events ended", self.of));
-            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    }
-
-    /// Read events until one satisfies `done`: every event read (`name subject`, where the
-    /// subject is the session id or host id), and how long since `since` the last took.
+    /// Read events until one satisfies `done`, all within [`DEADLINE`] of `since`: every event
+    /// read (`name subject`, where the subject is the session id or host id), and how long
+    /// since `since` the last took.
     async fn until(
         &mut self,
         since: Instant,
@@ -538,17 +515,19 @@ impl FleetEvents {
         let mut seen = Vec::new();
         loop {
             let deadline = since + DEADLINE;
-            assert!(
-                Instant::now() < deadline,
-                "{what} not on {}'s stream within {DEADLINE:?}; seen {seen:?}",
-                self.of
-            );
-            let (name, data) = self.next(deadline).await;
-            let subject = (data["session_id"].as_str())
-                .or(data["host_id"].as_str())
+            let event = tokio::time::timeout_at(deadline.into(), self.stream.expect_event())
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "{what} not on {}'s stream within {DEADLINE:?}; seen {seen:?}",
+                        self.of
+                    )
+                });
+            let subject = (event.data["session_id"].as_str())
+                .or(event.data["host_id"].as_str())
                 .unwrap_or("");
-            seen.push(format!("{name} {subject}"));
-            if done(&name, &data) {
+            seen.push(format!("{} {subject}", event.name));
+            if done(&event.name, &event.data) {
                 return (seen, since.elapsed());
             }
         }
