@@ -394,27 +394,32 @@ const RESOURCES_ONLY_PATTERN: &str = "^resources(,resources)*$";
 /// The schema of the `include` parameter of `GET /sessions/{id}`: `resources` only (one
 /// session's card is `GET /sessions/{id}/card`).
 fn session_include_schema() -> utoipa::openapi::Object {
-    utoipa::openapi::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::String)
-        .pattern(Some(RESOURCES_ONLY_PATTERN))
-        .description(Some(
-            "`resources` adds what the session's process costs: CPU, memory, threads (`null` \
-             for a process that is not confirmed). Its card is `GET /sessions/{id}/card`.",
-        ))
-        .examples(["resources"])
-        .build()
+    include_parameter(
+        RESOURCES_ONLY_PATTERN,
+        "`resources` adds what the session's process costs: CPU, memory, threads (`null` \
+         for a process that is not confirmed). Its card is `GET /sessions/{id}/card`.",
+        "resources",
+    )
 }
 
 /// The schema of the `include` parameter of `GET /events`: `resources` only.
 fn events_include_schema() -> utoipa::openapi::Object {
+    include_parameter(
+        RESOURCES_ONLY_PATTERN,
+        "`resources` adds a `resources` event after each periodic pass: what every \
+         confirmed session's process costs.",
+        "resources",
+    )
+}
+
+/// An `include` parameter's schema: a string of `pattern`. utoipa takes only a literal
+/// `pattern` and drops the field's doc beside `schema_with`, so each caller gives its doc here.
+fn include_parameter(pattern: &str, description: &str, example: &str) -> utoipa::openapi::Object {
     utoipa::openapi::ObjectBuilder::new()
         .schema_type(utoipa::openapi::schema::Type::String)
-        .pattern(Some(RESOURCES_ONLY_PATTERN))
-        .description(Some(
-            "`resources` adds a `resources` event after each periodic pass: what every \
-             confirmed session's process costs.",
-        ))
-        .examples(["resources"])
+        .pattern(Some(pattern))
+        .description(Some(description))
+        .examples([example])
         .build()
 }
 
@@ -443,20 +448,16 @@ pub struct ListQuery {
     pub skill: Option<String>,
 }
 
-/// The schema of an `include` parameter, pattern [`INCLUDE_PATTERN`]. utoipa takes only a
-/// literal `pattern` and drops the field's doc beside `schema_with`, so the doc is here.
+/// The schema of the `include` parameter of `GET /sessions`, pattern [`INCLUDE_PATTERN`].
 fn include_schema() -> utoipa::openapi::Object {
-    utoipa::openapi::ObjectBuilder::new()
-        .schema_type(utoipa::openapi::schema::Type::String)
-        .pattern(Some(INCLUDE_PATTERN))
-        .description(Some(
-            "Comma-separated members to add to each session: `card` (the agent card its door \
-             served in the probe that verified it, `null` for a session that is not live; no \
-             second request to any door; needs the probe) and `resources` (what its process \
-             costs: CPU, memory, threads; `null` for a process that is not confirmed).",
-        ))
-        .examples([serde_json::json!("card")])
-        .build()
+    include_parameter(
+        INCLUDE_PATTERN,
+        "Comma-separated members to add to each session: `card` (the agent card its door \
+         served in the probe that verified it, `null` for a session that is not live; no \
+         second request to any door; needs the probe) and `resources` (what its process \
+         costs: CPU, memory, threads; `null` for a process that is not confirmed).",
+        "card",
+    )
 }
 
 /// Options of `GET /sessions/{id}`.
