@@ -206,6 +206,26 @@ async fn a_door_answering_garbage_is_unreachable() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_door_that_hangs_up_without_answering_is_unreachable_and_says_so() {
+    let id = session_id();
+    for mode in [DoorMode::ClosesUnanswered, DoorMode::ResetsUnanswered] {
+        let door = DoorServer::start(mode.clone());
+        let record = record_behind(&door, &id);
+        let liveness = verify(&record, &quick_probe()).await;
+        let reason = unreachable_reason(&liveness);
+        assert_eq!(
+            reason,
+            format!(
+                "door at {} closed the connection without a valid HTTP answer",
+                door.url()
+            ),
+            "{mode:?}"
+        );
+        assert_eq!(door.requests().len(), 1, "{mode:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_door_answering_http_500_is_unreachable_even_with_a_matching_body() {
     let id = session_id();
     let door = DoorServer::start(DoorMode::ServerError(id.clone()));

@@ -16,6 +16,7 @@
 
 mod dir;
 mod door;
+mod door_answer;
 mod door_exchange;
 mod door_stop;
 mod process;

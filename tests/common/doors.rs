@@ -105,6 +105,10 @@ pub enum DoorMode {
     Chunked(String),
     /// Answers the [`spec_card`] as HTTP/1.0 with no length: the body ends when the door closes.
     CloseDelimited(String),
+    /// Reads the request and closes the connection without a word.
+    ClosesUnanswered,
+    /// Reads the request and resets the connection (`SO_LINGER` 0) without a word.
+    ResetsUnanswered,
 }
 
 /// How a [`StoppableDoor`] answers `murmur.StopSession`.
@@ -333,6 +337,10 @@ async fn serve_connection(
             return;
         }
     };
+    if matches!(mode, DoorMode::ResetsUnanswered) {
+        stream.set_zero_linger().expect("SO_LINGER 0");
+        return;
+    }
     let _ = stream.write_all(&answer).await;
     let _ = stream.shutdown().await;
 }
@@ -437,6 +445,7 @@ fn answer(mode: &DoorMode, request: &Received) -> Option<Vec<u8>> {
         )
         .into_bytes(),
         DoorMode::Chunked(_) | DoorMode::CloseDelimited(_) => not_found(),
+        DoorMode::ClosesUnanswered | DoorMode::ResetsUnanswered => Vec::new(),
         DoorMode::Authenticated { .. } if is_card_get => ok_json(&public_card_without_session()),
         DoorMode::Authenticated {
             session_id,
