@@ -508,7 +508,7 @@ impl Looper {
     /// Hand `/metrics` the picture's counts, after every change to it: a death a pidfd reports
     /// shows there as soon as on `/events`, not a pass later.
     fn count_picture(&self, picture: &Picture) {
-        (self.registry().tally()).pictured(picture.readings(), picture.unreadable());
+        (self.registry().tally()).pictured(picture.counts(), picture.unreadable());
     }
 
     /// Prune the records of `session_ids` on fresh evidence, and publish their removals as one
