@@ -23,7 +23,7 @@
 //!   otherwise it judges the records that read found, less those pruned since. The first pass
 //!   and every nudged pass read it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::BuildHasher;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -38,6 +38,7 @@ use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
 use super::picture::Picture;
 use super::recheck::RecheckSchedule;
 use super::rescan::{Rescans, SinceLastRead};
+use super::session_records::SessionRecords;
 use super::watch::DirectoryWatch;
 use crate::registry::{ExitedProcess, ProcessExits, PruneOutcome, Registry, RegistryError};
 use crate::running::{Liveness, RECORD_SUFFIX, RunningRecord, SharedScan, UnreadableEntry};
@@ -68,11 +69,11 @@ struct Looper {
     /// How often a periodic pass reads the whole directory.
     interval: Duration,
     /// The record on disk for every session seen by the last scan (probed or not).
-    on_disk: HashMap<String, Arc<RunningRecord>>,
+    on_disk: SessionRecords,
     /// Sessions whose file the last pass failed to read, carried over on the record last read.
     carried: HashSet<String>,
     /// The record each in-flight probe is probing, by session.
-    probing: HashMap<String, Arc<RunningRecord>>,
+    probing: SessionRecords,
     /// The probes in flight, polled by the loop's own task: each waits on its door's flight
     /// (which runs as a task of its own), so a task of the loop's per probe would only add a
     /// wake-up of another thread per answer.
@@ -165,9 +166,9 @@ impl Looper {
             exits: hub.registry.process_exits(),
             hub,
             interval,
-            on_disk: HashMap::new(),
+            on_disk: SessionRecords::default(),
             carried: HashSet::new(),
-            probing: HashMap::new(),
+            probing: SessionRecords::default(),
             probes: FuturesUnordered::new(),
             recheck: RecheckSchedule::new(door_recheck, phases_start),
             watch: None,
@@ -437,8 +438,7 @@ impl Looper {
 
     /// Ask `record`'s door, through the registry's one verification path.
     fn start_probe(&mut self, record: Arc<RunningRecord>) {
-        self.probing
-            .insert(record.session_id.clone(), Arc::clone(&record));
+        self.probing.insert(Arc::clone(&record));
         let hub = Arc::clone(&self.hub);
         self.probes.push(Box::pin(async move {
             let reading = hub.registry.verify(Arc::clone(&record)).await;
@@ -469,7 +469,7 @@ impl Looper {
     async fn apply_exits(&mut self, exited: Vec<ExitedProcess>) {
         let named: Vec<Arc<RunningRecord>> = self
             .on_disk
-            .values()
+            .records()
             .filter(|record| exited.iter().any(|process| process.names(record)))
             .cloned()
             .collect();

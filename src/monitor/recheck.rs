@@ -18,6 +18,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::session_records::SessionRecords;
+
 /// 2^64 divided by the golden ratio: consecutive multiples of it, taken modulo 2^64, fall into
 /// the largest gap left by those before (the three-gap theorem), so phases handed out one after
 /// another cover the period evenly however many there are.
@@ -78,21 +80,21 @@ impl RecheckSchedule {
     /// every door not in `doors` leaves.
     pub(super) fn follow(
         &mut self,
-        doors: &HashSet<String>,
+        doors: &SessionRecords,
         asked_now: &HashSet<&str>,
         now: Instant,
     ) {
         let leaving: Vec<Arc<str>> = self
             .by_session
             .keys()
-            .filter(|id| !doors.contains(&***id))
+            .filter(|id| !doors.contains(id))
             .cloned()
             .collect();
         for id in leaving {
             self.leave(&id);
         }
-        for id in doors {
-            if asked_now.contains(id.as_str()) || !self.by_session.contains_key(id.as_str()) {
+        for id in doors.ids() {
+            if asked_now.contains(id) || !self.by_session.contains_key(id) {
                 self.enter(id, now);
             }
         }
@@ -111,7 +113,7 @@ impl RecheckSchedule {
 
     /// Every door due at or before `now`, earliest first; each is scheduled again at its own
     /// phase, the first whole number of periods after its due instant that is past `now`.
-    pub(super) fn take_due(&mut self, now: Instant) -> Vec<String> {
+    pub(super) fn take_due(&mut self, now: Instant) -> Vec<Arc<str>> {
         self.last_taken = Some(now);
         let mut taken = Vec::new();
         while let Some((due, _)) = self.due.first()
@@ -123,7 +125,7 @@ impl RecheckSchedule {
             let periods_late = (now - due).as_nanos() / self.period.as_nanos();
             let periods = u32::try_from(periods_late + 1).unwrap_or(u32::MAX);
             let next = due + self.period.saturating_mul(periods);
-            taken.push(id.to_string());
+            taken.push(Arc::clone(&id));
             self.insert(id, next);
         }
         taken

@@ -3,27 +3,12 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::running::{Liveness, ProcessState, RunningRecord};
+use crate::monitor::test_records::record;
+use crate::running::{Liveness, ProcessState};
 
 fn reading(session_id: &str, liveness: Option<Liveness>) -> Reading {
-    let record = RunningRecord::parse(
-        serde_json::json!({
-            "session_id": session_id,
-            "url": "127.0.0.1:1",
-            "pid": 1,
-            "process_start": "1",
-            "capsule_name": "test-capsule",
-            "capsule_version": "0.1.0",
-            "workdir": "/tmp/murmur-test",
-            "outlives_launcher": false,
-            "started_at": "2026-11-30T04:52:00Z",
-        })
-        .to_string()
-        .as_bytes(),
-    )
-    .expect("a nine-field record parses");
     Reading {
-        record: Arc::new(record),
+        record: record(session_id),
         process: ProcessState::Alive,
         liveness,
         skills: Arc::default(),
