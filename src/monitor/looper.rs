@@ -418,35 +418,36 @@ impl Looper {
 
     /// Probe what the judge left open, and prune what it found gone.
     async fn follow_up(&mut self, to_probe: Vec<Arc<RunningRecord>>, gone: Vec<String>) {
-        for record in to_probe {
-            self.start_probe(record);
-        }
+        self.start_probes(to_probe);
         self.prune(gone).await;
     }
 
     /// Ask again every door whose recheck is due, unless a probe of its record is in flight.
     fn recheck_due(&mut self) {
-        for id in self.recheck.take_due(Instant::now()) {
-            let Some(record) = self.on_disk.get(&id) else {
-                continue;
-            };
-            if self.probing.get(&id) != Some(record) {
-                self.start_probe(Arc::clone(record));
-            }
-        }
+        let due: Vec<Arc<RunningRecord>> = (self.recheck.take_due(Instant::now()).iter())
+            .filter_map(|id| self.on_disk.get(id))
+            .filter(|record| self.probing.get(&record.session_id) != Some(*record))
+            .cloned()
+            .collect();
+        self.start_probes(due);
     }
 
-    /// Ask `record`'s door, through the registry's one verification path.
-    fn start_probe(&mut self, record: Arc<RunningRecord>) {
-        self.probing.insert(Arc::clone(&record));
-        let hub = Arc::clone(&self.hub);
-        self.probes.push(Box::pin(async move {
-            let reading = hub.registry.verify(Arc::clone(&record)).await;
-            ProbeAnswer {
-                probed: record,
-                reading,
-            }
-        }));
+    /// Ask the doors of `records`, through the registry's one verification path (which reads
+    /// layers 1–2 of them all at once).
+    fn start_probes(&mut self, records: Vec<Arc<RunningRecord>>) {
+        if records.is_empty() {
+            return;
+        }
+        let readings = self.hub.registry.verify_each(&records);
+        for (record, reading) in records.into_iter().zip(readings) {
+            self.probing.insert(Arc::clone(&record));
+            self.probes.push(Box::pin(async move {
+                ProbeAnswer {
+                    reading: reading.await,
+                    probed: record,
+                }
+            }));
+        }
     }
 
     /// Apply a batch of probe answers as one step, then prune what they found gone.
