@@ -84,19 +84,29 @@ impl RecheckSchedule {
         asked_now: &HashSet<&str>,
         now: Instant,
     ) {
-        let leaving: Vec<Arc<str>> = self
-            .by_session
-            .keys()
-            .filter(|id| !doors.contains(id))
-            .cloned()
-            .collect();
-        for id in leaving {
-            self.leave(&id);
-        }
+        let mut entering = Vec::new();
+        let mut scheduled = 0;
         for id in doors.ids() {
-            if asked_now.contains(id) || !self.by_session.contains_key(id) {
-                self.enter(id, now);
+            let known = self.by_session.contains_key(id);
+            scheduled += usize::from(known);
+            if asked_now.contains(id) || !known {
+                entering.push(id);
             }
+        }
+        // Every door scheduled is still one of `doors` when as many of them are scheduled.
+        if scheduled < self.by_session.len() {
+            let leaving: Vec<Arc<str>> = self
+                .by_session
+                .keys()
+                .filter(|id| !doors.contains(id))
+                .cloned()
+                .collect();
+            for id in leaving {
+                self.leave(&id);
+            }
+        }
+        for id in entering {
+            self.enter(id, now);
         }
     }
 

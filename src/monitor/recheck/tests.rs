@@ -169,6 +169,28 @@ fn following_a_pass_keeps_phases_restarts_the_asked_and_drops_the_rest() {
     assert_eq!(schedule.due.len(), 3);
 }
 
+#[test]
+fn following_a_pass_that_found_the_same_doors_keeps_them_all_and_a_swapped_one_leaves() {
+    let now = Instant::now();
+    let mut schedule = RecheckSchedule::new(PERIOD, 11);
+    for door in ["a", "b"] {
+        schedule.enter(door, now);
+    }
+    let before = schedule.by_session.clone();
+    let later = now + PERIOD * 3;
+    let same: SessionRecords = ["a", "b"].map(record).into_iter().collect();
+    schedule.follow(&same, &HashSet::new(), later);
+    assert_eq!(schedule.by_session, before, "every phase kept");
+    assert_eq!(schedule.due.len(), 2);
+    // As many doors as scheduled, but one of them new: the one not found leaves.
+    let swapped: SessionRecords = ["a", "c"].map(record).into_iter().collect();
+    schedule.follow(&swapped, &HashSet::new(), later);
+    assert_eq!(schedule.by_session["a"], before["a"]);
+    assert!(!schedule.by_session.contains_key("b"));
+    assert!(schedule.by_session["c"] >= later);
+    assert_eq!(schedule.due.len(), 2);
+}
+
 /// A loop that wakes when told wakes about [`WAKES_PER_PERIOD`] times a period, takes every
 /// door within it (and one spacing), and none later than a spacing after it is due.
 #[test]
