@@ -125,7 +125,9 @@ impl RecheckSchedule {
     /// phase, the first whole number of periods after its due instant that is past `now`.
     pub(super) fn take_due(&mut self, now: Instant) -> Vec<Arc<str>> {
         self.last_taken = Some(now);
-        let mut taken = Vec::new();
+        // A wake's share of the doors, in the steady state: room made once, not grown to it.
+        let share = self.by_session.len() / WAKES_PER_PERIOD as usize + 1;
+        let mut taken = Vec::with_capacity(share);
         while let Some((due, _)) = self.due.first()
             && *due <= now
         {
