@@ -98,6 +98,10 @@ struct Looper {
 struct LastScan {
     records: Vec<Arc<RunningRecord>>,
     unreadable: Vec<UnreadableEntry>,
+    /// A record of this read was pruned since. Until one is, every record it found is still
+    /// the one on disk for its session (the pass that read it put them all there, and only
+    /// prunes take any out), so none needs looking up.
+    pruned_since: bool,
 }
 
 /// Whether a pass reads the directory or judges [`LastScan`] again.
@@ -358,6 +362,7 @@ impl Looper {
         self.last_scan = Some(LastScan {
             records: scan.records.clone(),
             unreadable: scan.unreadable.clone(),
+            pruned_since: false,
         });
         Ok(scan)
     }
@@ -366,13 +371,18 @@ impl Looper {
     /// nudged a pass that read the directory); `None` before any read.
     fn kept_scan(&self) -> Option<SharedScan> {
         let last = self.last_scan.as_ref()?;
-        let still_on_disk = |record: &&Arc<RunningRecord>| {
-            self.on_disk
-                .get(&record.session_id)
-                .is_some_and(|on_disk| Arc::ptr_eq(on_disk, record))
+        let records = if last.pruned_since {
+            let still_on_disk = |record: &&Arc<RunningRecord>| {
+                self.on_disk
+                    .get(&record.session_id)
+                    .is_some_and(|on_disk| Arc::ptr_eq(on_disk, record))
+            };
+            last.records.iter().filter(still_on_disk).cloned().collect()
+        } else {
+            last.records.clone()
         };
         Some(SharedScan {
-            records: last.records.iter().filter(still_on_disk).cloned().collect(),
+            records,
             unreadable: last.unreadable.clone(),
         })
     }
@@ -424,11 +434,15 @@ impl Looper {
 
     /// Ask again every door whose recheck is due, unless a probe of its record is in flight.
     fn recheck_due(&mut self) {
-        let due: Vec<Arc<RunningRecord>> = (self.recheck.take_due(Instant::now()).iter())
-            .filter_map(|id| self.on_disk.get(id))
-            .filter(|record| self.probing.get(&record.session_id) != Some(*record))
-            .cloned()
-            .collect();
+        let taken = self.recheck.take_due(Instant::now());
+        let mut due = Vec::with_capacity(taken.len());
+        for id in &taken {
+            if let Some(record) = self.on_disk.get(id)
+                && self.probing.get(id) != Some(record)
+            {
+                due.push(Arc::clone(record));
+            }
+        }
         self.start_probes(due);
     }
 
@@ -521,6 +535,9 @@ impl Looper {
                 Ok(PruneOutcome::Pruned { reason }) => {
                     let noted = self.registry().take_removal(&id).map(|note| note.cause);
                     self.on_disk.remove(&id);
+                    if let Some(last) = &mut self.last_scan {
+                        last.pruned_since = true;
+                    }
                     self.recheck.leave(&id);
                     removed.push(judge::pruned(id, reason, noted));
                 }
