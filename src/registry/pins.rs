@@ -343,6 +343,11 @@ impl Pins {
         let Some(set) = &self.exited_set else {
             return false;
         };
+        // Nothing exited, the usual answer, is known from one poll of the set: no buffer is
+        // made for its events.
+        if have_exited(&mut [PollFd::new(set, PollFlags::IN)]) == [Some(false)] {
+            return false;
+        }
         let mut closed = false;
         loop {
             let Ok(ready) = take_ready(set) else {
