@@ -55,9 +55,9 @@ pub(super) struct PassJudgement {
     pub(super) on_disk: SessionRecords,
     /// Records whose door must be asked now.
     pub(super) to_probe: Vec<Arc<RunningRecord>>,
-    /// Every session whose record names a door and whose process passed layers 1–2: the doors
-    /// the recheck schedule keeps asking.
-    pub(super) doors: SessionRecords,
+    /// The record of every session whose record names a door and whose process passed layers
+    /// 1–2, each session once: the doors the recheck schedule keeps asking.
+    pub(super) doors: Vec<Arc<RunningRecord>>,
     /// Sessions found gone, to prune.
     pub(super) gone: Vec<String>,
     /// Sessions whose file failed to read, carried over on the record last read: found gone
@@ -113,7 +113,7 @@ pub(super) fn judge_pass(
     let first = matches!(pass, Pass::First);
     let mut judgement = PassJudgement {
         on_disk: SessionRecords::with_capacity(read.readings.len()),
-        doors: SessionRecords::with_capacity(read.readings.len()),
+        doors: Vec::with_capacity(read.readings.len()),
         ..PassJudgement::default()
     };
     if first {
@@ -145,7 +145,7 @@ pub(super) fn judge_pass(
         let id = record.session_id.as_str();
         judgement.on_disk.insert(Arc::clone(&record));
         if has_door_to_recheck(&reading) {
-            judgement.doors.insert(Arc::clone(&record));
+            judgement.doors.push(Arc::clone(&record));
         }
         settle_unverified(&mut reading);
         match &reading.liveness {
@@ -160,9 +160,10 @@ pub(super) fn judge_pass(
                 }
             }
             None => {
+                let pictured = picture.get(id);
                 // Its door already answered for this very record and process: the recheck
                 // schedule asks it again in its turn.
-                let known = picture.get(id).is_some_and(|known| {
+                let known = pictured.is_some_and(|known| {
                     known.record == record && known.process == ProcessState::Alive
                 });
                 let in_flight = probing.get(id) == Some(&record);

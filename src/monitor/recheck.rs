@@ -18,7 +18,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::session_records::SessionRecords;
+use crate::running::RunningRecord;
 
 /// 2^64 divided by the golden ratio: consecutive multiples of it, taken modulo 2^64, fall into
 /// the largest gap left by those before (the three-gap theorem), so phases handed out one after
@@ -74,19 +74,19 @@ impl RecheckSchedule {
         }
     }
 
-    /// Bring the schedule in line with a pass made at `now`: `doors` are every door of a live
-    /// process the pass found; those in `asked_now` (new, rewritten, or just confirmed alive)
-    /// start afresh from `now`, the others already here keep their phase, new ones enter, and
-    /// every door not in `doors` leaves.
+    /// Bring the schedule in line with a pass made at `now`: `doors` are the records of every
+    /// door of a live process the pass found, each session once; those in `asked_now` (new,
+    /// rewritten, or just confirmed alive) start afresh from `now`, the others already here
+    /// keep their phase, new ones enter, and every door not in `doors` leaves.
     pub(super) fn follow(
         &mut self,
-        doors: &SessionRecords,
+        doors: &[Arc<RunningRecord>],
         asked_now: &HashSet<&str>,
         now: Instant,
     ) {
         let mut entering = Vec::new();
         let mut scheduled = 0;
-        for id in doors.ids() {
+        for id in doors.iter().map(|record| record.session_id.as_str()) {
             let known = self.by_session.contains_key(id);
             scheduled += usize::from(known);
             if asked_now.contains(id) || !known {
@@ -95,10 +95,11 @@ impl RecheckSchedule {
         }
         // Every door scheduled is still one of `doors` when as many of them are scheduled.
         if scheduled < self.by_session.len() {
+            let found: HashSet<&str> = doors.iter().map(|r| r.session_id.as_str()).collect();
             let leaving: Vec<Arc<str>> = self
                 .by_session
                 .keys()
-                .filter(|id| !doors.contains(id))
+                .filter(|id| !found.contains(&***id))
                 .cloned()
                 .collect();
             for id in leaving {

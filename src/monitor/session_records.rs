@@ -69,11 +69,6 @@ impl SessionRecords {
         self.0.take(session_id).map(|entry| entry.0)
     }
 
-    /// Every session id, in no particular order.
-    pub(super) fn ids(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(BySessionId::id)
-    }
-
     /// Every record, in no particular order.
     pub(super) fn records(&self) -> impl Iterator<Item = &Arc<RunningRecord>> {
         self.0.iter().map(|entry| &entry.0)

@@ -92,9 +92,11 @@ fn on_disk_of(readings: &[Reading]) -> SessionRecords {
     readings.iter().map(|r| Arc::clone(&r.record)).collect()
 }
 
-/// The session ids of `records`.
-fn ids_of(records: &SessionRecords) -> HashSet<String> {
-    records.ids().map(str::to_owned).collect()
+/// The session ids of `records`, each once.
+fn ids_of(records: &[Arc<RunningRecord>]) -> HashSet<String> {
+    let ids: HashSet<String> = records.iter().map(|r| r.session_id.clone()).collect();
+    assert_eq!(ids.len(), records.len(), "a session twice in {records:?}");
+    ids
 }
 
 fn entry(session_id: &str, why: Unreadable) -> UnreadableEntry {
@@ -193,7 +195,7 @@ fn the_first_pass_is_a_baseline_without_events_that_prunes_the_gone_and_probes_t
         !picture.contains(OTHER),
         "awaiting its probe, not in the picture yet"
     );
-    assert_eq!(judgement.on_disk.ids().count(), 3);
+    assert_eq!(judgement.on_disk.records().count(), 3);
 }
 
 #[test]

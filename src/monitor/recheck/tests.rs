@@ -151,10 +151,7 @@ fn following_a_pass_keeps_phases_restarts_the_asked_and_drops_the_rest() {
     }
     let kept_due = schedule.by_session["kept"];
     let later = now + PERIOD * 7;
-    let doors: SessionRecords = ["kept", "rewritten", "new"]
-        .map(record)
-        .into_iter()
-        .collect();
+    let doors = ["kept", "rewritten", "new"].map(record);
     schedule.follow(&doors, &HashSet::from(["rewritten"]), later);
     assert_eq!(schedule.by_session["kept"], kept_due, "its phase kept");
     for door in ["rewritten", "new"] {
@@ -178,12 +175,12 @@ fn following_a_pass_that_found_the_same_doors_keeps_them_all_and_a_swapped_one_l
     }
     let before = schedule.by_session.clone();
     let later = now + PERIOD * 3;
-    let same: SessionRecords = ["a", "b"].map(record).into_iter().collect();
+    let same = ["a", "b"].map(record);
     schedule.follow(&same, &HashSet::new(), later);
     assert_eq!(schedule.by_session, before, "every phase kept");
     assert_eq!(schedule.due.len(), 2);
     // As many doors as scheduled, but one of them new: the one not found leaves.
-    let swapped: SessionRecords = ["a", "c"].map(record).into_iter().collect();
+    let swapped = ["a", "c"].map(record);
     schedule.follow(&swapped, &HashSet::new(), later);
     assert_eq!(schedule.by_session["a"], before["a"]);
     assert!(!schedule.by_session.contains_key("b"));
