@@ -140,9 +140,14 @@ pub(super) fn judge_pass(
         }
     }
     picture.set_unreadable(unreadable.len());
+    // Sessions of the picture this pass accounts for (carried over, or read), each once: a scan
+    // holds one record per file name, so per session. All of the picture: nobody left.
+    let mut accounted = carried.len();
     for mut reading in read.readings {
         let record = Arc::clone(&reading.record);
         let id = record.session_id.as_str();
+        // Not counted twice: a session carried over has no record in the scan.
+        let uncarried = !carried.contains(id);
         judgement.on_disk.insert(Arc::clone(&record));
         if has_door_to_recheck(&reading) {
             judgement.doors.push(Arc::clone(&record));
@@ -158,9 +163,11 @@ pub(super) fn judge_pass(
                 } else {
                     put(picture, reading, &mut judgement.events);
                 }
+                accounted += usize::from(uncarried);
             }
             None => {
                 let pictured = picture.get(id);
+                accounted += usize::from(uncarried && pictured.is_some());
                 // Its door already answered for this very record and process: the recheck
                 // schedule asks it again in its turn.
                 let known = pictured.is_some_and(|known| {
@@ -172,6 +179,9 @@ pub(super) fn judge_pass(
                 }
             }
         }
+    }
+    if accounted == picture.len() {
+        return judgement;
     }
     let left: Vec<String> = picture
         .session_ids()

@@ -33,6 +33,11 @@ impl Picture {
         self.sessions.contains_key(session_id)
     }
 
+    /// How many sessions the picture holds.
+    pub(super) fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
     /// How many sessions are in each state.
     pub(super) fn counts(&self) -> StateCounts {
         self.counts

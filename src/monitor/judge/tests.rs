@@ -389,6 +389,52 @@ fn a_session_whose_record_disappeared_left_as_record_removed() {
 }
 
 #[test]
+fn a_departure_is_found_however_many_sessions_arrive_or_are_carried_beside_it() {
+    // As many readings as the picture has sessions, but one of them new and still waiting for
+    // its door: the session not read again left all the same.
+    let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
+    let (pass, read) = later(vec![live(OTHER), undecided(ABSENT)]);
+    let judgement = judge(pass, read, &mut picture, &[live(CARRIED), live(OTHER)]);
+    let departure = Departure {
+        session_id: CARRIED.to_owned(),
+        file_unreadable: false,
+    };
+    assert_eq!(judgement.left, [departure]);
+    // Carried over and read again: the whole picture is accounted for, nobody left.
+    let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
+    let read = PassRead {
+        readings: vec![live(OTHER)],
+        unreadable: vec![entry(CARRIED, io_failure())],
+        ..PassRead::default()
+    };
+    let judgement = judge(
+        Pass::Later,
+        read,
+        &mut picture,
+        &[live(CARRIED), live(OTHER)],
+    );
+    assert!(judgement.left.is_empty(), "{:?}", judgement.left);
+    assert!(picture.contains(CARRIED) && picture.contains(OTHER));
+    // Carried over, the other gone from the directory: it left.
+    let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
+    let read = PassRead {
+        unreadable: vec![entry(CARRIED, io_failure())],
+        ..PassRead::default()
+    };
+    let judgement = judge(
+        Pass::Later,
+        read,
+        &mut picture,
+        &[live(CARRIED), live(OTHER)],
+    );
+    let departure = Departure {
+        session_id: OTHER.to_owned(),
+        file_unreadable: false,
+    };
+    assert_eq!(judgement.left, [departure]);
+}
+
+#[test]
 fn a_session_whose_file_proves_it_is_no_record_left_as_unreadable_and_is_counted() {
     let mut picture = picture_with(&[live(CARRIED)]);
     let read = PassRead {
