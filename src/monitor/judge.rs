@@ -12,11 +12,12 @@
 //! - A probe's verdict is applied only if the record it probed is still the one on disk and its
 //!   process was not found gone meanwhile.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::event::EventKind;
 use super::picture::Picture;
+use super::session_records::SessionRecords;
 use crate::registry::{Reading, RemovalCause};
 use crate::running::{Liveness, ProcessState, RECORD_SUFFIX, RunningRecord, UnreadableEntry};
 
@@ -51,12 +52,12 @@ pub(super) struct PassJudgement {
     /// Sessions that left the picture; each is named once the registry's note is taken.
     pub(super) left: Vec<Departure>,
     /// The record on disk for every session the scan saw, probed or not.
-    pub(super) on_disk: HashMap<String, Arc<RunningRecord>>,
+    pub(super) on_disk: SessionRecords,
     /// Records whose door must be asked now.
     pub(super) to_probe: Vec<Arc<RunningRecord>>,
-    /// Every session whose record names a door and whose process passed layers 1–2: the doors
-    /// the recheck schedule keeps asking.
-    pub(super) doors: HashSet<String>,
+    /// The record of every session whose record names a door and whose process passed layers
+    /// 1–2, each session once: the doors the recheck schedule keeps asking.
+    pub(super) doors: Vec<Arc<RunningRecord>>,
     /// Sessions found gone, to prune.
     pub(super) gone: Vec<String>,
     /// Sessions whose file failed to read, carried over on the record last read: found gone
@@ -106,12 +107,13 @@ pub(super) fn judge_pass(
     pass: Pass,
     read: PassRead,
     picture: &mut Picture,
-    last_on_disk: &HashMap<String, Arc<RunningRecord>>,
-    probing: &HashMap<String, Arc<RunningRecord>>,
+    last_on_disk: &SessionRecords,
+    probing: &SessionRecords,
 ) -> PassJudgement {
     let first = matches!(pass, Pass::First);
     let mut judgement = PassJudgement {
-        on_disk: HashMap::with_capacity(read.readings.len()),
+        on_disk: SessionRecords::with_capacity(read.readings.len()),
+        doors: Vec::with_capacity(read.readings.len()),
         ..PassJudgement::default()
     };
     if first {
@@ -123,7 +125,7 @@ pub(super) fn judge_pass(
     for id in &carried {
         // A probe of the record last read may still apply.
         if let Some(record) = last_on_disk.get(id) {
-            judgement.on_disk.insert(id.clone(), Arc::clone(record));
+            judgement.on_disk.insert(Arc::clone(record));
         }
     }
     for mut reading in read.carried {
@@ -138,42 +140,52 @@ pub(super) fn judge_pass(
         }
     }
     picture.set_unreadable(unreadable.len());
+    // Sessions of the picture this pass accounts for (carried over, or read), each once: a scan
+    // holds one record per file name, so per session. All of the picture: nobody left.
+    let mut accounted = carried.len();
     for mut reading in read.readings {
-        let id = reading.record.session_id.clone();
-        judgement
-            .on_disk
-            .insert(id.clone(), Arc::clone(&reading.record));
+        let record = Arc::clone(&reading.record);
+        let id = record.session_id.as_str();
+        // Not counted twice: a session carried over has no record in the scan.
+        let uncarried = !carried.contains(id);
+        judgement.on_disk.insert(Arc::clone(&record));
         if has_door_to_recheck(&reading) {
-            judgement.doors.insert(id.clone());
+            judgement.doors.push(Arc::clone(&record));
         }
         settle_unverified(&mut reading);
         match &reading.liveness {
             Some(liveness) => {
                 if matches!(liveness, Liveness::Gone { .. }) {
-                    judgement.gone.push(id);
+                    judgement.gone.push(id.to_owned());
                 }
                 if first {
                     picture.insert(reading);
                 } else {
                     put(picture, reading, &mut judgement.events);
                 }
+                accounted += usize::from(uncarried);
             }
             None => {
+                let pictured = picture.get(id);
+                accounted += usize::from(uncarried && pictured.is_some());
                 // Its door already answered for this very record and process: the recheck
                 // schedule asks it again in its turn.
-                let known = picture.get(&id).is_some_and(|known| {
-                    known.record == reading.record && known.process == ProcessState::Alive
+                let known = pictured.is_some_and(|known| {
+                    known.record == record && known.process == ProcessState::Alive
                 });
-                let in_flight = probing.get(&id) == Some(&reading.record);
+                let in_flight = probing.get(id) == Some(&record);
                 if !in_flight && !known {
-                    judgement.to_probe.push(reading.record);
+                    judgement.to_probe.push(record);
                 }
             }
         }
     }
+    if accounted == picture.len() {
+        return judgement;
+    }
     let left: Vec<String> = picture
         .session_ids()
-        .filter(|id| !judgement.on_disk.contains_key(*id) && !carried.contains(*id))
+        .filter(|id| !judgement.on_disk.contains(id) && !carried.contains(*id))
         .cloned()
         .collect();
     for session_id in left {
@@ -195,7 +207,7 @@ pub(super) fn judge_pass(
 pub(super) fn judge_answers(
     answers: Vec<ProbeAnswer>,
     picture: &mut Picture,
-    on_disk: &HashMap<String, Arc<RunningRecord>>,
+    on_disk: &SessionRecords,
     carried: &HashSet<String>,
 ) -> (Vec<EventKind>, Vec<String>) {
     let mut events = Vec::new();

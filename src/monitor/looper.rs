@@ -23,7 +23,7 @@
 //!   otherwise it judges the records that read found, less those pruned since. The first pass
 //!   and every nudged pass read it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::BuildHasher;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -38,6 +38,7 @@ use super::judge::{self, Pass, PassJudgement, PassRead, ProbeAnswer};
 use super::picture::Picture;
 use super::recheck::RecheckSchedule;
 use super::rescan::{Rescans, SinceLastRead};
+use super::session_records::SessionRecords;
 use super::watch::DirectoryWatch;
 use crate::registry::{ExitedProcess, ProcessExits, PruneOutcome, Registry, RegistryError};
 use crate::running::{Liveness, RECORD_SUFFIX, RunningRecord, SharedScan, UnreadableEntry};
@@ -68,11 +69,11 @@ struct Looper {
     /// How often a periodic pass reads the whole directory.
     interval: Duration,
     /// The record on disk for every session seen by the last scan (probed or not).
-    on_disk: HashMap<String, Arc<RunningRecord>>,
+    on_disk: SessionRecords,
     /// Sessions whose file the last pass failed to read, carried over on the record last read.
     carried: HashSet<String>,
     /// The record each in-flight probe is probing, by session.
-    probing: HashMap<String, Arc<RunningRecord>>,
+    probing: SessionRecords,
     /// The probes in flight, polled by the loop's own task: each waits on its door's flight
     /// (which runs as a task of its own), so a task of the loop's per probe would only add a
     /// wake-up of another thread per answer.
@@ -97,6 +98,10 @@ struct Looper {
 struct LastScan {
     records: Vec<Arc<RunningRecord>>,
     unreadable: Vec<UnreadableEntry>,
+    /// A record of this read was pruned since. Until one is, every record it found is still
+    /// the one on disk for its session (the pass that read it put them all there, and only
+    /// prunes take any out), so none needs looking up.
+    pruned_since: bool,
 }
 
 /// Whether a pass reads the directory or judges [`LastScan`] again.
@@ -165,9 +170,9 @@ impl Looper {
             exits: hub.registry.process_exits(),
             hub,
             interval,
-            on_disk: HashMap::new(),
+            on_disk: SessionRecords::default(),
             carried: HashSet::new(),
-            probing: HashMap::new(),
+            probing: SessionRecords::default(),
             probes: FuturesUnordered::new(),
             recheck: RecheckSchedule::new(door_recheck, phases_start),
             watch: None,
@@ -357,6 +362,7 @@ impl Looper {
         self.last_scan = Some(LastScan {
             records: scan.records.clone(),
             unreadable: scan.unreadable.clone(),
+            pruned_since: false,
         });
         Ok(scan)
     }
@@ -365,13 +371,18 @@ impl Looper {
     /// nudged a pass that read the directory); `None` before any read.
     fn kept_scan(&self) -> Option<SharedScan> {
         let last = self.last_scan.as_ref()?;
-        let still_on_disk = |record: &&Arc<RunningRecord>| {
-            self.on_disk
-                .get(&record.session_id)
-                .is_some_and(|on_disk| Arc::ptr_eq(on_disk, record))
+        let records = if last.pruned_since {
+            let still_on_disk = |record: &&Arc<RunningRecord>| {
+                self.on_disk
+                    .get(&record.session_id)
+                    .is_some_and(|on_disk| Arc::ptr_eq(on_disk, record))
+            };
+            last.records.iter().filter(still_on_disk).cloned().collect()
+        } else {
+            last.records.clone()
         };
         Some(SharedScan {
-            records: last.records.iter().filter(still_on_disk).cloned().collect(),
+            records,
             unreadable: last.unreadable.clone(),
         })
     }
@@ -417,36 +428,40 @@ impl Looper {
 
     /// Probe what the judge left open, and prune what it found gone.
     async fn follow_up(&mut self, to_probe: Vec<Arc<RunningRecord>>, gone: Vec<String>) {
-        for record in to_probe {
-            self.start_probe(record);
-        }
+        self.start_probes(to_probe);
         self.prune(gone).await;
     }
 
     /// Ask again every door whose recheck is due, unless a probe of its record is in flight.
     fn recheck_due(&mut self) {
-        for id in self.recheck.take_due(Instant::now()) {
-            let Some(record) = self.on_disk.get(&id) else {
-                continue;
-            };
-            if self.probing.get(&id) != Some(record) {
-                self.start_probe(Arc::clone(record));
+        let taken = self.recheck.take_due(Instant::now());
+        let mut due = Vec::with_capacity(taken.len());
+        for id in &taken {
+            if let Some(record) = self.on_disk.get(id)
+                && self.probing.get(id) != Some(record)
+            {
+                due.push(Arc::clone(record));
             }
         }
+        self.start_probes(due);
     }
 
-    /// Ask `record`'s door, through the registry's one verification path.
-    fn start_probe(&mut self, record: Arc<RunningRecord>) {
-        self.probing
-            .insert(record.session_id.clone(), Arc::clone(&record));
-        let hub = Arc::clone(&self.hub);
-        self.probes.push(Box::pin(async move {
-            let reading = hub.registry.verify(Arc::clone(&record)).await;
-            ProbeAnswer {
-                probed: record,
-                reading,
-            }
-        }));
+    /// Ask the doors of `records`, through the registry's one verification path (which reads
+    /// layers 1–2 of them all at once).
+    fn start_probes(&mut self, records: Vec<Arc<RunningRecord>>) {
+        if records.is_empty() {
+            return;
+        }
+        let readings = self.hub.registry.verify_each(&records);
+        for (record, reading) in records.into_iter().zip(readings) {
+            self.probing.insert(Arc::clone(&record));
+            self.probes.push(Box::pin(async move {
+                ProbeAnswer {
+                    reading: reading.await,
+                    probed: record,
+                }
+            }));
+        }
     }
 
     /// Apply a batch of probe answers as one step, then prune what they found gone.
@@ -469,7 +484,7 @@ impl Looper {
     async fn apply_exits(&mut self, exited: Vec<ExitedProcess>) {
         let named: Vec<Arc<RunningRecord>> = self
             .on_disk
-            .values()
+            .records()
             .filter(|record| exited.iter().any(|process| process.names(record)))
             .cloned()
             .collect();
@@ -508,7 +523,7 @@ impl Looper {
     /// Hand `/metrics` the picture's counts, after every change to it: a death a pidfd reports
     /// shows there as soon as on `/events`, not a pass later.
     fn count_picture(&self, picture: &Picture) {
-        (self.registry().tally()).pictured(picture.readings(), picture.unreadable());
+        (self.registry().tally()).pictured(picture.counts(), picture.unreadable());
     }
 
     /// Prune the records of `session_ids` on fresh evidence, and publish their removals as one
@@ -520,6 +535,9 @@ impl Looper {
                 Ok(PruneOutcome::Pruned { reason }) => {
                     let noted = self.registry().take_removal(&id).map(|note| note.cause);
                     self.on_disk.remove(&id);
+                    if let Some(last) = &mut self.last_scan {
+                        last.pruned_since = true;
+                    }
                     self.recheck.leave(&id);
                     removed.push(judge::pruned(id, reason, noted));
                 }

@@ -46,7 +46,10 @@ mod looper;
 mod picture;
 mod recheck;
 mod rescan;
+mod session_records;
 mod subscription;
+#[cfg(test)]
+mod test_records;
 mod watch;
 
 use std::sync::Arc;

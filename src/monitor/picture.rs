@@ -1,20 +1,25 @@
 //! The verified picture the live view keeps: each session with its latest complete verdict, and
 //! how many entries of the directory are not records.
 //!
-//! Invariant: the snapshot built from the picture is cached until the picture changes (or the
-//! id it carries moves on), so listeners arriving between changes share one snapshot and its
-//! encoding.
+//! Invariants:
+//! - The snapshot built from the picture is cached until the picture changes (or the id it
+//!   carries moves on), so listeners arriving between changes share one snapshot and its
+//!   encoding.
+//! - Its counts by state are those of its sessions at every moment: kept up to date by every
+//!   change, so `/metrics` follows the picture after every step without recounting it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::event::Snapshot;
-use crate::registry::Reading;
+use crate::registry::{Reading, StateCounts};
 
 /// Every session in the picture, by id, and the count of unreadable entries.
 #[derive(Debug, Default)]
 pub(super) struct Picture {
     sessions: BTreeMap<String, Reading>,
+    /// The sessions' readings, counted by state.
+    counts: StateCounts,
     unreadable: usize,
     cached: Option<Arc<Snapshot>>,
 }
@@ -28,9 +33,14 @@ impl Picture {
         self.sessions.contains_key(session_id)
     }
 
-    /// Every session's reading, by session id.
-    pub(super) fn readings(&self) -> impl Iterator<Item = &Reading> {
-        self.sessions.values()
+    /// How many sessions the picture holds.
+    pub(super) fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// How many sessions are in each state.
+    pub(super) fn counts(&self) -> StateCounts {
+        self.counts
     }
 
     /// How many entries of the directory are not records.
@@ -44,13 +54,20 @@ impl Picture {
 
     /// Put `reading` in, replacing its session's reading if there was one.
     pub(super) fn insert(&mut self, reading: Reading) {
-        self.sessions
+        self.counts.add(&reading);
+        let replaced = self
+            .sessions
             .insert(reading.record.session_id.clone(), reading);
+        if let Some(replaced) = replaced {
+            self.counts.remove(&replaced);
+        }
         self.cached = None;
     }
 
     pub(super) fn remove(&mut self, session_id: &str) {
-        self.sessions.remove(session_id);
+        if let Some(removed) = self.sessions.remove(session_id) {
+            self.counts.remove(&removed);
+        }
         self.cached = None;
     }
 
@@ -64,6 +81,7 @@ impl Picture {
     /// Forget every session (the count of unreadable entries is the next pass's to set).
     pub(super) fn clear(&mut self) {
         self.sessions.clear();
+        self.counts = StateCounts::default();
         self.cached = None;
     }
 
@@ -83,3 +101,6 @@ impl Picture {
         snapshot
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -18,6 +18,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::running::RunningRecord;
+
 /// 2^64 divided by the golden ratio: consecutive multiples of it, taken modulo 2^64, fall into
 /// the largest gap left by those before (the three-gap theorem), so phases handed out one after
 /// another cover the period evenly however many there are.
@@ -72,29 +74,40 @@ impl RecheckSchedule {
         }
     }
 
-    /// Bring the schedule in line with a pass made at `now`: `doors` are every door of a live
-    /// process the pass found; those in `asked_now` (new, rewritten, or just confirmed alive)
-    /// start afresh from `now`, the others already here keep their phase, new ones enter, and
-    /// every door not in `doors` leaves.
+    /// Bring the schedule in line with a pass made at `now`: `doors` are the records of every
+    /// door of a live process the pass found, each session once; those in `asked_now` (new,
+    /// rewritten, or just confirmed alive) start afresh from `now`, the others already here
+    /// keep their phase, new ones enter, and every door not in `doors` leaves.
     pub(super) fn follow(
         &mut self,
-        doors: &HashSet<String>,
+        doors: &[Arc<RunningRecord>],
         asked_now: &HashSet<&str>,
         now: Instant,
     ) {
-        let leaving: Vec<Arc<str>> = self
-            .by_session
-            .keys()
-            .filter(|id| !doors.contains(&***id))
-            .cloned()
-            .collect();
-        for id in leaving {
-            self.leave(&id);
-        }
-        for id in doors {
-            if asked_now.contains(id.as_str()) || !self.by_session.contains_key(id.as_str()) {
-                self.enter(id, now);
+        let mut entering = Vec::new();
+        let mut scheduled = 0;
+        for id in doors.iter().map(|record| record.session_id.as_str()) {
+            let known = self.by_session.contains_key(id);
+            scheduled += usize::from(known);
+            if asked_now.contains(id) || !known {
+                entering.push(id);
             }
+        }
+        // Every door scheduled is still one of `doors` when as many of them are scheduled.
+        if scheduled < self.by_session.len() {
+            let found: HashSet<&str> = doors.iter().map(|r| r.session_id.as_str()).collect();
+            let leaving: Vec<Arc<str>> = self
+                .by_session
+                .keys()
+                .filter(|id| !found.contains(&***id))
+                .cloned()
+                .collect();
+            for id in leaving {
+                self.leave(&id);
+            }
+        }
+        for id in entering {
+            self.enter(id, now);
         }
     }
 
@@ -111,9 +124,11 @@ impl RecheckSchedule {
 
     /// Every door due at or before `now`, earliest first; each is scheduled again at its own
     /// phase, the first whole number of periods after its due instant that is past `now`.
-    pub(super) fn take_due(&mut self, now: Instant) -> Vec<String> {
+    pub(super) fn take_due(&mut self, now: Instant) -> Vec<Arc<str>> {
         self.last_taken = Some(now);
-        let mut taken = Vec::new();
+        // A wake's share of the doors, in the steady state: room made once, not grown to it.
+        let share = self.by_session.len() / WAKES_PER_PERIOD as usize + 1;
+        let mut taken = Vec::with_capacity(share);
         while let Some((due, _)) = self.due.first()
             && *due <= now
         {
@@ -123,7 +138,7 @@ impl RecheckSchedule {
             let periods_late = (now - due).as_nanos() / self.period.as_nanos();
             let periods = u32::try_from(periods_late + 1).unwrap_or(u32::MAX);
             let next = due + self.period.saturating_mul(periods);
-            taken.push(id.to_string());
+            taken.push(Arc::clone(&id));
             self.insert(id, next);
         }
         taken

@@ -17,6 +17,7 @@
 //!   answered (a listing with `include=card`); it is shared by `Arc` among the waiters and gone
 //!   with the last of them. Any other flight keeps the card's skills alone.
 
+use std::collections::hash_map::Entry as Slot;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -123,15 +124,17 @@ impl Flights {
         door: &DoorProbe,
         want_card: bool,
     ) -> Arc<Flight> {
-        let key = ProbeKey(Arc::clone(record));
         let mut table = lock(&self.table);
-        if let Some(entry) = table.get_mut(&key)
-            && let Some(flight) = entry.flight.upgrade()
+        // One lookup finds the flight in the air or the place for a new one.
+        let mut slot = table.entry(ProbeKey(Arc::clone(record)));
+        if let Slot::Occupied(occupied) = &mut slot
+            && let Some(flight) = occupied.get().flight.upgrade()
         {
             // Still in the table, so the door's answer is not taken apart yet: this is seen.
-            entry.card_wanted |= want_card;
+            occupied.get_mut().card_wanted |= want_card;
             return flight;
         }
+        let key = slot.key().clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (publish, answer) = watch::channel(None);
         let task = {
@@ -164,14 +167,19 @@ impl Flights {
             answer,
             task,
         });
-        table.insert(
-            key,
-            Entry {
-                id,
-                flight: Arc::downgrade(&flight),
-                card_wanted: want_card,
-            },
-        );
+        let entry = Entry {
+            id,
+            flight: Arc::downgrade(&flight),
+            card_wanted: want_card,
+        };
+        match slot {
+            Slot::Occupied(mut occupied) => {
+                occupied.insert(entry);
+            }
+            Slot::Vacant(vacant) => {
+                vacant.insert(entry);
+            }
+        }
         flight
     }
 
@@ -211,11 +219,9 @@ impl Drop for Flight {
 /// Take flight `id` out of the table, leaving any newer flight of the same key in place; its
 /// entry, if it was still there.
 fn leave(table: &Table, key: &ProbeKey, id: u64) -> Option<Entry> {
-    let mut table = lock(table);
-    if table.get(key).is_some_and(|entry| entry.id == id) {
-        table.remove(key)
-    } else {
-        None
+    match lock(table).entry(key.clone()) {
+        Slot::Occupied(occupied) if occupied.get().id == id => Some(occupied.remove()),
+        _ => None,
     }
 }
 

@@ -269,23 +269,27 @@ impl Pins {
         let mut closed = self.close_exited(&mut table, watched);
         // Whether each key's process has exited, by its pin: `None` for no pin or no answer.
         let exited: Vec<Option<bool>> = {
-            let held = |key: &Option<ProcessKey>| match table.entries.get(key.as_ref()?)?.pin {
-                Pin::Held {
-                    ref pidfd,
-                    in_exited_set,
-                    ..
-                } => Some((pidfd, in_exited_set)),
-                Pin::Exited => None,
-            };
-            let mut polled: Vec<PollFd<'_>> = keys
+            // Each key's held pidfd, looked up once, and whether it is in the exited set.
+            let held: Vec<Option<(&OwnedFd, bool)>> = keys
                 .iter()
-                .filter_map(held)
+                .map(|key| match table.entries.get(key.as_ref()?)?.pin {
+                    Pin::Held {
+                        ref pidfd,
+                        in_exited_set,
+                        ..
+                    } => Some((pidfd, in_exited_set)),
+                    Pin::Exited => None,
+                })
+                .collect();
+            let mut polled: Vec<PollFd<'_>> = held
+                .iter()
+                .flatten()
                 .filter(|(_, in_exited_set)| !in_exited_set)
-                .map(|(pidfd, _)| PollFd::new(pidfd, PollFlags::IN))
+                .map(|(pidfd, _)| PollFd::new(*pidfd, PollFlags::IN))
                 .collect();
             let mut answers = have_exited(&mut polled).into_iter();
-            keys.iter()
-                .map(|key| match held(key)? {
+            held.iter()
+                .map(|held| match (*held)? {
                     // Still held after the exited were closed: not exited when the set was read.
                     (_, true) => Some(false),
                     (_, false) => answers.next().flatten(),
@@ -339,6 +343,11 @@ impl Pins {
         let Some(set) = &self.exited_set else {
             return false;
         };
+        // Nothing exited, the usual answer, is known from one poll of the set: no buffer is
+        // made for its events.
+        if have_exited(&mut [PollFd::new(set, PollFlags::IN)]) == [Some(false)] {
+            return false;
+        }
         let mut closed = false;
         loop {
             let Ok(ready) = take_ready(set) else {

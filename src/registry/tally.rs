@@ -83,6 +83,52 @@ pub struct ListingFigures {
     pub at: Option<SystemTime>,
 }
 
+/// How many readings of a picture are in each state. A reading whose probe is still out is in
+/// none: it has no verdict yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StateCounts {
+    /// Readings whose verdict is live.
+    pub live: u64,
+    /// Readings whose verdict is unreachable.
+    pub unreachable: u64,
+    /// Readings whose verdict is gone.
+    pub gone: u64,
+}
+
+impl StateCounts {
+    /// The counts of `readings`, counted one by one.
+    pub fn of<'a>(readings: impl IntoIterator<Item = &'a Reading>) -> Self {
+        let mut counts = Self::default();
+        for reading in readings {
+            counts.add(reading);
+        }
+        counts
+    }
+
+    /// Count `reading` in.
+    pub fn add(&mut self, reading: &Reading) {
+        if let Some(n) = self.of_state(reading) {
+            *n += 1;
+        }
+    }
+
+    /// Count `reading` out again: it was counted in, so its state's count is at least one.
+    pub fn remove(&mut self, reading: &Reading) {
+        if let Some(n) = self.of_state(reading) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    fn of_state(&mut self, reading: &Reading) -> Option<&mut u64> {
+        match reading.liveness {
+            Some(Liveness::Live) => Some(&mut self.live),
+            Some(Liveness::Unreachable { .. }) => Some(&mut self.unreachable),
+            Some(Liveness::Gone { .. }) => Some(&mut self.gone),
+            None => None,
+        }
+    }
+}
+
 /// A histogram of durations: a count per bucket of [`DURATION_BUCKETS`] and one for longer.
 #[derive(Debug, Default)]
 struct Durations {
@@ -184,26 +230,19 @@ impl Tally {
 
     /// Keep what a verified listing found, as the figures of the registry's picture.
     pub(super) fn listed(&self, listing: &Listing) {
-        self.pictured(&listing.readings, listing.unreadable.len());
+        self.pictured(StateCounts::of(&listing.readings), listing.unreadable.len());
     }
 
-    /// Keep the verdicts of `readings` and the count of unreadable entries as the figures of
-    /// the registry's picture: a verified listing's, or the live view's after each pass,
-    /// whichever came last. A reading whose probe is still out is not counted.
-    pub fn pictured<'a>(&self, readings: impl IntoIterator<Item = &'a Reading>, unreadable: usize) {
-        let mut figures = ListingFigures {
+    /// Keep `counts` and the count of unreadable entries as the figures of the registry's
+    /// picture: a verified listing's, or the live view's after each step, whichever came last.
+    pub fn pictured(&self, counts: StateCounts, unreadable: usize) {
+        let figures = ListingFigures {
+            live: counts.live,
+            unreachable: counts.unreachable,
+            gone: counts.gone,
             unreadable: u64::try_from(unreadable).unwrap_or(u64::MAX),
             at: Some(SystemTime::now()),
-            ..ListingFigures::default()
         };
-        for reading in readings {
-            match reading.liveness {
-                Some(Liveness::Live) => figures.live += 1,
-                Some(Liveness::Unreachable { .. }) => figures.unreachable += 1,
-                Some(Liveness::Gone { .. }) => figures.gone += 1,
-                None => {}
-            }
-        }
         *self
             .last_listing
             .lock()

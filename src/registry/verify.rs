@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+use futures_util::future::Either;
+
 use super::flights::Flight;
 use super::{Registry, blocking};
 use crate::running::{self, Liveness, ProcessState, RedactedCard, RunningRecord, Skill};
@@ -117,6 +119,33 @@ impl Registry {
         let record = record.into();
         let process = self.process_state(Arc::clone(&record)).await;
         self.read_one(record, process, true).await
+    }
+
+    /// [`Registry::verify`] of each of `records`: a reading to await for each, in order.
+    ///
+    /// The pins answer layers 1–2 for them all at once, and the doors of pinned processes are
+    /// joined (their probes started) now; a record whose process is not pinned is verified as
+    /// [`Registry::verify`] does once its reading is first awaited.
+    pub fn verify_each(
+        self: &Arc<Self>,
+        records: &[Arc<RunningRecord>],
+    ) -> Vec<impl Future<Output = Reading> + Send + Sync + 'static> {
+        let pinned = self.reader.pins.pinned_states(records);
+        (records.iter().zip(pinned))
+            .map(|(record, pinned)| {
+                let record = Arc::clone(record);
+                match pinned {
+                    Some(process) => {
+                        let pending = self.start_reading(record, process, Cards::Unwanted);
+                        Either::Left(async move { pending.finish().await.0 })
+                    }
+                    None => {
+                        let registry = Arc::clone(self);
+                        Either::Right(async move { registry.verify(record).await })
+                    }
+                }
+            })
+            .collect()
     }
 
     /// Layers 1–2 for many records, through the pins, in one trip to the blocking pool; each

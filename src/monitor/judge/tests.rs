@@ -88,11 +88,15 @@ fn picture_with(readings: &[Reading]) -> Picture {
     picture
 }
 
-fn on_disk_of(readings: &[Reading]) -> HashMap<String, Arc<RunningRecord>> {
-    readings
-        .iter()
-        .map(|r| (r.record.session_id.clone(), Arc::clone(&r.record)))
-        .collect()
+fn on_disk_of(readings: &[Reading]) -> SessionRecords {
+    readings.iter().map(|r| Arc::clone(&r.record)).collect()
+}
+
+/// The session ids of `records`, each once.
+fn ids_of(records: &[Arc<RunningRecord>]) -> HashSet<String> {
+    let ids: HashSet<String> = records.iter().map(|r| r.session_id.clone()).collect();
+    assert_eq!(ids.len(), records.len(), "a session twice in {records:?}");
+    ids
 }
 
 fn entry(session_id: &str, why: Unreadable) -> UnreadableEntry {
@@ -111,7 +115,13 @@ fn later(readings: Vec<Reading>) -> (Pass, PassRead) {
 }
 
 fn judge(pass: Pass, read: PassRead, picture: &mut Picture, known: &[Reading]) -> PassJudgement {
-    judge_pass(pass, read, picture, &on_disk_of(known), &HashMap::new())
+    judge_pass(
+        pass,
+        read,
+        picture,
+        &on_disk_of(known),
+        &SessionRecords::default(),
+    )
 }
 
 fn io_failure() -> Unreadable {
@@ -185,7 +195,7 @@ fn the_first_pass_is_a_baseline_without_events_that_prunes_the_gone_and_probes_t
         !picture.contains(OTHER),
         "awaiting its probe, not in the picture yet"
     );
-    assert_eq!(judgement.on_disk.len(), 3);
+    assert_eq!(judgement.on_disk.records().count(), 3);
 }
 
 #[test]
@@ -308,7 +318,7 @@ fn a_door_is_probed_when_new_or_rewritten_or_newly_confirmed_and_never_twice_at_
         let judgement = judge(pass, read, &mut picture, &known);
         assert_eq!(judgement.to_probe.len(), expected, "known {known:?}");
         assert_eq!(
-            judgement.doors,
+            ids_of(&judgement.doors),
             HashSet::from([CARRIED.to_owned()]),
             "a door of a live process, probed or not"
         );
@@ -316,7 +326,13 @@ fn a_door_is_probed_when_new_or_rewritten_or_newly_confirmed_and_never_twice_at_
     let mut picture = Picture::default();
     let (pass, read) = later(vec![undecided(CARRIED)]);
     let probing = on_disk_of(&[undecided(CARRIED)]);
-    let judgement = judge_pass(pass, read, &mut picture, &HashMap::new(), &probing);
+    let judgement = judge_pass(
+        pass,
+        read,
+        &mut picture,
+        &SessionRecords::default(),
+        &probing,
+    );
     assert!(judgement.to_probe.is_empty(), "its probe is in flight");
 }
 
@@ -341,10 +357,13 @@ fn only_doors_of_processes_that_passed_layers_1_2_are_rechecked() {
         ..PassRead::default()
     };
     let judgement = judge(Pass::First, first, &mut Picture::default(), &[]);
-    assert_eq!(judgement.doors, HashSet::from([CARRIED.to_owned()]));
+    assert_eq!(
+        ids_of(&judgement.doors),
+        HashSet::from([CARRIED.to_owned()])
+    );
     let (pass, read) = later(vec![gone(CARRIED), doorless, unverified]);
     let judgement = judge(pass, read, &mut picture_with(&[live(CARRIED)]), &[]);
-    assert!(judgement.doors.is_empty(), "{:?}", judgement.doors);
+    assert!(ids_of(&judgement.doors).is_empty(), "{:?}", judgement.doors);
 }
 
 #[test]
@@ -367,6 +386,52 @@ fn a_session_whose_record_disappeared_left_as_record_removed() {
             ..
         }
     ));
+}
+
+#[test]
+fn a_departure_is_found_however_many_sessions_arrive_or_are_carried_beside_it() {
+    // As many readings as the picture has sessions, but one of them new and still waiting for
+    // its door: the session not read again left all the same.
+    let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
+    let (pass, read) = later(vec![live(OTHER), undecided(ABSENT)]);
+    let judgement = judge(pass, read, &mut picture, &[live(CARRIED), live(OTHER)]);
+    let departure = Departure {
+        session_id: CARRIED.to_owned(),
+        file_unreadable: false,
+    };
+    assert_eq!(judgement.left, [departure]);
+    // Carried over and read again: the whole picture is accounted for, nobody left.
+    let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
+    let read = PassRead {
+        readings: vec![live(OTHER)],
+        unreadable: vec![entry(CARRIED, io_failure())],
+        ..PassRead::default()
+    };
+    let judgement = judge(
+        Pass::Later,
+        read,
+        &mut picture,
+        &[live(CARRIED), live(OTHER)],
+    );
+    assert!(judgement.left.is_empty(), "{:?}", judgement.left);
+    assert!(picture.contains(CARRIED) && picture.contains(OTHER));
+    // Carried over, the other gone from the directory: it left.
+    let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
+    let read = PassRead {
+        unreadable: vec![entry(CARRIED, io_failure())],
+        ..PassRead::default()
+    };
+    let judgement = judge(
+        Pass::Later,
+        read,
+        &mut picture,
+        &[live(CARRIED), live(OTHER)],
+    );
+    let departure = Departure {
+        session_id: OTHER.to_owned(),
+        file_unreadable: false,
+    };
+    assert_eq!(judgement.left, [departure]);
 }
 
 #[test]
@@ -526,11 +591,8 @@ fn a_probe_answer_is_applied_when_its_record_is_still_on_disk() {
 fn a_stale_or_verdictless_probe_answer_is_dropped() {
     let rewritten = record(CARRIED, "/tmp/murmur-test/elsewhere");
     for (on_disk, reading) in [
-        (HashMap::new(), live(CARRIED)),
-        (
-            HashMap::from([(CARRIED.to_owned(), rewritten)]),
-            live(CARRIED),
-        ),
+        (SessionRecords::default(), live(CARRIED)),
+        (SessionRecords::from_iter([rewritten]), live(CARRIED)),
         (on_disk_of(&[live(CARRIED)]), undecided(CARRIED)),
     ] {
         let mut picture = Picture::default();

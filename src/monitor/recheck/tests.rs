@@ -1,11 +1,17 @@
 //! The recheck schedule's decisions, over instants made up here: no clock, no door.
 
 use super::*;
+use crate::monitor::test_records::record;
 
 const PERIOD: Duration = Duration::from_secs(10);
 
 fn id(n: usize) -> String {
     format!("ses_{n:032x}")
+}
+
+/// The session ids of doors taken, as strings.
+fn ids(taken: Vec<Arc<str>>) -> Vec<String> {
+    taken.iter().map(ToString::to_string).collect()
 }
 
 /// Starts of the phase sequence to try: zero, the far end, and a few in between.
@@ -97,14 +103,14 @@ fn a_door_taken_when_due_is_due_again_one_period_later() {
     schedule.enter("a", now);
     let due = schedule.next_due().unwrap();
     assert!(schedule.take_due(due - Duration::from_nanos(1)).is_empty());
-    assert_eq!(schedule.take_due(due), ["a"]);
+    assert_eq!(ids(schedule.take_due(due)), ["a"]);
     assert_eq!(schedule.next_due(), Some(due + PERIOD));
     assert!(
         schedule
             .take_due(due + PERIOD - Duration::from_nanos(1))
             .is_empty()
     );
-    assert_eq!(schedule.take_due(due + PERIOD), ["a"]);
+    assert_eq!(ids(schedule.take_due(due + PERIOD)), ["a"]);
 }
 
 #[test]
@@ -115,7 +121,7 @@ fn a_late_take_keeps_the_phase_and_asks_once() {
     let due = schedule.next_due().unwrap();
     // Three and a half periods late: asked once, next due at its phase after now.
     let late = due + PERIOD * 3 + PERIOD / 2;
-    assert_eq!(schedule.take_due(late), ["a"]);
+    assert_eq!(ids(schedule.take_due(late)), ["a"]);
     assert_eq!(schedule.next_due(), Some(due + PERIOD * 4));
     assert!(schedule.take_due(late).is_empty());
 }
@@ -145,7 +151,7 @@ fn following_a_pass_keeps_phases_restarts_the_asked_and_drops_the_rest() {
     }
     let kept_due = schedule.by_session["kept"];
     let later = now + PERIOD * 7;
-    let doors: HashSet<String> = ["kept", "rewritten", "new"].map(str::to_owned).into();
+    let doors = ["kept", "rewritten", "new"].map(record);
     schedule.follow(&doors, &HashSet::from(["rewritten"]), later);
     assert_eq!(schedule.by_session["kept"], kept_due, "its phase kept");
     for door in ["rewritten", "new"] {
@@ -158,6 +164,28 @@ fn following_a_pass_keeps_phases_restarts_the_asked_and_drops_the_rest() {
     }
     assert!(!schedule.by_session.contains_key("gone"));
     assert_eq!(schedule.due.len(), 3);
+}
+
+#[test]
+fn following_a_pass_that_found_the_same_doors_keeps_them_all_and_a_swapped_one_leaves() {
+    let now = Instant::now();
+    let mut schedule = RecheckSchedule::new(PERIOD, 11);
+    for door in ["a", "b"] {
+        schedule.enter(door, now);
+    }
+    let before = schedule.by_session.clone();
+    let later = now + PERIOD * 3;
+    let same = ["a", "b"].map(record);
+    schedule.follow(&same, &HashSet::new(), later);
+    assert_eq!(schedule.by_session, before, "every phase kept");
+    assert_eq!(schedule.due.len(), 2);
+    // As many doors as scheduled, but one of them new: the one not found leaves.
+    let swapped = ["a", "c"].map(record);
+    schedule.follow(&swapped, &HashSet::new(), later);
+    assert_eq!(schedule.by_session["a"], before["a"]);
+    assert!(!schedule.by_session.contains_key("b"));
+    assert!(schedule.by_session["c"] >= later);
+    assert_eq!(schedule.due.len(), 2);
 }
 
 /// A loop that wakes when told wakes about [`WAKES_PER_PERIOD`] times a period, takes every
