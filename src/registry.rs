@@ -54,7 +54,7 @@ pub use stop::{
 };
 pub use tally::{
     ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DURATION_BUCKETS, DurationFigures,
-    ListingFigures, ProbeEnd, StateCounts, Tally,
+    PictureFigures, ProbeEnd, StateCounts, Tally,
 };
 pub use verify::{ProbesInFlight, Reading};
 

@@ -68,9 +68,10 @@ pub const COUNTED_REMOVALS: [RemovalCause; 3] = [
 /// The signals counted, in a fixed order.
 pub const COUNTED_SIGNALS: [SignalKind; 2] = [SignalKind::Term, SignalKind::Kill];
 
-/// What the last verified listing (all three layers) found.
+/// What the registry's latest picture holds: a verified listing's (all three layers) or, while
+/// the live view runs, its picture after each change, whichever came last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ListingFigures {
+pub struct PictureFigures {
     /// Sessions whose door confirmed them (or that have none).
     pub live: u64,
     /// Sessions alive or unverified whose door did not confirm them.
@@ -79,7 +80,7 @@ pub struct ListingFigures {
     pub gone: u64,
     /// Entries that are not valid records.
     pub unreadable: u64,
-    /// When the listing was made.
+    /// When the picture was taken.
     pub at: Option<SystemTime>,
 }
 
@@ -185,7 +186,7 @@ pub struct Tally {
     removals: [AtomicU64; COUNTED_REMOVALS.len()],
     signals: [[AtomicU64; 4]; COUNTED_SIGNALS.len()],
     stops: [AtomicU64; 4],
-    last_listing: Mutex<ListingFigures>,
+    latest_picture: Mutex<PictureFigures>,
 }
 
 impl Tally {
@@ -236,7 +237,7 @@ impl Tally {
     /// Keep `counts` and the count of unreadable entries as the figures of the registry's
     /// picture: a verified listing's, or the live view's after each step, whichever came last.
     pub fn pictured(&self, counts: StateCounts, unreadable: usize) {
-        let figures = ListingFigures {
+        let figures = PictureFigures {
             live: counts.live,
             unreachable: counts.unreachable,
             gone: counts.gone,
@@ -244,7 +245,7 @@ impl Tally {
             at: Some(SystemTime::now()),
         };
         *self
-            .last_listing
+            .latest_picture
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = figures;
     }
@@ -277,10 +278,10 @@ impl Tally {
         self.stops[end.index()].load(Ordering::Relaxed)
     }
 
-    /// What the last verified listing found (all zero, `at: None`, before the first).
-    pub fn last_listing(&self) -> ListingFigures {
+    /// What the latest picture holds (all zero, `at: None`, before the first).
+    pub fn latest_picture(&self) -> PictureFigures {
         *self
-            .last_listing
+            .latest_picture
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }

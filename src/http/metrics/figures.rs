@@ -20,7 +20,7 @@ use crate::http::AppState;
 use crate::http::server::ShedCause;
 use crate::http::wire::{Outcome, SessionState};
 use crate::registry::{
-    ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DurationFigures, ListingFigures, ProbeEnd,
+    ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DurationFigures, PictureFigures, ProbeEnd,
     Registry,
 };
 
@@ -107,7 +107,7 @@ fn histogram(
     )
 }
 
-fn listing(encoder: &mut DescriptorEncoder, last: &ListingFigures) -> Fmt {
+fn picture(encoder: &mut DescriptorEncoder, last: &PictureFigures) -> Fmt {
     let by_state = [
         (SessionState::Live, last.live),
         (SessionState::Unreachable, last.unreachable),
@@ -246,7 +246,10 @@ fn fleet(encoder: &mut DescriptorEncoder, fleet: &FleetView, publishing: &Publis
 
 impl Collector for Figures {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Fmt {
-        listing(&mut encoder, &self.state.registry().tally().last_listing())?;
+        picture(
+            &mut encoder,
+            &self.state.registry().tally().latest_picture(),
+        )?;
         registry_counts(&mut encoder, self.state.registry())?;
         load(&mut encoder, &self.state)?;
         let publishing = self.state.metrics().fleet_publishing();
