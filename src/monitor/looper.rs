@@ -261,7 +261,7 @@ impl Looper {
         let nudged = self.changes.try_recv().is_ok();
         let source = if periodic {
             let since = SinceLastRead {
-                watch_unbroken: self.rewatch() && self.registry().dir_is_local(),
+                watch_unbroken: self.rewatch() && self.registry().watch_sees_every_change(),
                 last_read_succeeded: self.last_read_succeeded,
             };
             if self.rescans.periodic_reads(since) || nudged {

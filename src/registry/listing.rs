@@ -62,14 +62,18 @@ impl Listing {
     }
 }
 
-/// Whether `dir` is on a filesystem whose metadata calls answer from this kernel alone.
-///
-/// `false` for network and userspace filesystems, whose calls may wait on a server or a
-/// daemon, and when it cannot be told (the directory does not exist yet, say): the pool is
-/// always safe, only slower.
-fn on_local_filesystem(dir: &Path) -> bool {
-    // Magic numbers from statfs(2): NFS, SMB, CIFS, SMB2, FUSE, 9P, Ceph, AFS, Coda, GFS2,
-    // Lustre.
+/// The magic number of the filesystem `dir` is on (statfs(2)'s `f_type`); `None` when it cannot
+/// be told (the directory does not exist yet, say).
+fn filesystem_magic(dir: &Path) -> Option<u32> {
+    // `f_type` is a signed word of the platform's size; the magic numbers fit 32 bits.
+    rustix::fs::statfs(dir).ok().map(|stat| stat.f_type as u32)
+}
+
+/// Whether a filesystem's metadata calls answer from this kernel alone: `false` for network and
+/// userspace filesystems, whose calls may wait on a server or a daemon, and when it cannot be
+/// told. The pool is always safe, only slower.
+fn answers_locally(magic: Option<u32>) -> bool {
+    // NFS, SMB, CIFS, SMB2, FUSE, 9P, Ceph, AFS, Coda, GFS2, Lustre.
     const REMOTE: [u32; 11] = [
         0x6969,
         0x517B,
@@ -83,11 +87,29 @@ fn on_local_filesystem(dir: &Path) -> bool {
         0x0116_1970,
         0x0BD0_0BD0,
     ];
-    rustix::fs::statfs(dir).is_ok_and(|stat| {
-        // `f_type` is a signed word of the platform's size; the magic numbers fit 32 bits.
-        let kind = stat.f_type as u32;
-        !REMOTE.contains(&kind)
-    })
+    magic.is_some_and(|magic| !REMOTE.contains(&magic))
+}
+
+/// Whether an inotify watch on a filesystem sees every change to it, whoever makes it: only on
+/// a local disk or memory filesystem named here. On any other (a network or cluster filesystem,
+/// whose other clients' changes no watch here sees, or one not known) `false`, and the live
+/// view reads the directory on every pass: slower, never blind.
+fn watch_sees_every_change(magic: Option<u32>) -> bool {
+    // ext2/3/4, XFS, Btrfs, tmpfs, ramfs, overlayfs, F2FS, ZFS, bcachefs, ReiserFS, JFS.
+    const WATCHABLE: [u32; 11] = [
+        0xEF53,
+        0x5846_5342,
+        0x9123_683E,
+        0x0102_1994,
+        0x8584_58F6,
+        0x794C_7630,
+        0xF2F5_2010,
+        0x2FC1_2FC1,
+        0xCA45_1A4E,
+        0x5265_4973,
+        0x3153_464A,
+    ];
+    magic.is_some_and(|magic| WATCHABLE.contains(&magic))
 }
 
 /// What a directory pass reads with, owned, so that a pass runs as a task of its own and to
@@ -103,13 +125,17 @@ pub(super) struct PassReader {
     /// Whether a small directory may be listed on the calling task (it is on a local
     /// filesystem; decided once, when the registry is made).
     inline_scans: bool,
+    /// Whether a watch on the directory sees every change to it (decided with `inline_scans`).
+    watched_fully: bool,
 }
 
 impl PassReader {
     /// A reader of `dir`, listing on the calling task only if it is on a local filesystem.
     pub(super) fn new(dir: PathBuf) -> Self {
+        let magic = filesystem_magic(&dir);
         Self {
-            inline_scans: on_local_filesystem(&dir),
+            inline_scans: answers_locally(magic),
+            watched_fully: watch_sees_every_change(magic),
             dir,
             cache: Arc::default(),
             pins: Arc::new(Pins::new()),
@@ -152,10 +178,10 @@ fn pass_panicked(why: String) -> PassResult {
 }
 
 impl Registry {
-    /// Whether the running directory is on a local filesystem (decided when the registry was
-    /// made): only there does a watch on it see every change, whoever makes it.
-    pub fn dir_is_local(&self) -> bool {
-        self.reader.inline_scans
+    /// Whether an inotify watch on the running directory sees every change to it, whoever
+    /// makes it (decided when the registry was made, from its filesystem).
+    pub fn watch_sees_every_change(&self) -> bool {
+        self.reader.watched_fully
     }
 
     /// Every record, verified (three layers when `probe`, else layers 1–2), newest first.
@@ -265,5 +291,38 @@ impl Registry {
         })
         .await
         .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{answers_locally, watch_sees_every_change};
+
+    const EXT4: u32 = 0xEF53;
+    const TMPFS: u32 = 0x0102_1994;
+    const NFS: u32 = 0x6969;
+    const FUSE: u32 = 0x6573_5546;
+    /// OCFS2: a cluster filesystem on a shared disk, neither remote nor watchable.
+    const OCFS2: u32 = 0x7461_636F;
+
+    #[test]
+    fn a_watch_is_trusted_only_on_filesystems_named_as_watchable() {
+        assert!(watch_sees_every_change(Some(EXT4)));
+        assert!(watch_sees_every_change(Some(TMPFS)));
+        for not_watchable in [Some(NFS), Some(FUSE), Some(OCFS2), None] {
+            assert!(
+                !watch_sees_every_change(not_watchable),
+                "{not_watchable:x?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_network_and_userspace_filesystems_or_an_unknown_one_keep_scans_off_the_task() {
+        assert!(answers_locally(Some(EXT4)));
+        assert!(answers_locally(Some(OCFS2)), "a disk of this kernel's");
+        for remote in [Some(NFS), Some(FUSE), None] {
+            assert!(!answers_locally(remote), "{remote:x?}");
+        }
     }
 }

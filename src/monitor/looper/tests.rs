@@ -68,7 +68,10 @@ async fn with_reads_left_to_the_watch_every_record_added_rewritten_or_removed_is
     std::fs::create_dir(&dir).expect("mkdir");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod 700");
     let registry = Arc::new(Registry::new(&dir, DoorProbe::new()));
-    assert!(registry.dir_is_local(), "a temporary directory is local");
+    assert!(
+        registry.watch_sees_every_change(),
+        "a watch sees every change in a temporary directory"
+    );
     let monitor = Monitor::new(registry);
     monitor.set_interval(MIN_INTERVAL);
     monitor.set_read_at_least_every(u32::MAX);
