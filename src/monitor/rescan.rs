@@ -21,7 +21,7 @@ pub(super) const READ_AT_LEAST_EVERY: u32 = 5;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct SinceLastRead {
     /// The watch that was running then still runs, unbroken, on the same directory, on a
-    /// filesystem whose changes it sees (a local one).
+    /// filesystem whose every change it sees (`Registry::watch_sees_every_change`).
     pub(super) watch_unbroken: bool,
     /// The last pass (periodic or nudged) read the directory successfully.
     pub(super) last_read_succeeded: bool,
