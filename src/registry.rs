@@ -92,6 +92,15 @@ impl Registry {
         }
     }
 
+    /// Keep descriptors for `connections` (the server's connection cap) and for every door probe
+    /// this registry may have in flight out of the pidfds it holds, under the open-files limit
+    /// as it is now. Without it the default connection cap (1,024) is kept.
+    pub fn keep_descriptors_for(&self, connections: usize) {
+        let probes = self.door.max_in_flight();
+        let reserve = u64::try_from(probes.saturating_add(connections)).unwrap_or(u64::MAX);
+        self.reader.pins.reserve(reserve);
+    }
+
     /// The registry's own counts (probes, removals, signals, stops, its last verified listing).
     pub fn tally(&self) -> &Tally {
         &self.tally

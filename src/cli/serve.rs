@@ -165,6 +165,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     raise_open_files_limit();
     let registry = Registry::new(resolve_running_dir(&args.dir)?, args.probe.door_probe());
+    registry.keep_descriptors_for(limits.max_connections);
     let token_path = resolve_token_file(args.token_file.as_ref())?;
     let tokens = TokenStore::open(&token_path)?;
     runtime()?.block_on(async move {

@@ -33,9 +33,11 @@ use crate::running::{self, MAX_CONCURRENT_PROBES, ProcessState, RunningRecord};
 /// refuses more descriptors than the open-files limit (one pidfd may be asked for many records).
 const POLLED_AT_ONCE: usize = 64;
 
-/// Descriptors never spent on pins: one per door probe in flight, the server's default
-/// connection cap, and room for files and the runtime.
-const RESERVED_DESCRIPTORS: u64 = MAX_CONCURRENT_PROBES as u64 + 1024 + 64;
+/// Descriptors never spent on pins until told otherwise ([`Pins::reserve`]): one per door probe
+/// in flight and the server's default connection cap.
+const DEFAULT_RESERVE: u64 = MAX_CONCURRENT_PROBES as u64 + 1024;
+/// Descriptors kept besides every reserve: files, the runtime, the watch.
+const SPARE_DESCRIPTORS: u64 = 64;
 
 /// The process a record names, as far as pins go: its pid and start time in clock ticks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,7 +105,7 @@ pub(super) struct Pins {
     /// Set once `pidfd_open` is found unavailable: every reading goes to `/proc` from then on.
     unavailable: OnceLock<Errno>,
     /// The most pidfds held at once, so probes and connections keep their descriptors.
-    budget: usize,
+    budget: AtomicUsize,
     /// Whether running out of descriptors for pins was logged already.
     out_of_descriptors: AtomicBool,
     /// Exit watches running ([`super::ProcessExits`]); exits closed by readings are kept for
@@ -129,7 +131,7 @@ impl Pins {
             epoll,
             exited_set,
             unavailable: OnceLock::new(),
-            budget: pin_budget(),
+            budget: AtomicUsize::new(pin_budget(DEFAULT_RESERVE)),
             out_of_descriptors: AtomicBool::new(false),
             watches: AtomicUsize::new(0),
             exit_closed: Notify::new(),
@@ -429,6 +431,14 @@ impl Pins {
         }
     }
 
+    /// Keep `descriptors` (door probes in flight and the server's connections) out of the pins'
+    /// budget, in place of the default reserve, under the open-files limit as it is now.
+    /// Processes pinned already stay pinned.
+    pub(super) fn reserve(&self, descriptors: u64) {
+        self.budget
+            .store(pin_budget(descriptors), Ordering::Relaxed);
+    }
+
     /// Keep `pidfd` as the pin of `key`, unless another reading pinned it first or the budget
     /// is spent (then it is closed, and `/proc` is read for this process next time).
     fn hold(&self, key: ProcessKey, pidfd: OwnedFd) {
@@ -442,9 +452,10 @@ impl Pins {
         ) {
             return;
         }
-        if table.ids.len() >= self.budget {
+        let budget = self.budget.load(Ordering::Relaxed);
+        if table.ids.len() >= budget {
             drop(table);
-            self.out_of_descriptors(&format!("{} processes are pinned already", self.budget));
+            self.out_of_descriptors(&format!("{budget} processes are pinned already"));
             return;
         }
         let id = table.next_id;
@@ -483,7 +494,7 @@ impl Pins {
         if !self.out_of_descriptors.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 "cannot pin every live process ({why}; pins may hold {} descriptors, the rest of the open-files limit is kept for door probes and connections): the others are read through /proc on every pass; raise the limit (ulimit -n, LimitNOFILE=) to pin them all",
-                self.budget
+                self.budget.load(Ordering::Relaxed)
             );
         }
     }
@@ -537,19 +548,21 @@ fn have_exited(polled: &mut [PollFd<'_>]) -> Vec<Option<bool>> {
         .collect()
 }
 
-/// How many pidfds may be held: the open-files limit less what probes, connections and files
-/// need. Under a low limit a quarter of it still pins (a test harness's 1,024 pins 256), and the
-/// rest keeps the probes' sockets.
-fn pin_budget() -> usize {
+/// How many pidfds may be held: the open-files limit less `reserve` (probes and connections)
+/// and [`SPARE_DESCRIPTORS`]. Under a low limit a quarter of it still pins (a test harness's
+/// 1,024 pins 256), and the rest keeps the sockets.
+fn pin_budget(reserve: u64) -> usize {
     let soft = rustix::process::getrlimit(Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);
-    budget_under(soft)
+    budget_under(soft, reserve)
 }
 
 /// [`pin_budget`] under a soft open-files limit of `soft`.
-fn budget_under(soft: u64) -> usize {
-    let reserved = RESERVED_DESCRIPTORS.min(soft - soft / 4);
+fn budget_under(soft: u64, reserve: u64) -> usize {
+    let reserved = reserve
+        .saturating_add(SPARE_DESCRIPTORS)
+        .min(soft - soft / 4);
     usize::try_from(soft - reserved).unwrap_or(usize::MAX)
 }
 

@@ -194,17 +194,31 @@ async fn a_crowd_of_exits_is_reported_whole_and_only_the_exits() {
 
 #[test]
 fn pins_leave_probes_and_connections_their_descriptors() {
-    // A usual limit: everything but the reserve.
-    assert_eq!(budget_under(1 << 20), (1 << 20) - 1_344);
+    // A usual limit: everything but the reserve and the spare.
+    assert_eq!(budget_under(1 << 20, DEFAULT_RESERVE), (1 << 20) - 1_344);
+    // A server allowing 10,000 connections keeps them all.
+    assert_eq!(budget_under(1 << 20, 256 + 10_000), (1 << 20) - 10_320);
     // Low limits: a quarter pins, the rest stays for sockets.
-    assert_eq!(budget_under(1_024), 256);
-    assert_eq!(budget_under(128), 32);
-    assert_eq!(budget_under(0), 0);
-    // No limit at all.
+    assert_eq!(budget_under(1_024, DEFAULT_RESERVE), 256);
+    assert_eq!(budget_under(4_096, 256 + 2_000), 4_096 - 2_320);
+    assert_eq!(budget_under(128, DEFAULT_RESERVE), 32);
+    assert_eq!(budget_under(0, DEFAULT_RESERVE), 0);
+    // No limit at all, and a reserve past any limit.
     assert_eq!(
-        budget_under(u64::MAX),
+        budget_under(u64::MAX, DEFAULT_RESERVE),
         usize::try_from(u64::MAX - 1_344).unwrap_or(usize::MAX)
     );
+    assert_eq!(budget_under(1_024, u64::MAX), 256);
+}
+
+#[test]
+fn a_reserve_given_later_replaces_the_default() {
+    let pins = Pins::new();
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    pins.reserve(300);
+    assert_eq!(pins.budget.load(Ordering::Relaxed), budget_under(soft, 300));
 }
 
 /// An exit a reading finds first (closing the pidfd, and the kernel's report with it) still
