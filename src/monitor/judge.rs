@@ -125,7 +125,7 @@ pub(super) fn judge_pass(
     for id in &carried {
         // A probe of the record last read may still apply.
         if let Some(record) = last_on_disk.get(id) {
-            judgement.on_disk.insert(Arc::clone(record));
+            let _ = judgement.on_disk.insert(Arc::clone(record));
         }
     }
     for mut reading in read.carried {
@@ -140,16 +140,17 @@ pub(super) fn judge_pass(
         }
     }
     picture.set_unreadable(unreadable.len());
-    // Sessions of the picture this pass accounts for (carried over, or read), each once: a scan
-    // holds one record per file name, so per session. All of the picture: nobody left.
+    // Sessions of the picture this pass accounts for (carried over, or read), each once. All of
+    // the picture: nobody left.
     let mut accounted = carried.len();
     for mut reading in read.readings {
         let record = Arc::clone(&reading.record);
         let id = record.session_id.as_str();
-        // Not counted twice: a session carried over has no record in the scan.
-        let uncarried = !carried.contains(id);
-        judgement.on_disk.insert(Arc::clone(&record));
-        if has_door_to_recheck(&reading) {
+        // A session is counted once: not when carried over (then its record is the last read's),
+        // nor again when a directory listing named its file twice (a rename racing the read).
+        let first_of_session = judgement.on_disk.insert(Arc::clone(&record));
+        let uncarried = first_of_session && !carried.contains(id);
+        if first_of_session && has_door_to_recheck(&reading) {
             judgement.doors.push(Arc::clone(&record));
         }
         settle_unverified(&mut reading);

@@ -42,10 +42,11 @@ impl Borrow<str> for BySessionId {
 }
 
 /// One record per session id, found by the id.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub(super) struct SessionRecords(HashSet<BySessionId>);
 
 impl SessionRecords {
+    /// Empty, with room for `capacity` sessions.
     pub(super) fn with_capacity(capacity: usize) -> Self {
         Self(HashSet::with_capacity(capacity))
     }
@@ -55,13 +56,14 @@ impl SessionRecords {
         self.0.get(session_id).map(|entry| &entry.0)
     }
 
+    /// Whether `session_id` has a record here.
     pub(super) fn contains(&self, session_id: &str) -> bool {
         self.0.contains(session_id)
     }
 
-    /// Put `record` in, in place of any record of its session.
-    pub(super) fn insert(&mut self, record: Arc<RunningRecord>) {
-        self.0.replace(BySessionId(record));
+    /// Put `record` in, in place of any record of its session; `true` when there was none.
+    pub(super) fn insert(&mut self, record: Arc<RunningRecord>) -> bool {
+        self.0.replace(BySessionId(record)).is_none()
     }
 
     /// Take the record of `session_id` out, if there is one.
@@ -75,6 +77,7 @@ impl SessionRecords {
     }
 }
 
+#[cfg(test)]
 impl FromIterator<Arc<RunningRecord>> for SessionRecords {
     fn from_iter<I: IntoIterator<Item = Arc<RunningRecord>>>(records: I) -> Self {
         let mut set = Self::default();

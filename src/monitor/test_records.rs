@@ -6,6 +6,11 @@ use crate::running::RunningRecord;
 
 /// A record of `session_id` with a door, as most capsules have.
 pub(super) fn record(session_id: &str) -> Arc<RunningRecord> {
+    record_in(session_id, "/tmp/murmur-test")
+}
+
+/// [`record`], written for a capsule working in `workdir` (another record of the same session).
+pub(super) fn record_in(session_id: &str, workdir: &str) -> Arc<RunningRecord> {
     let record = RunningRecord::parse(
         serde_json::json!({
             "session_id": session_id,
@@ -14,7 +19,7 @@ pub(super) fn record(session_id: &str) -> Arc<RunningRecord> {
             "process_start": "1",
             "capsule_name": "test-capsule",
             "capsule_version": "0.1.0",
-            "workdir": "/tmp/murmur-test",
+            "workdir": workdir,
             "outlives_launcher": false,
             "started_at": "2026-11-30T04:52:00Z",
         })

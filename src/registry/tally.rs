@@ -116,6 +116,7 @@ impl StateCounts {
     /// Count `reading` out again: it was counted in, so its state's count is at least one.
     pub fn remove(&mut self, reading: &Reading) {
         if let Some(n) = self.of_state(reading) {
+            debug_assert!(*n > 0, "a reading counted out that was not counted in");
             *n = n.saturating_sub(1);
         }
     }

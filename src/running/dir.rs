@@ -323,12 +323,31 @@ pub fn scan_shared(dir: &Path, cache: &RecordCache) -> Result<SharedScan, Runnin
     if changed || seen.len() != reader.known.len() {
         cache.replace(dir, seen.into_iter().collect());
     }
-    // Ids are unique (each is its file's name), so an unstable sort orders them all the same.
+    one_entry_per_name(&mut scan);
+    Ok(scan)
+}
+
+/// Sort `scan` (records newest first, unreadable entries by name) and keep one entry per file
+/// name: a directory listing may name a file twice while a record is renamed over it, and every
+/// reader of a scan counts on one record a session. A name read both as a record and as
+/// unreadable is a record (one of its reads was whole).
+fn one_entry_per_name(scan: &mut SharedScan) {
+    // An id is its file's name, so once repeats are gone the unstable sort is deterministic.
     scan.records
         .sort_unstable_by(|a, b| b.session_id.cmp(&a.session_id));
+    scan.records.dedup_by(|a, b| a.session_id == b.session_id);
     scan.unreadable
         .sort_by(|a, b| a.file_name.cmp(&b.file_name));
-    Ok(scan)
+    scan.unreadable.dedup_by(|a, b| a.file_name == b.file_name);
+    let records = &scan.records;
+    scan.unreadable.retain(|entry| {
+        let stem = entry.file_name.strip_suffix(RECORD_SUFFIX);
+        !stem.is_some_and(|stem| {
+            records
+                .binary_search_by(|record| stem.cmp(record.session_id.as_str()))
+                .is_ok()
+        })
+    });
 }
 
 /// The candidate names of one directory listing, in one buffer rather than one allocation each.
@@ -839,6 +858,36 @@ mod tests {
             "started_at":"2026-11-30T00:00:00Z"}}"#
         );
         std::fs::write(dir.join(RunningRecord::file_name_for(session_id)), json).expect("write");
+    }
+
+    #[test]
+    fn a_scan_keeps_one_entry_per_file_name() {
+        let record = |id: &str| {
+            let json = format!(
+                r#"{{"session_id":"{id}","url":"127.0.0.1:1","pid":1,"process_start":"1",
+                "capsule_name":"c","capsule_version":"1","workdir":"/w","outlives_launcher":true,
+                "started_at":"2026-11-30T00:00:00Z"}}"#
+            );
+            Arc::new(serde_json::from_str::<RunningRecord>(&json).expect("a record"))
+        };
+        let unreadable = |id: &str| UnreadableEntry {
+            file_name: RunningRecord::file_name_for(id),
+            why: Unreadable::Malformed("cut short".to_owned()),
+        };
+        let (a, b, c) = ("ses_a", "ses_b", "ses_c");
+        let mut scan = SharedScan {
+            records: vec![record(a), record(c), record(a), record(b), record(a)],
+            unreadable: vec![unreadable(c), unreadable("ses_d"), unreadable("ses_d")],
+        };
+        one_entry_per_name(&mut scan);
+        let ids: Vec<&str> = scan.records.iter().map(|r| r.session_id.as_str()).collect();
+        assert_eq!(ids, [c, b, a]);
+        let names: Vec<&str> = scan
+            .unreadable
+            .iter()
+            .map(|u| u.file_name.as_str())
+            .collect();
+        assert_eq!(names, ["ses_d.json"]);
     }
 
     #[test]

@@ -3,36 +3,17 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::monitor::test_records::{record, record_in};
 use crate::running::Unreadable;
 
 const CARRIED: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3a";
 const ABSENT: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3b";
 const OTHER: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3c";
 
-/// A record with a door, as most capsules have.
-fn record(session_id: &str, workdir: &str) -> Arc<RunningRecord> {
-    let record = RunningRecord::parse(
-        serde_json::json!({
-            "session_id": session_id,
-            "url": "127.0.0.1:1",
-            "pid": 1,
-            "process_start": "1",
-            "capsule_name": "test-capsule",
-            "capsule_version": "0.1.0",
-            "workdir": workdir,
-            "outlives_launcher": false,
-            "started_at": "2026-11-30T04:52:00Z",
-        })
-        .to_string()
-        .as_bytes(),
-    )
-    .expect("a nine-field record parses");
-    Arc::new(record)
-}
-
+/// A live session, its record with a door.
 fn live(session_id: &str) -> Reading {
     Reading {
-        record: record(session_id, "/tmp/murmur-test"),
+        record: record(session_id),
         process: ProcessState::Alive,
         liveness: Some(Liveness::Live),
         skills: Default::default(),
@@ -42,7 +23,7 @@ fn live(session_id: &str) -> Reading {
 fn gone(session_id: &str) -> Reading {
     let reason = "no process holds pid 1".to_owned();
     Reading {
-        record: record(session_id, "/tmp/murmur-test"),
+        record: record(session_id),
         process: ProcessState::Gone {
             reason: reason.clone(),
         },
@@ -257,7 +238,7 @@ fn a_reworded_reason_is_stored_silently() {
 fn a_rewritten_record_is_changed_even_with_the_same_state() {
     let mut picture = picture_with(&[live(CARRIED)]);
     let rewritten = Reading {
-        record: record(CARRIED, "/tmp/murmur-test/elsewhere"),
+        record: record_in(CARRIED, "/tmp/murmur-test/elsewhere"),
         ..live(CARRIED)
     };
     let (pass, read) = later(vec![rewritten.clone()]);
@@ -296,7 +277,7 @@ fn an_unverified_process_is_unreachable_at_once_not_probed() {
 fn a_door_is_probed_when_new_or_rewritten_or_newly_confirmed_and_never_twice_at_once() {
     // New: probed. Known as it is: left to the recheck schedule. Rewritten: probed.
     let rewritten = Reading {
-        record: record(CARRIED, "/tmp/murmur-rewritten"),
+        record: record_in(CARRIED, "/tmp/murmur-rewritten"),
         ..live(CARRIED)
     };
     let unverified = Reading {
@@ -341,7 +322,7 @@ fn only_doors_of_processes_that_passed_layers_1_2_are_rechecked() {
     let doorless = Reading {
         record: Arc::new(RunningRecord {
             url: None,
-            ..RunningRecord::clone(&record(OTHER, "/tmp/murmur-test"))
+            ..RunningRecord::clone(&record_in(OTHER, "/tmp/murmur-test"))
         }),
         ..live(OTHER)
     };
@@ -589,7 +570,7 @@ fn a_probe_answer_is_applied_when_its_record_is_still_on_disk() {
 
 #[test]
 fn a_stale_or_verdictless_probe_answer_is_dropped() {
-    let rewritten = record(CARRIED, "/tmp/murmur-test/elsewhere");
+    let rewritten = record_in(CARRIED, "/tmp/murmur-test/elsewhere");
     for (on_disk, reading) in [
         (SessionRecords::default(), live(CARRIED)),
         (SessionRecords::from_iter([rewritten]), live(CARRIED)),
@@ -711,4 +692,24 @@ fn another_unreadable_file_does_not_name_a_departure_unreadable() {
     };
     assert_eq!(judgement.left, [departure]);
     assert_eq!(picture.snapshot(0).unreadable, 1);
+}
+
+/// A directory listing may name one file twice (a record renamed over it while it is read): the
+/// session counts once, so another's departure is still found, and its door is handed on once.
+#[test]
+fn a_session_listed_twice_hides_no_departure_and_is_one_door() {
+    let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
+    // OTHER's file is gone; CARRIED was listed twice.
+    let (pass, read) = later(vec![live(CARRIED), live(CARRIED)]);
+    let judgement = judge(pass, read, &mut picture, &[live(CARRIED), live(OTHER)]);
+    let departure = Departure {
+        session_id: OTHER.to_owned(),
+        file_unreadable: false,
+    };
+    assert_eq!(judgement.left, [departure]);
+    assert!(!picture.contains(OTHER));
+    let doors: Vec<&str> = (judgement.doors.iter())
+        .map(|record| record.session_id.as_str())
+        .collect();
+    assert_eq!(doors, [CARRIED]);
 }
