@@ -497,8 +497,10 @@ fn meet(dir_fd: &OwnedFd, quarantine: &str, name: &str) -> std::io::Result<Meeti
 /// (small), in a directory only this user can write.
 fn same_contents(dir_fd: &OwnedFd, a: &str, b: &str) -> std::io::Result<bool> {
     let read = |name: &str| -> std::io::Result<Vec<u8>> {
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let fd = rustix::fs::openat(dir_fd, name, flags | OFlags::CLOEXEC, Mode::empty())?;
+        // Both were regular files when ranked; should one be swapped since, a symlink is not
+        // followed and a FIFO does not block the pruning pass.
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(dir_fd, name, flags, Mode::empty())?;
         let mut bytes = Vec::new();
         std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut bytes)?;
         Ok(bytes)
