@@ -1116,6 +1116,40 @@ mod tests {
         assert_eq!(identity(dir.path(), "a"), ours);
     }
 
+    /// Recoveries racing over one name's stranded copies (each put back by several threads at
+    /// once, as by several pruning passes) end with the newest copy at the name and nothing
+    /// else: no copy is dropped except for a newer one, and the newest never meets a newer.
+    #[test]
+    fn concurrent_recoveries_of_one_names_stranded_copies_leave_the_newest_at_the_name() {
+        const COPIES: i64 = 6;
+        const RECOVERIES: usize = 4;
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        exited.wait().unwrap();
+        for _ in 0..40 {
+            let dir = tempfile::tempdir().unwrap();
+            let mut newest = None;
+            for age in 0..COPIES {
+                let stranded = format!(".r.{}.{}.unlinking", exited.id(), random_hex().unwrap());
+                let mtime = (1_700_000_000 + age, 0);
+                write_dated(dir.path(), &stranded, format!("{age}").as_bytes(), mtime);
+                newest = Some(identity(dir.path(), &stranded));
+            }
+            let start = std::sync::Barrier::new(RECOVERIES);
+            std::thread::scope(|scope| {
+                for _ in 0..RECOVERIES {
+                    scope.spawn(|| {
+                        let fd = open_dir(dir.path()).unwrap();
+                        start.wait();
+                        recover_quarantined(&fd).unwrap();
+                    });
+                }
+            });
+            recover_quarantined(&open_dir(dir.path()).unwrap()).unwrap();
+            assert_eq!(names_in(dir.path()), ["r"]);
+            assert_eq!(Some(identity(dir.path(), "r")), newest);
+        }
+    }
+
     #[test]
     fn an_operator_named_directory_is_refused_only_when_group_or_others_may_enter() {
         use std::os::unix::fs::PermissionsExt;
