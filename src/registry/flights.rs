@@ -229,3 +229,6 @@ fn lock(table: &Table) -> std::sync::MutexGuard<'_, HashMap<ProbeKey, Entry>> {
     // The table holds no invariant a panicking holder could break halfway.
     table.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests;

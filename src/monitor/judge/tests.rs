@@ -713,3 +713,23 @@ fn a_session_listed_twice_hides_no_departure_and_is_one_door() {
         .collect();
     assert_eq!(doors, [CARRIED]);
 }
+
+#[test]
+fn a_session_read_and_carried_at_once_is_accounted_once_and_a_departure_still_found() {
+    // Not what a scan hands over (one entry per file name), but the judge counts each session
+    // once whatever it is given: counted twice, it would take the picture for accounted for.
+    let known = [live(CARRIED), live(OTHER)];
+    let mut picture = picture_with(&known);
+    let read = PassRead {
+        readings: vec![live(CARRIED)],
+        unreadable: vec![entry(CARRIED, io_failure())],
+        ..PassRead::default()
+    };
+    let judgement = judge(Pass::Later, read, &mut picture, &known);
+    let departure = Departure {
+        session_id: OTHER.to_owned(),
+        file_unreadable: false,
+    };
+    assert_eq!(judgement.left, [departure]);
+    assert!(picture.contains(CARRIED) && !picture.contains(OTHER));
+}

@@ -35,3 +35,21 @@ fn a_record_is_found_by_its_session_id_and_replaces_its_sessions_last() {
     assert!(records.remove("ses_a").is_none());
     assert!(!records.contains("ses_a") && records.records().count() == 1);
 }
+
+#[test]
+fn records_of_many_sessions_are_each_kept_apart_and_found_by_their_own_id() {
+    // Enough sessions that some share a hash table group and tag: two records are one session
+    // only when their ids are equal, never because their hashes look alike.
+    const SESSIONS: usize = 2_000;
+    let ids: Vec<String> = (0..SESSIONS).map(|n| format!("ses_many{n:05}")).collect();
+    let records: SessionRecords = ids.iter().map(|id| record(id)).collect();
+    assert_eq!(
+        records.records().count(),
+        SESSIONS,
+        "one record per session"
+    );
+    for id in &ids {
+        let found = records.get(id).map(|found| found.session_id.as_str());
+        assert_eq!(found, Some(id.as_str()));
+    }
+}
