@@ -28,4 +28,6 @@ pub mod monitor;
 pub mod private_fs;
 pub mod registry;
 pub mod running;
+#[cfg(test)]
+mod test_records;
 pub mod token;

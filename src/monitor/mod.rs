@@ -48,8 +48,6 @@ mod recheck;
 mod rescan;
 mod session_records;
 mod subscription;
-#[cfg(test)]
-mod test_records;
 mod watch;
 
 use std::sync::Arc;

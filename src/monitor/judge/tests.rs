@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::monitor::test_records::{record, record_in};
+use crate::test_records::{record, record_in};
 use crate::running::Unreadable;
 
 const CARRIED: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3a";

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::monitor::test_records::record;
+use crate::test_records::record;
 use crate::running::{Liveness, ProcessState};
 
 fn reading(session_id: &str, liveness: Option<Liveness>) -> Reading {

@@ -1,7 +1,7 @@
 //! The recheck schedule's decisions, over instants made up here: no clock, no door.
 
 use super::*;
-use crate::monitor::test_records::record;
+use crate::test_records::record;
 
 const PERIOD: Duration = Duration::from_secs(10);
 

@@ -1,7 +1,7 @@
 //! Sets of records by session id: found by the id, one per session.
 
 use super::*;
-use crate::monitor::test_records::record;
+use crate::test_records::record;
 
 #[test]
 fn a_record_is_found_by_its_session_id_and_replaces_its_sessions_last() {

@@ -2,26 +2,7 @@
 //! takes, and who wants the card.
 
 use super::*;
-
-fn record(session_id: &str) -> Arc<RunningRecord> {
-    let record = RunningRecord::parse(
-        serde_json::json!({
-            "session_id": session_id,
-            "url": "127.0.0.1:1",
-            "pid": 1,
-            "process_start": "1",
-            "capsule_name": "test-capsule",
-            "capsule_version": "0.1.0",
-            "workdir": "/tmp/murmur-test",
-            "outlives_launcher": false,
-            "started_at": "2026-12-01T00:00:00Z",
-        })
-        .to_string()
-        .as_bytes(),
-    )
-    .expect("a nine-field record parses");
-    Arc::new(record)
-}
+use crate::test_records::record;
 
 /// Whether the table's entry for `record` wants the card; `None` when it has none.
 fn card_wanted(flights: &Flights, record: &Arc<RunningRecord>) -> Option<bool> {

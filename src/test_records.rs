@@ -1,16 +1,17 @@
-//! Records made up in memory for the monitor's unit tests: no directory, no process.
+//! Records made up in memory for unit tests (the monitor's, the flights'): no directory, no
+//! process.
 
 use std::sync::Arc;
 
 use crate::running::RunningRecord;
 
 /// A record of `session_id` with a door, as most capsules have.
-pub(super) fn record(session_id: &str) -> Arc<RunningRecord> {
+pub(crate) fn record(session_id: &str) -> Arc<RunningRecord> {
     record_in(session_id, "/tmp/murmur-test")
 }
 
 /// [`record`], written for a capsule working in `workdir` (another record of the same session).
-pub(super) fn record_in(session_id: &str, workdir: &str) -> Arc<RunningRecord> {
+pub(crate) fn record_in(session_id: &str, workdir: &str) -> Arc<RunningRecord> {
     let record = RunningRecord::parse(
         serde_json::json!({
             "session_id": session_id,
