@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::test_records::{record, record_in};
 use crate::running::Unreadable;
+use crate::test_records::{record, record_in};
 
 const CARRIED: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3a";
 const ABSENT: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3b";

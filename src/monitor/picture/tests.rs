@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::test_records::record;
 use crate::running::{Liveness, ProcessState};
+use crate::test_records::record;
 
 fn reading(session_id: &str, liveness: Option<Liveness>) -> Reading {
     Reading {
