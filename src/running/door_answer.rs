@@ -248,25 +248,23 @@ impl AnswerReader {
         received: &mut BytesMut,
         seen: usize,
     ) -> Result<Option<Progress>, ExchangeFailure> {
-        let Some(end) = received.iter().position(|b| *b == b'\n') else {
-            if seen + received.len() > MAX_HEAD_BYTES {
+        let within = |trailer_bytes: usize| {
+            if trailer_bytes > MAX_HEAD_BYTES {
                 return Err(broken(format!(
                     "answered trailers larger than {MAX_HEAD_BYTES} bytes"
                 )));
             }
-            return Ok(None);
+            Ok(None)
+        };
+        let Some(end) = received.iter().position(|b| *b == b'\n') else {
+            return within(seen + received.len());
         };
         let line = received.split_to(end + 1);
         if line.as_ref() == b"\r\n" || line.as_ref() == b"\n" {
             return Ok(Some(self.answered()));
         }
         self.stage = Stage::Trailers(seen + line.len());
-        if seen + line.len() > MAX_HEAD_BYTES {
-            return Err(broken(format!(
-                "answered trailers larger than {MAX_HEAD_BYTES} bytes"
-            )));
-        }
-        Ok(None)
+        within(seen + line.len())
     }
 
     /// Add `bytes` to the body, within the cap.
