@@ -192,14 +192,21 @@ async fn a_door_that_never_answers_is_unreachable_within_the_deadlines() {
     assert_eq!(door.requests().len(), 1, "the door was reached and asked");
 }
 
+/// Verify a record of `session_id` behind a door in `mode`, which must leave it unreachable: the
+/// door (to ask what it received) and the reason.
+async fn unreachable_behind(mode: DoorMode, session_id: &str) -> (DoorServer, String) {
+    let door = DoorServer::start(mode);
+    let record = record_behind(&door, session_id);
+    let liveness = verify(&record, &quick_probe()).await;
+    let reason = unreachable_reason(&liveness).to_owned();
+    (door, reason)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_door_answering_garbage_is_unreachable() {
     let id = session_id();
     for mode in [DoorMode::NotJson, DoorMode::NotHttp] {
-        let door = DoorServer::start(mode.clone());
-        let record = record_behind(&door, &id);
-        let liveness = verify(&record, &quick_probe()).await;
-        let reason = unreachable_reason(&liveness);
+        let (door, reason) = unreachable_behind(mode.clone(), &id).await;
         assert!(reason.contains(&door.url()), "{mode:?}: {reason}");
         assert_eq!(door.requests().len(), 1, "{mode:?}");
     }
@@ -209,10 +216,7 @@ async fn a_door_answering_garbage_is_unreachable() {
 async fn a_door_that_hangs_up_without_answering_is_unreachable_and_says_so() {
     let id = session_id();
     for mode in [DoorMode::ClosesUnanswered, DoorMode::ResetsUnanswered] {
-        let door = DoorServer::start(mode.clone());
-        let record = record_behind(&door, &id);
-        let liveness = verify(&record, &quick_probe()).await;
-        let reason = unreachable_reason(&liveness);
+        let (door, reason) = unreachable_behind(mode.clone(), &id).await;
         assert_eq!(
             reason,
             format!(

@@ -10,6 +10,14 @@ const CARRIED: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3a";
 const ABSENT: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3b";
 const OTHER: &str = "ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3c";
 
+/// The departure of `session_id`, whose file is not among the unreadable entries.
+fn left_readably(session_id: &str) -> Departure {
+    Departure {
+        session_id: session_id.to_owned(),
+        file_unreadable: false,
+    }
+}
+
 /// A live session, its record with a door.
 fn live(session_id: &str) -> Reading {
     Reading {
@@ -352,11 +360,7 @@ fn a_session_whose_record_disappeared_left_as_record_removed() {
     let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
     let (pass, read) = later(vec![live(OTHER)]);
     let judgement = judge(pass, read, &mut picture, &[live(CARRIED), live(OTHER)]);
-    let departure = Departure {
-        session_id: CARRIED.to_owned(),
-        file_unreadable: false,
-    };
-    assert_eq!(judgement.left, [departure]);
+    assert_eq!(judgement.left, [left_readably(CARRIED)]);
     assert!(!picture.contains(CARRIED));
     let [departure] = <[Departure; 1]>::try_from(judgement.left).expect("one departure");
     assert!(matches!(
@@ -376,11 +380,7 @@ fn a_departure_is_found_however_many_sessions_arrive_or_are_carried_beside_it() 
     let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
     let (pass, read) = later(vec![live(OTHER), undecided(ABSENT)]);
     let judgement = judge(pass, read, &mut picture, &[live(CARRIED), live(OTHER)]);
-    let departure = Departure {
-        session_id: CARRIED.to_owned(),
-        file_unreadable: false,
-    };
-    assert_eq!(judgement.left, [departure]);
+    assert_eq!(judgement.left, [left_readably(CARRIED)]);
     // Carried over and read again: the whole picture is accounted for, nobody left.
     let mut picture = picture_with(&[live(CARRIED), live(OTHER)]);
     let read = PassRead {
@@ -408,11 +408,7 @@ fn a_departure_is_found_however_many_sessions_arrive_or_are_carried_beside_it() 
         &mut picture,
         &[live(CARRIED), live(OTHER)],
     );
-    let departure = Departure {
-        session_id: OTHER.to_owned(),
-        file_unreadable: false,
-    };
-    assert_eq!(judgement.left, [departure]);
+    assert_eq!(judgement.left, [left_readably(OTHER)]);
 }
 
 #[test]
@@ -686,11 +682,7 @@ fn another_unreadable_file_does_not_name_a_departure_unreadable() {
         ..PassRead::default()
     };
     let judgement = judge(Pass::Later, read, &mut picture, &known);
-    let departure = Departure {
-        session_id: CARRIED.to_owned(),
-        file_unreadable: false,
-    };
-    assert_eq!(judgement.left, [departure]);
+    assert_eq!(judgement.left, [left_readably(CARRIED)]);
     assert_eq!(picture.snapshot(0).unreadable, 1);
 }
 
@@ -702,11 +694,7 @@ fn a_session_listed_twice_hides_no_departure_and_is_one_door() {
     // OTHER's file is gone; CARRIED was listed twice.
     let (pass, read) = later(vec![live(CARRIED), live(CARRIED)]);
     let judgement = judge(pass, read, &mut picture, &[live(CARRIED), live(OTHER)]);
-    let departure = Departure {
-        session_id: OTHER.to_owned(),
-        file_unreadable: false,
-    };
-    assert_eq!(judgement.left, [departure]);
+    assert_eq!(judgement.left, [left_readably(OTHER)]);
     assert!(!picture.contains(OTHER));
     let doors: Vec<&str> = (judgement.doors.iter())
         .map(|record| record.session_id.as_str())
@@ -726,10 +714,6 @@ fn a_session_read_and_carried_at_once_is_accounted_once_and_a_departure_still_fo
         ..PassRead::default()
     };
     let judgement = judge(Pass::Later, read, &mut picture, &known);
-    let departure = Departure {
-        session_id: OTHER.to_owned(),
-        file_unreadable: false,
-    };
-    assert_eq!(judgement.left, [departure]);
+    assert_eq!(judgement.left, [left_readably(OTHER)]);
     assert!(picture.contains(CARRIED) && !picture.contains(OTHER));
 }
