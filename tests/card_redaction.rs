@@ -64,9 +64,10 @@ async fn an_all_digit_credential_a_door_echoes_as_a_number_never_reaches_a_card(
             "pin": {PIN}, "pins": [{PIN}, -{PIN}, 42], "fraction": 0.{ZEROED},
             "long": {LONG}, "said": "pin {PIN}"}}"#
     );
-    let record = record
-        .url(door_answering(card))
-        .set("credentials", json!({"pin": PIN, "zeroed": ZEROED, "long": LONG}));
+    let record = record.url(door_answering(card)).set(
+        "credentials",
+        json!({"pin": PIN, "zeroed": ZEROED, "long": LONG}),
+    );
     record.write_in(server.dir());
 
     let (status, alone) = get(&server, &format!("/sessions/{id}/card")).await;

@@ -107,7 +107,10 @@ async fn a_live_capsule_whose_record_carries_forty_credentials_is_live_and_kept_
     let path = home.write(&record);
     let control = control_of(&running, &id);
     let size = std::fs::metadata(&path).unwrap().len();
-    assert!((64 * 1024..MAX_RECORD_BYTES).contains(&size), "{size} bytes");
+    assert!(
+        (64 * 1024..MAX_RECORD_BYTES).contains(&size),
+        "{size} bytes"
+    );
     let api = Api::start(&running).await;
 
     let (status, listing) = api.get("/sessions").await;
@@ -115,14 +118,20 @@ async fn a_live_capsule_whose_record_carries_forty_credentials_is_live_and_kept_
     assert_eq!(listing["unreadable"], 0, "{listing}");
     assert_eq!(listing["sessions"][0]["session_id"], id.as_str());
     assert_eq!(listing["sessions"][0]["liveness"]["state"], "live");
-    assert!(!listing.to_string().contains("cred-00-"), "a credential leaked");
+    assert!(
+        !listing.to_string().contains("cred-00-"),
+        "a credential leaked"
+    );
     let (status, liveness) = api.get(&format!("/sessions/{id}/liveness")).await;
     assert_eq!((status, &liveness["state"]), (200, &json!("live")));
 
     let (status, report) = api.delete("/sessions").await;
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["removed_unreadable"], 0, "{report}");
-    assert!(path.exists() && control.exists(), "DELETE /sessions removed it");
+    assert!(
+        path.exists() && control.exists(),
+        "DELETE /sessions removed it"
+    );
     let (status, _) = api.delete(&format!("/sessions/{id}")).await;
     assert_eq!(status, 409, "a live session is not pruned");
     assert_eq!(api.snapshot().await.data["unreadable"], 0);
@@ -171,7 +180,11 @@ async fn a_file_over_the_cap_is_counted_unreadable_and_kept_by_every_path() {
     let gone = gone_record(&home);
     let (status, report) = api.delete("/sessions").await;
     assert_eq!(status, 200, "{report}");
-    assert_eq!(report["pruned"].as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!(
+        report["pruned"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
     assert_eq!(report["removed_unreadable"], 0, "{report}");
     assert_absent(&gone);
     kept();

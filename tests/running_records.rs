@@ -445,11 +445,7 @@ fn an_oversized_record_is_too_large_not_read_past_the_cap_and_kept_by_a_pruning_
     // Were it read whole, it would be a perfectly good record: only the cap can refuse it.
     assert!(RunningRecord::parse(&big_bytes).is_ok());
     let big_path = write_raw(dir.path(), &big.file_name(), &big_bytes);
-    let control = write_raw(
-        dir.path(),
-        &format!("{}.control", big.session_id()),
-        "ctl",
-    );
+    let control = write_raw(dir.path(), &format!("{}.control", big.session_id()), "ctl");
     drop(big_bytes);
 
     let before = thread_bytes_read();
@@ -481,12 +477,20 @@ fn an_oversized_record_is_too_large_not_read_past_the_cap_and_kept_by_a_pruning_
 fn a_record_of_forty_long_credentials_reads_as_a_record() {
     let dir = temp_dir();
     let credentials: serde_json::Map<String, Value> = (0..40)
-        .map(|n| (format!("peer-{n:02}"), json!(format!("{n:02}{}", "k".repeat(1_800)))))
+        .map(|n| {
+            (
+                format!("peer-{n:02}"),
+                json!(format!("{n:02}{}", "k".repeat(1_800))),
+            )
+        })
         .collect();
     let record = RecordJson::fresh().set("credentials", Value::Object(credentials));
     let path = record.write_in(dir.path());
     let size = std::fs::metadata(&path).unwrap().len();
-    assert!((64 * 1024..MAX_RECORD_BYTES).contains(&size), "{size} bytes");
+    assert!(
+        (64 * 1024..MAX_RECORD_BYTES).contains(&size),
+        "{size} bytes"
+    );
 
     let found = scan(dir.path()).unwrap();
     assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
