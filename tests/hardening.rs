@@ -1035,7 +1035,7 @@ async fn a_200_mb_file_and_a_fifo_among_the_records_neither_stall_nor_bloat_the_
         .get("/sessions/ses_00000000000000000000000000000b16")
         .await;
     one.assert_problem(404, "not-a-record");
-    // Five listings of a 200 MB file would read a gigabyte; the cap reads 64 KiB each.
+    // Five listings of a 200 MB file would read a gigabyte; its size is judged before a read.
     let read = process_bytes_read().saturating_sub(read_before);
     assert!(read < 100 << 20, "the server read {read} bytes");
     let grown = resident_kib().saturating_sub(before);

@@ -5,9 +5,10 @@
 //!   `null`); why a record does not parse is told without quoting any of its values;
 //! - `scan` (reports), `list` (records only; both change nothing) and a pruning pass (unlinks
 //!   what can never be a record) facing
-//!   truncated JSON, oversized files, symlinks, directories, FIFOs, name mismatches, names that
-//!   are not session ids (reported, never removed), and the staging / control / hidden files
-//!   that are not records at all; newest-first ordering;
+//!   truncated JSON, oversized files (reported, never removed: size proves nothing), a record
+//!   of 40 credentials over murmur's old 64 KiB cap (read), symlinks, directories, FIFOs, name
+//!   mismatches, names that are not session ids (reported, never removed), and the staging /
+//!   control / hidden files that are not records at all; newest-first ordering;
 //! - `read_record`; `running_dir_in` creating, narrowing and refusing directories;
 //! - `RunningGuard`: mode, round trip, secrets never written or printed, removal on drop (only
 //!   of its own file), and atomic replacement under a racing reader;
@@ -434,14 +435,17 @@ fn truncated_json_is_reported_by_scan_and_unlinked_by_a_pruning_pass() {
     assert!(good_path.exists());
 }
 
+/// Size proves nothing about being a record (murmur sets no limit): a file over the cap is
+/// reported without being read past it, and a pruning pass keeps it, with its `.control`.
 #[test]
-fn an_oversized_record_is_too_large_and_is_not_read_past_the_cap() {
+fn an_oversized_record_is_too_large_not_read_past_the_cap_and_kept_by_a_pruning_pass() {
     let dir = temp_dir();
     let big = RecordJson::fresh().set("padding", "x".repeat(10 * 1024 * 1024));
     let big_bytes = big.to_bytes();
     // Were it read whole, it would be a perfectly good record: only the cap can refuse it.
     assert!(RunningRecord::parse(&big_bytes).is_ok());
     let big_path = write_raw(dir.path(), &big.file_name(), &big_bytes);
+    let control = write_raw(dir.path(), &format!("{}.control", big.session_id()), "ctl");
     drop(big_bytes);
 
     let before = thread_bytes_read();
@@ -457,10 +461,43 @@ fn an_oversized_record_is_too_large_and_is_not_read_past_the_cap() {
         "scan read {read} bytes of a 10 MB file; the cap is {MAX_RECORD_BYTES}"
     );
 
+    assert!(!found.unreadable[0].is_removable());
+
     assert!(list(dir.path()).unwrap().is_empty());
     assert!(big_path.exists(), "list must not remove anything");
-    prune_all(dir.path());
-    assert_absent(&big_path);
+    let before = dir_snapshot(dir.path());
+    assert!(prune_all(dir.path()).removed_unreadable.is_empty());
+    assert!(big_path.exists() && control.exists());
+    assert_eq!(dir_snapshot(dir.path()), before);
+}
+
+/// The record of the report that found the old 64 KiB cap: 40 credentials of some 1.8 KB,
+/// 72,925 bytes in all. It is a record like any other.
+#[test]
+fn a_record_of_forty_long_credentials_reads_as_a_record() {
+    let dir = temp_dir();
+    let credentials: serde_json::Map<String, Value> = (0..40)
+        .map(|n| {
+            (
+                format!("peer-{n:02}"),
+                json!(format!("{n:02}{}", "k".repeat(1_800))),
+            )
+        })
+        .collect();
+    let record = RecordJson::fresh().set("credentials", Value::Object(credentials));
+    let path = record.write_in(dir.path());
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        (64 * 1024..MAX_RECORD_BYTES).contains(&size),
+        "{size} bytes"
+    );
+
+    let found = scan(dir.path()).unwrap();
+    assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
+    assert_eq!(names_of(&found.records), [record.session_id()]);
+    assert_eq!(found.records[0].credentials.len(), 40);
+    let read = read_record(dir.path(), &record.session_id()).unwrap();
+    assert_eq!(read.map(|r| r.credentials.len()), Some(40));
 }
 
 #[test]
@@ -653,8 +690,8 @@ fn entries_nothing_read_proves_no_record_are_kept_by_a_pruning_pass() {
 }
 
 /// Removal needs proof on two counts: the name is murmur's (`ses_` + 32 hex digits), and what
-/// was read shows the entry can never be a record. A read that failed proves nothing, and a
-/// directory is never ours to remove.
+/// was read shows the entry can never be a record. A read that failed proves nothing, nor does
+/// a file too large to read, and a directory is never ours to remove.
 #[test]
 fn only_a_murmur_named_entry_proven_to_be_junk_is_removable() {
     let id = session_id();
@@ -663,12 +700,21 @@ fn only_a_murmur_named_entry_proven_to_be_junk_is_removable() {
         why,
     };
     let malformed = || Unreadable::Malformed("truncated".to_owned());
-    assert!(murmur_named(malformed()).is_removable());
     for why in [
+        malformed(),
+        Unreadable::NameMismatch(session_id()),
+        Unreadable::Symlink,
+        Unreadable::NotRegularFile,
+    ] {
+        assert!(murmur_named(why.clone()).is_removable(), "{why:?}");
+    }
+    for why in [
+        Unreadable::InvalidName,
         Unreadable::Io("read failed".to_owned()),
         Unreadable::Replaced,
         Unreadable::Directory,
         Unreadable::ForeignOwner(65534),
+        Unreadable::TooLarge,
     ] {
         assert!(!murmur_named(why.clone()).is_removable(), "{why:?}");
     }
@@ -772,7 +818,7 @@ fn scan_changes_nothing_on_disk() {
         "{\"session_id\": \"ses_",
     );
     RecordJson::fresh()
-        .set("padding", "y".repeat(200 * 1024))
+        .set("padding", "y".repeat(2 * 1024 * 1024))
         .write_in(dir.path());
     RecordJson::fresh().write_as(dir.path(), &format!("{}.json", session_id()));
     let target = RecordJson::fresh().write_in(elsewhere.path());

@@ -8,7 +8,8 @@
 //! - Removal on evidence only. A directory that cannot be read never reaches the judge. A record
 //!   file that merely failed to read ([`crate::running::Unreadable::is_read_failure`]) carries
 //!   its session over: the last reading stands, but for what layers 1–2 say afresh of the record
-//!   last read. Only a file that proves it is no record removes its session as `unreadable`.
+//!   last read. Only a file that stays unreadable (any other reason, a file over the size cap
+//!   included) removes its session as `unreadable`; the file itself is never removed here.
 //! - A probe's verdict is applied only if the record it probed is still the one on disk and its
 //!   process was not found gone meanwhile.
 

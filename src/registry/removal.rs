@@ -27,7 +27,8 @@ pub enum RemovalCause {
     Stopped,
     /// Its record file disappeared, removed by someone else (murmur itself on a clean exit).
     RecordRemoved,
-    /// Its record file is still there and proves it is no longer a valid record.
+    /// Its record file is still there and no longer reads as a valid record (the file is kept
+    /// unless what was read proves it can never be one).
     Unreadable,
 }
 

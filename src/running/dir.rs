@@ -9,7 +9,8 @@
 //! - Only `*.json` entries are records, read through `O_NOFOLLOW | O_NONBLOCK` only when they
 //!   are regular files we own, and never past [`MAX_RECORD_BYTES`].
 //! - [`scan`] and [`list`] change nothing. Pruning passes remove only files named like a murmur
-//!   record that what was read proves can never be one ([`UnreadableEntry::is_removable`]).
+//!   record that what was read proves can never be one ([`UnreadableEntry::is_removable`]);
+//!   size is never such proof, so a file over the cap is counted and kept.
 //!   [`prune`] removes a record only for a `Gone` reading, only the very file it was read from,
 //!   and with it only the `.control` seen beside it then.
 //! - An entry gone (`ENOENT`) by the time it is read is skipped, neither a record nor
@@ -36,8 +37,10 @@ use crate::private_fs::{
     FileIdentity, Unlinked, WiderMode, hold_private_dir, open_dir, unlink_checked,
 };
 
-/// Records larger than this are not records: murmur's are well under 4 KiB.
-pub const MAX_RECORD_BYTES: u64 = 64 * 1024;
+/// The most of a record file that is read. murmur sets no limit: a record is a few KiB, and one
+/// carrying hundreds of credentials of a few KiB each still fits. A larger file is not read,
+/// so nothing is known of it: it is counted unreadable and kept ([`Unreadable::TooLarge`]).
+pub const MAX_RECORD_BYTES: u64 = 1024 * 1024;
 
 fn io_at(path: &Path) -> impl Fn(std::io::Error) -> RunningError + '_ {
     move |cause| RunningError::Io {
@@ -125,7 +128,7 @@ pub enum Unreadable {
     NotRegularFile,
     /// Owned by another uid.
     ForeignOwner(u32),
-    /// Larger than [`MAX_RECORD_BYTES`].
+    /// Larger than [`MAX_RECORD_BYTES`]: not read, so it may well be a record; never removed.
     TooLarge,
     /// Not a record of any generation.
     Malformed(String),
@@ -141,10 +144,28 @@ pub enum Unreadable {
 
 impl Unreadable {
     /// Whether the entry merely failed to be read ([`Unreadable::Io`], [`Unreadable::Replaced`]):
-    /// that says nothing about what the file holds, so it is no evidence that it is not a
-    /// record. Every other reason was proven by what was read.
+    /// that says nothing about what the file holds, and may pass. Every other reason stays true
+    /// of the entry until someone changes it.
     pub fn is_read_failure(&self) -> bool {
         matches!(self, Self::Io(_) | Self::Replaced)
+    }
+
+    /// Whether what was read of the entry proves it can never be a record: the one rule that
+    /// lets any path remove an unreadable entry (see [`UnreadableEntry::is_removable`]).
+    fn proves_no_record(&self) -> bool {
+        match self {
+            // Read whole, and not a record of this file's session.
+            Self::Malformed(_) | Self::NameMismatch(_) => true,
+            // murmur renames a regular file onto the name; removing a link removes only the link.
+            Self::Symlink | Self::NotRegularFile => true,
+            // Nothing of it was read. Size proves nothing (murmur sets no limit on a record), nor
+            // does ownership (a record written by root, say), and a directory is never ours.
+            Self::TooLarge | Self::ForeignOwner(_) | Self::Directory => false,
+            // No name the registry can address: it may be someone else's file.
+            Self::InvalidName => false,
+            // A read that failed is no evidence at all.
+            Self::Io(_) | Self::Replaced => false,
+        }
     }
 }
 
@@ -199,25 +220,16 @@ pub struct UnreadableEntry {
 
 impl UnreadableEntry {
     /// Whether this entry can be removed on what was read of it: it is named like a murmur
-    /// record (`ses_` + 32 hex digits: any other name may be someone else's file) and can
-    /// never become one. Not a directory, not a file of another owner (neither was read), and
-    /// not an entry that merely failed to read. Removing a symlink removes only the link.
+    /// record (`ses_` + 32 hex digits: any other name may be someone else's file) and what was
+    /// read proves it can never be one. Not a directory, not a file of another owner or over
+    /// the size cap (nothing of those was read), and not an entry that merely failed to read.
+    /// Removing a symlink removes only the link.
     pub fn is_removable(&self) -> bool {
         self.file_name
             .strip_suffix(RECORD_SUFFIX)
             .is_some_and(is_murmur_session_id)
-            && is_removable(&self.why)
+            && self.why.proves_no_record()
     }
-}
-
-fn is_removable(why: &Unreadable) -> bool {
-    // Ownership proves nothing about the contents: a foreign file may be a valid record (one
-    // written by root, say), and nothing of it was read.
-    !why.is_read_failure()
-        && !matches!(
-            why,
-            Unreadable::Directory | Unreadable::InvalidName | Unreadable::ForeignOwner(_)
-        )
 }
 
 /// What one pass over the running directory found, without changing it.
@@ -579,7 +591,7 @@ pub(crate) fn remove_unreadable(
         let still_unreadable = |dir_fd: &OwnedFd, quarantined: &str| {
             matches!(
                 read_entry(dir_fd, dir, quarantined, stem),
-                Err(EntryError::Unreadable(why)) if is_removable(&why)
+                Err(EntryError::Unreadable(why)) if why.proves_no_record()
             )
         };
         if unlink_checked(&dir_fd, &entry.file_name, still_unreadable).map_err(&io_err)?
@@ -721,7 +733,9 @@ fn read_entry_seen(
     if u64::try_from(stat.st_size).unwrap_or(u64::MAX) > MAX_RECORD_BYTES {
         return Err(Unreadable::TooLarge.into());
     }
-    let mut bytes = Vec::with_capacity(4096);
+    // Sized to the file as it is now, never to the cap: most records are a few KiB.
+    let size = usize::try_from(stat.st_size).unwrap_or_default();
+    let mut bytes = Vec::with_capacity(size.saturating_add(1));
     std::fs::File::from(fd)
         .take(MAX_RECORD_BYTES + 1)
         .read_to_end(&mut bytes)

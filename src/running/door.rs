@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use super::door_exchange::{DoorRequest, exchange};
+use super::door_json::parse_door_json;
 use super::skills::{Skill, skills_of};
 
 use super::process::{ProcessState, process_state};
@@ -297,7 +298,7 @@ impl DoorProbe {
             )
         })?
         .map_err(|e| format!("door at {url} {e}"))?;
-        let answer: Value = serde_json::from_slice(&body)
+        let answer = parse_door_json(&body, record)
             .map_err(|_| format!("door at {url} answered something that is not JSON"))?;
         let card = if record.door_token.is_some() {
             extended_card(answer).map_err(|e| format!("door at {url} {e}"))?
@@ -433,7 +434,9 @@ pub(crate) fn redact_secrets(mut reason: String, record: &RunningRecord) -> Stri
     reason
 }
 
-/// Replace every secret of `record` inside every string (keys included) of `value`.
+/// Replace every secret of `record` inside every string (keys included) of `value`. A door's
+/// answer holds any number that carries a secret as a string of its source text
+/// ([`parse_door_json`]), so this covers numbers too.
 pub(crate) fn redact_secrets_in(value: &mut Value, record: &RunningRecord) {
     let has_secret = |text: &str| {
         record

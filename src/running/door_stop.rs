@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 
 use super::door::{door_address, quote_briefly, redact_secrets, redact_secrets_in, verified_at};
 use super::door_exchange::{DoorRequest, ExchangeFailure, exchange};
+use super::door_json::parse_door_json;
 use super::{ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, RunningRecord};
 
 /// The longest the ask may take, connecting included (`mur stop`'s answer deadline).
@@ -147,7 +148,7 @@ async fn send_stop_session(record: &RunningRecord, at: SocketAddr) -> Result<Byt
 
 /// What a door's JSON-RPC answer to `murmur.StopSession` says, for `record`'s session.
 fn read_stop_answer(body: &[u8], record: &RunningRecord) -> DoorStop {
-    let Ok(answer) = serde_json::from_slice::<Value>(body) else {
+    let Ok(answer) = parse_door_json(body, record) else {
         return DoorStop::NoAnswer {
             reason: "the door answered something that is not JSON".to_owned(),
         };
@@ -363,5 +364,19 @@ mod tests {
         };
         assert!(!reason.contains("q\\\"x"), "{reason}");
         assert!(reason.contains("[redacted]"), "{reason}");
+    }
+
+    #[test]
+    fn an_all_digit_token_echoed_as_a_number_is_redacted_from_the_lists() {
+        let record = record(Some("8675309"));
+        let answer = br#"{"result": {"session_id": "ses_a", "canceled": [8675309],
+            "residue": [{"pid": 18675309, "port": 42}]}}"#;
+        assert_eq!(
+            redacted(read_stop_answer(answer, &record), &record),
+            DoorStop::Answered {
+                canceled: vec![json!("[redacted]")],
+                residue: vec![json!({"pid": "1[redacted]", "port": 42})],
+            }
+        );
     }
 }

@@ -18,6 +18,7 @@ mod dir;
 mod door;
 mod door_answer;
 mod door_exchange;
+mod door_json;
 mod door_stop;
 mod process;
 mod record;

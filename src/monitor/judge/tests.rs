@@ -132,7 +132,7 @@ fn a_read_failure_of_a_session_in_the_picture_carries_it_and_is_not_counted() {
 }
 
 #[test]
-fn a_file_that_proves_it_is_no_record_is_counted_and_carries_nothing() {
+fn a_file_that_stays_unreadable_is_counted_and_carries_nothing() {
     for why in [
         Unreadable::Symlink,
         Unreadable::Directory,
@@ -412,7 +412,7 @@ fn a_departure_is_found_however_many_sessions_arrive_or_are_carried_beside_it() 
 }
 
 #[test]
-fn a_session_whose_file_proves_it_is_no_record_left_as_unreadable_and_is_counted() {
+fn a_session_whose_file_stays_unreadable_left_as_unreadable_and_is_counted() {
     let mut picture = picture_with(&[live(CARRIED)]);
     let read = PassRead {
         unreadable: vec![entry(CARRIED, Unreadable::TooLarge)],

@@ -1,0 +1,92 @@
+//! A card is redacted of the record's secrets wherever a door puts them, numbers included: a
+//! real live process, a real door on `127.0.0.1` echoing its all-digit credentials unquoted, and
+//! the registry served in-process answering `GET /sessions/{id}/card` and
+//! `GET /sessions?include=card`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+
+use common::server::TestServer;
+use common::*;
+use serde_json::{Value, json};
+
+/// A door on `127.0.0.1:0` answering every request with `body` as a `200` JSON card, on its own
+/// thread until the test process ends.
+fn door_answering(body: String) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let url = listener.local_addr().expect("an address").to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    url
+}
+
+/// GET `path` with the token: the status and the body as text.
+async fn get(server: &TestServer, path: &str) -> (u16, String) {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let response = (client.get(format!("{}{path}", server.base())))
+        .bearer_auth(server.token())
+        .send()
+        .await
+        .expect("the registry answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_all_digit_credential_a_door_echoes_as_a_number_never_reaches_a_card() {
+    const PIN: &str = "8675309";
+    const ZEROED: &str = "08675309";
+    // Thirty digits fit no integer: a parser prints them back as a float, not as they came.
+    const LONG: &str = "123456789012345678901234567890";
+    let server = TestServer::start().await;
+    let process = TestProcess::sleeping();
+    let record = process.record();
+    let id = record.session_id();
+    // The spec card's fields written by hand, so that the numbers are exactly these tokens.
+    let card = format!(
+        r#"{{"name": "test-capsule", "version": "0.1.0", "session_id": "{id}",
+            "pin": {PIN}, "pins": [{PIN}, -{PIN}, 42], "fraction": 0.{ZEROED},
+            "long": {LONG}, "said": "pin {PIN}"}}"#
+    );
+    let record = record.url(door_answering(card)).set(
+        "credentials",
+        json!({"pin": PIN, "zeroed": ZEROED, "long": LONG}),
+    );
+    record.write_in(server.dir());
+
+    let (status, alone) = get(&server, &format!("/sessions/{id}/card")).await;
+    assert_eq!(status, 200, "{alone}");
+    let (status, listed) = get(&server, "/sessions?include=card").await;
+    assert_eq!(status, 200, "{listed}");
+    let listed: Value = serde_json::from_str(&listed).expect("JSON");
+    let listed_card = &listed["sessions"][0]["card"];
+    let alone: Value = serde_json::from_str(&alone).expect("JSON");
+    for card in [&alone, listed_card] {
+        let text = card.to_string();
+        for secret in [PIN, LONG, "12345678901234567"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert_eq!(card["session_id"], id.as_str(), "{text}");
+        assert_eq!(card["pin"], "[redacted]", "{text}");
+        assert_eq!(card["pins"], json!(["[redacted]", "-[redacted]", 42]));
+        assert_eq!(card["fraction"], "0.[redacted]", "{text}");
+        assert_eq!(card["long"], "[redacted]", "{text}");
+        assert_eq!(card["said"], "pin [redacted]", "{text}");
+    }
+}
