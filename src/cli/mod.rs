@@ -15,6 +15,7 @@ mod fleet_args;
 #[cfg(feature = "fleet")]
 mod fleet_serve;
 mod health;
+mod log_fields;
 mod man;
 mod prune;
 mod ps;
