@@ -71,17 +71,30 @@ mod tests {
 
     #[test]
     fn ordinary_text_is_borrowed_unchanged() {
-        for text in ["", "review-bot@1.2.0", "C:\\path \\n", "naïve — 日本 🦀", "\u{a0}x"] {
-            assert!(matches!(escaped(text), Cow::Borrowed(t) if t == text), "{text:?}");
+        for text in [
+            "",
+            "review-bot@1.2.0",
+            "C:\\path \\n",
+            "naïve — 日本 🦀",
+            "\u{a0}x",
+        ] {
+            assert!(
+                matches!(escaped(text), Cow::Borrowed(t) if t == text),
+                "{text:?}"
+            );
         }
     }
 
     #[test]
     fn the_characters_around_the_ranges_are_shown_as_they_are() {
-        for c in ['\u{1f}', '\u{7f}', '\u{80}', '\u{9f}', '\u{202A}', '\u{202E}'] {
+        for c in [
+            '\u{1f}', '\u{7f}', '\u{80}', '\u{9f}', '\u{202A}', '\u{202E}',
+        ] {
             assert!(is_hidden_control(c), "{c:?}");
         }
-        for c in [' ', '~', '\u{a0}', '\u{2029}', '\u{202F}', '\u{2065}', '\u{206A}'] {
+        for c in [
+            ' ', '~', '\u{a0}', '\u{2029}', '\u{202F}', '\u{2065}', '\u{206A}',
+        ] {
             assert!(!is_hidden_control(c), "{c:?}");
         }
     }

@@ -327,7 +327,8 @@ fn ps_json_lists_sessions_with_liveness_and_no_secrets() {
 }
 
 /// A capsule name that would retitle the terminal, clear it and print a row of its own.
-const HOSTILE_NAME: &str = "evil\x1b]0;pwned\x07\x1b[2J\r\nses_fake  alpha@1  running\u{202E}kcatta";
+const HOSTILE_NAME: &str =
+    "evil\x1b]0;pwned\x07\x1b[2J\r\nses_fake  alpha@1  running\u{202E}kcatta";
 
 /// No byte a terminal acts on, bar the line ends.
 fn assert_no_control(text: &str) {
@@ -365,7 +366,8 @@ fn ps_shows_a_hostile_capsule_name_escaped_in_its_one_row_and_json_as_json() {
     let json = me(&home, &["ps", "--json"]);
     json.assert_success();
     assert!(
-        json.stdout.contains(r#""evil\u001b]0;pwned\u0007\u001b[2J\r\nses_fake"#),
+        json.stdout
+            .contains(r#""evil\u001b]0;pwned\u0007\u001b[2J\r\nses_fake"#),
         "{}",
         json.stdout
     );

@@ -121,8 +121,14 @@ mod tests {
         });
         assert_eq!(log.lines().count(), 1, "{log}");
         let escaped = r"x\n2026-01-01T00:00:00Z  WARN forged\r\u{1b}[2J\u{202e}";
-        assert!(log.contains(&format!("request{{route={escaped}}}")), "{log}");
-        assert!(log.contains(&format!("skipped {escaped} key={escaped} ")), "{log}");
+        assert!(
+            log.contains(&format!("request{{route={escaped}}}")),
+            "{log}"
+        );
+        assert!(
+            log.contains(&format!("skipped {escaped} key={escaped} ")),
+            "{log}"
+        );
         // Debug already wrote `\n` as `\\n` inside the quotes; only what it left is escaped.
         assert!(log.contains(r#"quoted="x\n2026"#), "{log}");
         assert!(log.contains(r"\u{1b}[2J\u{202e}"), "{log}");
@@ -131,7 +137,8 @@ mod tests {
 
     #[test]
     fn ordinary_fields_read_as_the_default_format_writes_them() {
-        let log = logged(|| tracing::info!(method = %"GET", status = 200u16, r#type = "a", "request"));
+        let log =
+            logged(|| tracing::info!(method = %"GET", status = 200u16, r#type = "a", "request"));
         assert!(
             log.trim_end()
                 .ends_with(r#"request method=GET status=200 type="a""#),

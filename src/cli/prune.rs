@@ -25,7 +25,12 @@ pub(super) async fn prune(args: DirArgs) -> anyhow::Result<ExitCode> {
     }
     for entry in &report.removed_unreadable {
         let why = entry.why.to_string();
-        writeln!(out, "removed: {} — {}", escaped(&entry.file_name), escaped(&why))?;
+        writeln!(
+            out,
+            "removed: {} — {}",
+            escaped(&entry.file_name),
+            escaped(&why)
+        )?;
     }
     if report.pruned.is_empty() && report.removed_unreadable.is_empty() {
         writeln!(out, "nothing to prune")?;

@@ -13,8 +13,8 @@ use clap::Args;
 use clap::builder::NonEmptyStringValueParser;
 
 use super::fleet_args::EtcdArgs;
-use crate::control_chars::escaped;
 use super::{DirArgs, registry_for};
+use crate::control_chars::escaped;
 use crate::http::ListFilter;
 use crate::http::wire::{SessionState, SessionView};
 use crate::registry::{CPU_SPAN_MIN, Reading, Registry, Resources};

@@ -105,7 +105,11 @@ fn install(args: &InstallArgs) -> anyhow::Result<ExitCode> {
     let existing = read_unit(&dir_fd, &path)?;
     match &existing {
         Some(existing) if existing == unit.as_bytes() => {
-            writeln!(out, "unchanged: {} already holds this unit", super::shown(&path))?;
+            writeln!(
+                out,
+                "unchanged: {} already holds this unit",
+                super::shown(&path)
+            )?;
         }
         Some(existing) if !args.force => {
             let why = if is_ours(existing) {
