@@ -17,10 +17,13 @@
 //! - [`fleet`]: every host's verified sessions on etcd: the key layout and values (always),
 //!   publishing under a lease and the watch-fed cache (feature `fleet`).
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.
+//! - [`control_chars`]: the one rule that makes control characters visible in text a person
+//!   reads (the CLI's output, the text log); it depends on nothing.
 //! - [`cli`]: the command line; the only place that reads `HOME` or binds a port, and that sets
 //!   process-wide policy (the open-files limit, the heap's, in `heap`) for `serve`.
 
 pub mod cli;
+pub mod control_chars;
 pub mod fleet;
 mod heap;
 pub mod http;

@@ -326,6 +326,54 @@ fn ps_json_lists_sessions_with_liveness_and_no_secrets() {
     assert_absent(&junk);
 }
 
+/// A capsule name that would retitle the terminal, clear it and print a row of its own.
+const HOSTILE_NAME: &str =
+    "evil\x1b]0;pwned\x07\x1b[2J\r\nses_fake  alpha@1  running\u{202E}kcatta";
+
+/// No byte a terminal acts on, bar the line ends.
+fn assert_no_control(text: &str) {
+    let hidden: Vec<char> = text
+        .chars()
+        .filter(|&c| c != '\n' && murmur_registry::control_chars::is_hidden_control(c))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?} in {text:?}");
+}
+
+#[test]
+fn ps_shows_a_hostile_capsule_name_escaped_in_its_one_row_and_json_as_json() {
+    let home = Home::new();
+    let capsule = TestProcess::sleeping();
+    let record = capsule
+        .record()
+        .no_door()
+        .set("capsule_name", HOSTILE_NAME)
+        .set("capsule_version", "1.0\x1b[31m");
+    home.write(&record);
+
+    let done = me(&home, &["ps"]);
+    done.assert_success();
+    assert_no_control(&done.stdout);
+    assert_eq!(done.stdout.lines().count(), 2, "{}", done.stdout);
+    let rows = parse_table(&done.stdout);
+    assert_eq!(rows[0][0], record.session_id());
+    assert_eq!(
+        rows[0][1],
+        "evil\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\r\\nses_fake  alpha@1  running\\u{202e}kcatta\
+         @1.0\\u{1b}[31m"
+    );
+    assert_eq!(rows[0][2], "running");
+
+    let json = me(&home, &["ps", "--json"]);
+    json.assert_success();
+    assert!(
+        json.stdout
+            .contains(r#""evil\u001b]0;pwned\u0007\u001b[2J\r\nses_fake"#),
+        "{}",
+        json.stdout
+    );
+    assert_eq!(json.json()[0]["capsule_name"], HOSTILE_NAME);
+}
+
 #[test]
 fn ps_refuses_a_running_dir_that_is_a_symlink() {
     let home = Home::new();

@@ -1,6 +1,7 @@
 //! `ps --fleet` through the real binary: every host's sessions read straight from etcd, with a
 //! HOST column, `--capsule` and `--skill` as the API filters, no server asked, nothing pruned. And `serve`'s fleet files: one that cannot
-//! be used refuses the start, naming it, before etcd is asked anything.
+//! be used refuses the start, naming it, before etcd is asked anything. A hostile capsule name
+//! or key in etcd is shown escaped, in its one row or line, by `ps --fleet` and `serve`'s log.
 //!
 //! The etcd test needs `/usr/bin/etcd` (Debian's `etcd-server`) and the `fleet` feature; it is
 //! ignored by plain `cargo test`.
@@ -163,6 +164,97 @@ mod with_etcd {
         );
 
         drop(served);
+        drop(capsule);
+    }
+
+    /// A value or key from etcd that would steer a terminal or forge a log line: `ps --fleet`
+    /// shows the session in one escaped row and the unusable key in one escaped `skipped:`
+    /// line, `--json` as JSON, and `serve`'s text log names the key on one line, escaped.
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn hostile_fleet_values_and_keys_are_shown_escaped() {
+        let etcd = Etcd::start().await;
+        let forged = "2026-01-01T00:00:00.000000Z  WARN murmur_registry: forged";
+        let junk_key = format!("/murmur/registry/v1/junk\n{forged}\x1b[2J");
+        let mut client = etcd.client().await;
+        client
+            .put(junk_key.as_str(), "x", None)
+            .await
+            .expect("put the junk key");
+
+        let host = Home::new();
+        let capsule = TestProcess::sleeping();
+        let hostile_name = "evil\x1b]0;pwned\x07\x1b[2J\r\nhost-z  ses_fake  x@1  running";
+        let record = capsule
+            .record()
+            .no_door()
+            .set("capsule_name", hostile_name)
+            .set("capsule_version", "1.0");
+        host.write(&record);
+        let mut serve = registry(host.path(), User::Me);
+        serve.args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--fleet-etcd",
+            &etcd.endpoint(),
+        ]);
+        serve.args(["--host-id", "host-a", "--events-interval", "500ms"]);
+        let served = common::ServedBinary::spawn(serve);
+
+        let reader = Home::new();
+        wait_until("ps --fleet shows host-a's session", DEADLINE, || {
+            let done = ps_fleet(&reader, &etcd, true);
+            done.assert_success();
+            done.json()
+                .as_array()
+                .is_some_and(|sessions| !sessions.is_empty())
+        });
+        let json = ps_fleet(&reader, &etcd, true);
+        assert_eq!(json.json()[0]["capsule_name"], hostile_name);
+        assert!(
+            json.stdout
+                .contains(r#""evil\u001b]0;pwned\u0007\u001b[2J\r\nhost-z"#),
+            "{}",
+            json.stdout
+        );
+
+        let table = ps_fleet(&reader, &etcd, false);
+        table.assert_success();
+        let shown_key = format!("/murmur/registry/v1/junk\\n{forged}\\u{{1b}}[2J");
+        for text in [&table.stdout, &table.stderr] {
+            assert!(
+                !text.chars().any(|c| c != '\n' && c.is_control()),
+                "{text:?}"
+            );
+        }
+        let rows: Vec<&str> = table.stdout.lines().collect();
+        assert_eq!(rows.len(), 2, "{}", table.stdout);
+        assert!(
+            rows[1].starts_with("host-a ")
+                && rows[1].contains(r"evil\u{1b}]0;pwned\u{7}\u{1b}[2J\r\nhost-z  ses_fake"),
+            "{}",
+            table.stdout
+        );
+        let skipped: Vec<&str> = table.stderr.lines().collect();
+        assert_eq!(skipped.len(), 1, "{}", table.stderr);
+        assert!(
+            skipped[0].starts_with(&format!("skipped: {shown_key} — ")),
+            "{}",
+            table.stderr
+        );
+
+        let (status, log) = served.stop_with(rustix::process::Signal::TERM);
+        assert!(status.success(), "{status}: {log}");
+        assert!(!log.contains('\x1b'), "{log:?}");
+        assert!(
+            log.lines().all(|line| !line.starts_with(forged)),
+            "a forged line:\n{log}"
+        );
+        assert!(
+            log.lines().any(|line| line.contains(&shown_key)),
+            "the skipped key is not logged:\n{log}"
+        );
         drop(capsule);
     }
 }

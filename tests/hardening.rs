@@ -287,6 +287,104 @@ async fn rebinding_hosts_an_empty_host_and_no_host_get_403_even_with_the_token()
     server.shut_down().await;
 }
 
+/// Heads over a limit are answered at the connection with a problem, not hyper's empty 414 or
+/// 431: a request line past 64 KiB (here also past hyper's own 65,534-byte URI limit), a head
+/// past 128 KiB, more than 100 header lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_long_heads_get_a_problem_at_the_connection() {
+    let server = Server::default_registry().await;
+    let (addr, token) = (&server.addr, &server.token);
+    let request = |target: &str, headers: &str| {
+        format!(
+            "GET {target} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+             {headers}Connection: close\r\n\r\n"
+        )
+    };
+    let long_target = format!("/sessions?capsule={}", "a".repeat(70_000));
+    let answer = raw(addr, &request(&long_target, "")).await;
+    answer.assert_problem(414, "uri-too-long");
+    assert_eq!(answer.json()["status"], 414, "{}", answer.body);
+
+    let big = format!("X-Big: {}\r\n", "b".repeat(200_000));
+    raw(addr, &request("/sessions", &big))
+        .await
+        .assert_problem(431, "headers-too-large");
+
+    let many: String = (0..101).map(|n| format!("X-{n}: v\r\n")).collect();
+    raw(addr, &request("/sessions", &many))
+        .await
+        .assert_problem(431, "headers-too-large");
+
+    // Just within every limit: answered by the service.
+    let target = format!("/sessions?capsule={}", "a".repeat(60_000));
+    let fewer: String = (0..90).map(|n| format!("X-{n}: v\r\n")).collect();
+    let answer = raw(addr, &request(&target, &fewer)).await;
+    assert_eq!(answer.status, 200, "{}{}", answer.head, answer.body);
+    server.shut_down().await;
+}
+
+/// On one kept-alive connection, a body is passed over by its length and the head after it is
+/// measured from its first byte: a request whose body would be too many header lines were it
+/// measured, a plain one, then one with too many header lines get 200, 200, 431.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_head_after_a_body_is_measured_from_its_first_byte() {
+    let server = Server::default_registry().await;
+    let (addr, token) = (&server.addr, &server.token);
+    let body: String = (0..120).map(|n| format!("X-{n}: v\n")).collect();
+    let with_body = format!(
+        "DELETE /sessions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let plain =
+        format!("GET /sessions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n");
+    let many: String = (0..101).map(|n| format!("X-{n}: v\r\n")).collect();
+    let over = format!("GET /sessions HTTP/1.1\r\nHost: {addr}\r\n{many}\r\n");
+    let answers = raw(addr, &format!("{with_body}{plain}{over}")).await;
+    let text = format!("{}\r\n\r\n{}", answers.head, answers.body);
+    let statuses: Vec<&str> = text
+        .match_indices("HTTP/1.1 ")
+        .map(|(at, _)| &text[at + 9..at + 12])
+        .collect();
+    assert_eq!(statuses, ["200", "200", "431"], "{text}");
+    assert!(
+        text.ends_with("\"}") && text.contains("urn:murmur-registry:problem:headers-too-large"),
+        "{text}"
+    );
+
+    // A chunked body has no length to pass over: its answer closes the connection.
+    let chunked = format!(
+        "DELETE /sessions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n"
+    );
+    let answer = raw(addr, &chunked).await;
+    assert_eq!(answer.status, 200, "{}{}", answer.head, answer.body);
+    assert_eq!(answer.header("connection").as_deref(), Some("close"));
+    server.shut_down().await;
+}
+
+/// Two `Host` lines are 400 whichever comes first (RFC 9112 section 3.2): a proxy in front may
+/// have judged the other one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_host_lines_get_400_whichever_comes_first() {
+    let server = Server::default_registry().await;
+    let token = &server.token;
+    for (first, second) in [
+        ("localhost", "evil.example"),
+        ("evil.example", "localhost"),
+        ("localhost", "localhost"),
+    ] {
+        let request = format!(
+            "GET /sessions HTTP/1.1\r\nHost: {first}\r\nHost: {second}\r\n\
+             Authorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        );
+        raw(&server.addr, &request)
+            .await
+            .assert_problem(400, "invalid-host");
+    }
+    server.shut_down().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_origin_gets_403_with_a_valid_token_and_cors_is_only_for_listed_origins() {
     let listed = "http://localhost:3000";

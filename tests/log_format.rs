@@ -2,7 +2,8 @@
 //! and a session id in the path, then every stderr line read. In `json` each line is one JSON
 //! object with `timestamp`, `level`, `target` and `message`, and a request's line adds `method`,
 //! `route` (the template), `status` and `latency_ms`; `text` names the same template. Neither
-//! ever holds the token, the query or the session id.
+//! ever holds the token, the query or the session id. A hostile value (a running directory whose
+//! name holds a line break and an escape sequence) stays escaped on its event's one line.
 
 mod common;
 
@@ -149,4 +150,35 @@ fn an_unknown_log_format_is_refused_with_the_ones_there_are() {
         "{}",
         done.stderr
     );
+}
+
+/// A running directory whose name would forge a log line: when it goes missing, the text log
+/// names it in one line, its line break and escape sequence shown escaped.
+#[test]
+fn text_logs_a_hostile_path_on_its_one_line_escaped() {
+    let home = Home::new();
+    let forged = "2026-01-01T00:00:00.000000Z  WARN murmur_registry: forged";
+    let dir = home.path().join(format!("run\n{forged}\x1b[2J"));
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.args(["serve", "--bind", "127.0.0.1:0", "--running-dir"])
+        .arg(&dir);
+    let server = ServedBinary::spawn(cmd);
+    std::fs::remove_dir(&dir).expect("remove the running directory");
+    let token = home.token();
+    assert_eq!(request(&server, "GET", "/sessions", Some(&token)), 503);
+    let (status, log) = server.stop_with(Signal::TERM);
+    assert!(status.success(), "{status}: {log}");
+
+    assert!(!log.contains('\x1b'), "{log:?}");
+    assert!(
+        log.lines().all(|line| !line.starts_with(forged)),
+        "a forged line:\n{log}"
+    );
+    let escaped = format!("run\\n{forged}\\u{{1b}}[2J");
+    let naming: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("running directory unavailable"))
+        .collect();
+    assert_eq!(naming.len(), 1, "{log}");
+    assert!(naming[0].contains(&escaped), "{log}");
 }

@@ -7,12 +7,15 @@
 //!   running directory, the token file and the listener as parameters.
 //! - A non-loopback bind is refused unless `--allow-remote` says otherwise.
 //! - Errors are one line: what failed and what to do. The token is printed only on `--show`.
+//! - Text for a person (not `--json`) shows control characters escaped
+//!   ([`crate::control_chars`]): a value from a record, etcd or a door cannot steer the terminal.
 
 mod completions;
 mod fleet_args;
 #[cfg(feature = "fleet")]
 mod fleet_serve;
 mod health;
+mod log_fields;
 mod man;
 mod prune;
 mod ps;
@@ -215,6 +218,11 @@ fn resolve_token_file(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
             Ok(token::default_token_path(&home))
         }
     }
+}
+
+/// A path as a person reads it on the terminal: lossily decoded, control characters escaped.
+fn shown(path: &std::path::Path) -> String {
+    crate::control_chars::escaped(&path.display().to_string()).into_owned()
 }
 
 fn registry_for(args: &DirArgs) -> anyhow::Result<Registry> {

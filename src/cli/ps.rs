@@ -1,6 +1,8 @@
 //! `ps`: the running sessions as a table or JSON, after pruning what is gone.
 //!
-//! Invariant: every record it removes is named on stderr with its evidence.
+//! Invariants: every record it removes is named on stderr with its evidence; every value shown
+//! as text (table cells, those lines) goes through [`escaped`], so a record's fields cannot
+//! steer the terminal or add a row; `--json` is JSON as it is.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -12,6 +14,7 @@ use clap::builder::NonEmptyStringValueParser;
 
 use super::fleet_args::EtcdArgs;
 use super::{DirArgs, registry_for};
+use crate::control_chars::escaped;
 use crate::http::ListFilter;
 use crate::http::wire::{SessionState, SessionView};
 use crate::registry::{CPU_SPAN_MIN, Reading, Registry, Resources};
@@ -53,10 +56,11 @@ pub(super) async fn running_sessions(registry: &Registry) -> anyhow::Result<Vec<
         )
     })?;
     for (session_id, reason) in &pass.report.pruned {
-        eprintln!("pruned: {session_id} — {reason}");
+        eprintln!("pruned: {} — {}", escaped(session_id), escaped(reason));
     }
     for entry in &pass.report.removed_unreadable {
-        eprintln!("removed: {} — {}", entry.file_name, entry.why);
+        let why = entry.why.to_string();
+        eprintln!("removed: {} — {}", escaped(&entry.file_name), escaped(&why));
     }
     Ok(pass.readings)
 }
@@ -145,9 +149,15 @@ fn ps_table(sessions: &[Reading], resources: &[Option<Resources>], now: SystemTi
 }
 
 /// Left-aligned columns as wide as their widest cell, two spaces apart, under `header`.
+///
+/// Every cell is shown [`escaped`]: a value from a record or from etcd stays in its cell.
 pub(super) fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+    let rows: Vec<[String; N]> = rows
+        .iter()
+        .map(|row| row.each_ref().map(|cell| escaped(cell).into_owned()))
+        .collect();
     let mut widths = header.map(str::len);
-    for row in rows {
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
@@ -163,7 +173,7 @@ pub(super) fn table<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> 
         table.push('\n');
     };
     push_row(&header);
-    for row in rows {
+    for row in &rows {
         push_row(&row.each_ref().map(String::as_str));
     }
     table

@@ -1,7 +1,8 @@
 //! `ps --fleet`: every host's sessions as the fleet's etcd holds them, read directly (no
 //! server needed), with a HOST column.
 //!
-//! Invariant: it only reads etcd: nothing is pruned, probed or written anywhere.
+//! Invariants: it only reads etcd: nothing is pruned, probed or written anywhere; what etcd
+//! holds is shown [`escaped`] (the table's cells, the `skipped:` lines), `--json` as JSON.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,6 +12,7 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 use super::ps::{PsArgs, table, uptime};
+use crate::control_chars::escaped;
 use crate::fleet::SessionEntry;
 use crate::fleet::keys::FleetKeys;
 
@@ -30,7 +32,8 @@ pub(super) async fn fleet_ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot read the fleet from etcd at {}", endpoints.join(",")))?;
     for skipped in skipped {
-        eprintln!("skipped: {} — {}", skipped.key, skipped.why);
+        let why = skipped.why.to_string();
+        eprintln!("skipped: {} — {}", escaped(&skipped.key), escaped(&why));
     }
     let filter = args.filter();
     let sessions: Vec<&SessionEntry> = (cache.sessions().map(AsRef::as_ref))

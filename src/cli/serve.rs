@@ -332,7 +332,11 @@ fn init_tracing(format: LogFormat) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => log.with_ansi(std::io::stderr().is_terminal()).init(),
+        // Every field escaped: a value from outside never breaks the one line of its event.
+        LogFormat::Text => log
+            .fmt_fields(super::log_fields::EscapedFields)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init(),
         // Fields at the top level beside `message`, and no span: a shipper reads one flat
         // object, and a request's span would only repeat its access line.
         LogFormat::Json => log

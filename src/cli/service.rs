@@ -105,7 +105,11 @@ fn install(args: &InstallArgs) -> anyhow::Result<ExitCode> {
     let existing = read_unit(&dir_fd, &path)?;
     match &existing {
         Some(existing) if existing == unit.as_bytes() => {
-            writeln!(out, "unchanged: {} already holds this unit", path.display())?;
+            writeln!(
+                out,
+                "unchanged: {} already holds this unit",
+                super::shown(&path)
+            )?;
         }
         Some(existing) if !args.force => {
             let why = if is_ours(existing) {
@@ -122,7 +126,7 @@ fn install(args: &InstallArgs) -> anyhow::Result<ExitCode> {
         _ => {
             write_atomically(&dir_fd, UNIT_NAME, unit.as_bytes())
                 .with_context(|| format!("cannot write {}", path.display()))?;
-            writeln!(out, "wrote {}", path.display())?;
+            writeln!(out, "wrote {}", super::shown(&path))?;
         }
     }
     if existing.is_some_and(|existing| existing != unit.as_bytes()) {
@@ -145,13 +149,13 @@ fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
     let dir_fd = match open_unit_dir(&dir) {
         Ok(fd) => fd,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            writeln!(out, "no unit at {}: nothing to remove", path.display())?;
+            writeln!(out, "no unit at {}: nothing to remove", super::shown(&path))?;
             return Ok(ExitCode::SUCCESS);
         }
         Err(error) => return Err(error).context(format!("cannot open {}", dir.display())),
     };
     let Some(existing) = read_unit(&dir_fd, &path)? else {
-        writeln!(out, "no unit at {}: nothing to remove", path.display())?;
+        writeln!(out, "no unit at {}: nothing to remove", super::shown(&path))?;
         return Ok(ExitCode::SUCCESS);
     };
     if !args.force {
@@ -178,7 +182,7 @@ fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot remove {}", path.display()))?
     {
         Unlinked::Removed => {
-            writeln!(out, "removed {}", path.display())?;
+            writeln!(out, "removed {}", super::shown(&path))?;
             writeln!(
                 out,
                 "if it still runs, stop it and forget it:\n  \
@@ -187,7 +191,7 @@ fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Unlinked::Missing => {
-            writeln!(out, "no unit at {}: nothing to remove", path.display())?;
+            writeln!(out, "no unit at {}: nothing to remove", super::shown(&path))?;
             Ok(ExitCode::SUCCESS)
         }
         Unlinked::Kept => bail!(

@@ -1,6 +1,7 @@
 //! `stop`: SIGTERM, a wait, then SIGKILL, for one session named by id or by `@N`.
 //!
-//! Invariant: a process is signalled only through the registry's stop, which confirms it first.
+//! Invariants: a process is signalled only through the registry's stop, which confirms it first;
+//! what a record or a door said is shown [`escaped`], never as raw terminal input.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -11,6 +12,7 @@ use clap::Args;
 
 use super::ps::running_sessions;
 use super::{DirArgs, registry_for};
+use crate::control_chars::escaped;
 use crate::registry::{AskDoor, DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome, StopReport};
 use crate::running::{self, DoorStop};
 
@@ -69,7 +71,10 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     {
         Ok(report) => report,
         Err(crate::registry::RegistryError::NotFound(_)) => {
-            eprintln!("error: no running session {session_id}; see `murmur-registry ps`");
+            eprintln!(
+                "error: no running session {}; see `murmur-registry ps`",
+                escaped(&session_id)
+            );
             return Ok(ExitCode::FAILURE);
         }
         Err(error) => return Err(error.into()),
@@ -93,8 +98,10 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
                 .as_ref()
                 .map_or_else(String::new, |fate| format!("; {}", fate.sentence()));
             eprintln!(
-                "error: session {} was not running (pid {} is gone){pruned}",
-                record.session_id, record.pid
+                "error: session {} was not running (pid {} is gone){}",
+                escaped(&record.session_id),
+                record.pid,
+                escaped(&pruned)
             );
             Ok(ExitCode::FAILURE)
         }
@@ -103,8 +110,9 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
             write_door_answer(&mut std::io::stderr().lock(), &report.door)?;
             note_door(&report.door);
             eprintln!(
-                "error: could not stop {}{sent}: {reason}",
-                record.session_id
+                "error: could not stop {}{sent}: {}",
+                escaped(&record.session_id),
+                escaped(&reason.to_string())
             );
             Ok(ExitCode::FAILURE)
         }
@@ -116,11 +124,12 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
 fn write_stopped(report: &StopReport, signal: &str) -> std::io::Result<()> {
     let record = &report.record;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "stopped: {}", record.session_id)?;
+    writeln!(out, "stopped: {}", escaped(&record.session_id))?;
     writeln!(
         out,
         "capsule: {}@{}",
-        record.capsule_name, record.capsule_version
+        escaped(&record.capsule_name),
+        escaped(&record.capsule_version)
     )?;
     writeln!(out, "signal: {signal}")?;
     write_door_answer(&mut out, &report.door)
@@ -153,19 +162,19 @@ fn note_door(door: &DoorStop) {
     match door {
         DoorStop::Refused { reason }
         | DoorStop::NoAnswer { reason }
-        | DoorStop::Mismatch { reason } => eprintln!("note: {reason}"),
-        DoorStop::NotLive { reason } => eprintln!("note: the door was not asked to stop: {reason}"),
+        | DoorStop::Mismatch { reason } => eprintln!("note: {}", escaped(reason)),
+        DoorStop::NotLive { reason } => {
+            eprintln!("note: the door was not asked to stop: {}", escaped(reason));
+        }
         DoorStop::Answered { .. } | DoorStop::NoDoor | DoorStop::Skipped => {}
     }
 }
 
-/// One item a door listed: a string as it is, anything else as compact JSON, on one line.
+/// One item a door listed: a string as it is, anything else as compact JSON, on one line
+/// ([`escaped`]).
 fn item_text(item: &serde_json::Value) -> String {
-    let text = match item {
-        serde_json::Value::String(text) => text.clone(),
-        other => other.to_string(),
-    };
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    match item {
+        serde_json::Value::String(text) => escaped(text).into_owned(),
+        other => escaped(&other.to_string()).into_owned(),
+    }
 }

@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::resolve_token_file;
+use crate::control_chars::escaped;
 use crate::token;
 
 #[derive(Debug, Args)]
@@ -39,9 +40,9 @@ pub(super) fn token_command(args: TokenArgs) -> anyhow::Result<ExitCode> {
         token::load_or_create(&path)?
     };
     if args.show {
-        writeln!(std::io::stdout(), "{token}")?;
+        writeln!(std::io::stdout(), "{}", escaped(&token))?;
     } else {
-        writeln!(std::io::stdout(), "{}", path.display())?;
+        writeln!(std::io::stdout(), "{}", super::shown(&path))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,7 @@
 //! - The Host check runs before anything else, on every route: a page on another site that
 //!   rebinds its DNS name to 127.0.0.1 still sends its own name as `Host`, and gets 403.
 //!   A browser `Origin` other than the registry's own (or one listed with `--allow-origin`)
-//!   gets 403 too.
+//!   gets 403 too. Two `Host` lines are 400 (RFC 9112 section 3.2), never judged by the first.
 //! - The token is taken only from `Authorization: Bearer …` (scheme in any case), never from a
 //!   query string or a cookie, and compared by [`TokenStore::check`] in constant time.
 //! - A missing or wrong token gets 401 with `WWW-Authenticate: Bearer realm="murmur-registry"`;
@@ -99,6 +99,20 @@ fn host_without_port(host: &str) -> &str {
 /// Middleware: 403 unless `Host` (and `Origin`, if sent) are the registry's own.
 pub async fn check_host(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let policy = state.host_policy();
+    // Another hop may read the other line: which host was meant cannot be told.
+    if request
+        .headers()
+        .get_all(header::HOST)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return Problem::new(
+            ProblemType::InvalidHost,
+            "the request has more than one Host header line; send exactly one",
+        )
+        .into_response();
+    }
     let host = request
         .headers()
         .get(header::HOST)

@@ -33,6 +33,8 @@ pub enum ProblemType {
     InvalidSessionId,
     /// 400: a query parameter has a value the endpoint does not take.
     InvalidQuery,
+    /// 400: more than one `Host` header line (RFC 9112 section 3.2).
+    InvalidHost,
     /// 401: a missing or wrong bearer token.
     Unauthorized,
     /// 403: the `Host` is not this registry's.
@@ -61,10 +63,16 @@ pub enum ProblemType {
     AlreadyGone,
     /// 413: a body over [`super::MAX_BODY_BYTES`].
     BodyTooLarge,
+    /// 414: a request line over [`super::server::MAX_REQUEST_LINE`], answered at the
+    /// connection.
+    UriTooLong,
     /// 415: a body that is not JSON.
     UnsupportedMediaType,
     /// 422: a signal body that names no signal the registry sends.
     UnknownSignal,
+    /// 431: a request head over [`super::server::MAX_REQUEST_HEAD`] or with more than
+    /// [`super::server::MAX_HEADER_LINES`] header lines, answered at the connection.
+    HeadersTooLarge,
     /// 500: something failed inside the registry.
     Internal,
     /// 503: too many requests in flight.
@@ -85,7 +93,7 @@ impl ProblemType {
     /// The status every problem of this type is answered with.
     pub const fn status(self) -> StatusCode {
         match self {
-            Self::BadRequest | Self::InvalidSessionId | Self::InvalidQuery => {
+            Self::BadRequest | Self::InvalidSessionId | Self::InvalidQuery | Self::InvalidHost => {
                 StatusCode::BAD_REQUEST
             }
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -99,6 +107,8 @@ impl ProblemType {
             | Self::StopRefused => StatusCode::CONFLICT,
             Self::AlreadyGone => StatusCode::GONE,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UriTooLong => StatusCode::URI_TOO_LONG,
+            Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::UnknownSignal => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -117,6 +127,7 @@ impl ProblemType {
             Self::BadRequest => "bad-request",
             Self::InvalidSessionId => "invalid-session-id",
             Self::InvalidQuery => "invalid-query",
+            Self::InvalidHost => "invalid-host",
             Self::Unauthorized => "unauthorized",
             Self::ForbiddenHost => "forbidden-host",
             Self::ForbiddenOrigin => "forbidden-origin",
@@ -131,6 +142,8 @@ impl ProblemType {
             Self::StopRefused => "stop-refused",
             Self::AlreadyGone => "already-gone",
             Self::BodyTooLarge => "body-too-large",
+            Self::UriTooLong => "uri-too-long",
+            Self::HeadersTooLarge => "headers-too-large",
             Self::UnsupportedMediaType => "unsupported-media-type",
             Self::UnknownSignal => "unknown-signal",
             Self::Internal => "internal",

@@ -18,6 +18,9 @@
 //!   (`write_stall`), stream place and queued events with it.
 //! - Every 503 given for load, and every open stream, is counted in [`LoadFigures`] (see
 //!   `load`) for `/metrics`: these answers never reach the router's middleware.
+//! - A request head over [`MAX_REQUEST_LINE`] (414), [`MAX_REQUEST_HEAD`] or
+//!   [`MAX_HEADER_LINES`] (431) is answered with a problem at the connection, before hyper
+//!   (whose own answer has no body) could see the whole of it; see `head_limit`.
 //! - Shutdown closes the listener, then idle connections; in-flight requests finish; whatever
 //!   is left after [`ServeLimits::shutdown_grace`] is dropped.
 
@@ -44,9 +47,14 @@ use tokio::task::JoinSet;
 use super::error::{Problem, ProblemType};
 use super::routes::{RouteClass, class_of};
 use crate::registry::LONGEST_STOP;
+use head_limit::{BodyFraming, HeadLimit};
+use head_scan::TooLong;
+pub use head_scan::{MAX_HEADER_LINES, MAX_REQUEST_HEAD, MAX_REQUEST_LINE};
 pub use load::{LoadFigures, ShedCause};
 use write_stall::WriteStallGuard;
 
+mod head_limit;
+mod head_scan;
 mod load;
 mod write_stall;
 
@@ -183,24 +191,56 @@ pub(super) async fn serve_router_counting(
 
 /// Answer a connection that cannot be held with 503, without reading its request.
 async fn shed(mut stream: TcpStream) {
-    let body = overloaded_body();
-    let status = ProblemType::Overloaded.status();
-    let head = format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n\
-         retry-after: {}\r\nconnection: close\r\n\r\n",
+    let answer = closing_answer(&overloaded_problem(), Some(&RETRY_OVERLOADED));
+    // Bounded: a peer that does not read must not hold the task.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(&answer).await?;
+        stream.shutdown().await
+    })
+    .await;
+}
+
+/// `problem` as a whole HTTP/1.1 answer on the wire, for the answers given outside hyper (its
+/// status, the problem's body, `Retry-After` if given), each the connection's last.
+fn closing_answer(problem: &Problem, retry_after: Option<&HeaderValue>) -> Vec<u8> {
+    let body = serde_json::to_vec(problem).unwrap_or_else(|_| b"{}".to_vec());
+    let status = axum::http::StatusCode::from_u16(problem.status)
+        .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
+    let retry = retry_after
+        .and_then(|value| value.to_str().ok())
+        .map_or(String::new(), |value| format!("retry-after: {value}\r\n"));
+    let mut answer = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{retry}\
+         connection: close\r\n\r\n",
         status.as_u16(),
         status.canonical_reason().unwrap_or_default(),
         super::error::PROBLEM_JSON,
         body.len(),
-        RETRY_OVERLOADED.to_str().unwrap_or("1"),
-    );
-    // Bounded: a peer that does not read must not hold the task.
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(&body).await?;
-        stream.shutdown().await
-    })
-    .await;
+    )
+    .into_bytes();
+    answer.extend_from_slice(&body);
+    answer
+}
+
+/// The answer to a request head over a limit (see `head_scan`).
+fn head_refusal(why: TooLong) -> Vec<u8> {
+    let problem = match why {
+        TooLong::RequestLine => Problem::new(
+            ProblemType::UriTooLong,
+            format!(
+                "the request line is longer than {MAX_REQUEST_LINE} bytes; send fewer or shorter \
+                 query parameters"
+            ),
+        ),
+        TooLong::Head => Problem::new(
+            ProblemType::HeadersTooLarge,
+            format!(
+                "the request head is larger than {MAX_REQUEST_HEAD} bytes or has more than \
+                 {MAX_HEADER_LINES} header lines"
+            ),
+        ),
+    };
+    closing_answer(&problem, None)
 }
 
 fn overloaded_problem() -> Problem {
@@ -220,10 +260,6 @@ fn too_many_event_streams_problem(limit: usize) -> Problem {
     )
 }
 
-fn overloaded_body() -> Vec<u8> {
-    serde_json::to_vec(&overloaded_problem()).unwrap_or_default()
-}
-
 async fn serve_connection(
     stream: TcpStream,
     router: Router,
@@ -231,16 +267,19 @@ async fn serve_connection(
     mut stop: watch::Receiver<bool>,
     limits: ServeLimits,
 ) {
+    let framing = Arc::new(BodyFraming::default());
     let service = Handler {
         router,
         slot: slot.clone(),
         limits,
+        framing: framing.clone(),
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
     let stream = WriteStallGuard::new(stream, limits.write_stall_timeout);
+    let stream = HeadLimit::new(stream, framing, head_refusal);
     let connection = builder.serve_connection(TokioIo::new(stream), service);
     let mut connection = std::pin::pin!(connection);
     let mut closing = false;
@@ -289,6 +328,8 @@ struct Handler {
     router: Router,
     slot: Arc<Slot>,
     limits: ServeLimits,
+    /// Where the connection's head measure learns how long each request's body is.
+    framing: Arc<BodyFraming>,
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
@@ -297,6 +338,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
     type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+        // Said at once: the head measure holds what follows the head until it knows.
+        let body_length = request.body().size_hint().exact();
+        self.framing.body_follows(body_length);
         let slot = self.slot.clone();
         let limits = self.limits;
         let mut router = self.router.clone();
@@ -351,7 +395,15 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
                     ));
                 }
             };
-            Ok(response.map(|body| Body::new(IdleWhenDone::new(body, slot).holding(stream))))
+            let mut response =
+                response.map(|body| Body::new(IdleWhenDone::new(body, slot).holding(stream)));
+            if body_length.is_none() {
+                // No head after a body of unknown length could be measured: none is read.
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok(response)
         })
     }
 }
