@@ -37,7 +37,7 @@ mod watch_step;
 pub mod watcher;
 
 pub use figures::PublishFigures;
-pub use host_id::{HostId, InvalidHostId};
+pub use host_id::{HOST_ID_RULE, HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};
 pub use view::{FleetUnavailable, FleetView};
 

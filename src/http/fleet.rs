@@ -13,6 +13,7 @@
 
 pub mod wire;
 
+use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -25,15 +26,15 @@ use futures_util::Stream;
 use serde::Serialize;
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, quoted};
 use super::event_stream::EventName;
 use super::events::{KEEP_ALIVE, encode, last_words};
-use super::list_filter::ListFilter;
+use super::list_filter::{ListFilter, query_words};
 use super::responses::GateProblems;
 use super::sessions::json_body;
 use crate::fleet::cache::FleetChange;
 use crate::fleet::view::{FleetEvent, FleetNext, FleetSnapshot, FleetSubscription};
-use crate::fleet::{HostId, SessionEntry};
+use crate::fleet::{HOST_ID_RULE, HostId, SessionEntry};
 use crate::registry::RegistryError;
 use wire::{
     FleetHosts, FleetQuery, FleetSessionAdded, FleetSessionChanged, FleetSessionRemoved,
@@ -264,22 +265,18 @@ fn session_id(entry: &SessionEntry) -> &str {
 /// The filters of `GET /fleet/sessions`, parsed: those of `GET /sessions`, plus `host`.
 struct Filter {
     list: ListFilter,
-    hosts: Option<Vec<HostId>>,
+    /// Host ids, each valid.
+    hosts: Option<HashSet<String>>,
 }
 
 impl Filter {
     fn of(query: &FleetQuery) -> Result<Self, ApiError> {
+        let host = |word: &str| match word.parse::<HostId>() {
+            Ok(_) => Ok(word.to_owned()),
+            Err(_) => Err(format!("invalid host id {}: {HOST_ID_RULE}", quoted(word))),
+        };
         let hosts = (query.host.as_deref())
-            .map(|hosts| {
-                hosts
-                    .split(',')
-                    .map(|id| {
-                        id.trim()
-                            .parse::<HostId>()
-                            .map_err(|e| ApiError::bad_query(e.to_string()))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
+            .map(|hosts| query_words("host", hosts, host))
             .transpose()?;
         let (status, capsule, skill) = (&query.status, &query.capsule, &query.skill);
         Ok(Self {
@@ -293,7 +290,7 @@ impl Filter {
     }
 
     fn host(&self, host_id: &str) -> bool {
-        (self.hosts.as_ref()).is_none_or(|hosts| hosts.iter().any(|h| h.as_str() == host_id))
+        (self.hosts.as_ref()).is_none_or(|hosts| hosts.contains(host_id))
     }
 
     fn session(&self, entry: &SessionEntry) -> bool {
