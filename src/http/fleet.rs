@@ -14,12 +14,10 @@
 pub mod wire;
 
 use std::collections::HashSet;
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
 use axum::http::{Method, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::Stream;
@@ -28,10 +26,11 @@ use serde::Serialize;
 use super::AppState;
 use super::error::{ApiError, Problem, quoted};
 use super::event_stream::EventName;
-use super::events::{KEEP_ALIVE, encode, last_words};
+use super::events::{encode, fell_behind, last_words};
 use super::list_filter::{ListFilter, query_words};
 use super::responses::GateProblems;
 use super::sessions::json_body;
+use super::sse_body::{Frame, shared_text, sse_response};
 use crate::fleet::cache::FleetChange;
 use crate::fleet::view::{FleetEvent, FleetNext, FleetSnapshot, FleetSubscription};
 use crate::fleet::{HOST_ID_RULE, HostId, SessionEntry};
@@ -168,39 +167,37 @@ pub async fn fleet_events(
         return Ok((headers, ()).into_response());
     }
     let (snapshot, subscription) = state.fleet().subscribe()?;
-    Ok(Sse::new(stream(&snapshot, subscription))
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response())
+    Ok(sse_response(stream(snapshot, subscription), fell_behind))
 }
 
 /// The snapshot, then every change, until the listener lags, the fleet becomes unavailable or
-/// the registry shuts down; then a last comment saying which. The snapshot is not kept.
+/// the registry shuts down; then a last comment saying which. Only the snapshot's frame keeps
+/// it, until the connection has taken it.
 fn stream(
-    snapshot: &FleetSnapshot,
+    snapshot: Arc<FleetSnapshot>,
     subscription: FleetSubscription,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> + use<> {
-    let first = snapshot_event(snapshot);
+) -> impl Stream<Item = Frame> + use<> {
+    let first = snapshot_frame(snapshot);
     futures_util::stream::unfold(Some((Some(first), subscription)), |state| async move {
         // `None`: the last comment went out; the stream is over.
         let (first, mut subscription) = state?;
         if let Some(first) = first {
-            return Some((Ok(first), Some((None, subscription))));
+            return Some((first, Some((None, subscription))));
         }
         Some(match subscription.next().await {
             Ok(FleetNext::Snapshot(snapshot)) => {
-                (Ok(snapshot_event(&snapshot)), Some((None, subscription)))
+                (snapshot_frame(snapshot), Some((None, subscription)))
             }
-            Ok(FleetNext::Event(event)) => (Ok(sse_event(&event)), Some((None, subscription))),
-            Err(why) => (Ok(last_words(&why)), None),
+            Ok(FleetNext::Event(event)) => (event_frame(event), Some((None, subscription))),
+            Err(why) => (last_words(&why), None),
         })
     })
 }
 
-fn snapshot_event(snapshot: &FleetSnapshot) -> SseEvent {
-    SseEvent::default()
-        .id(snapshot.id.to_string())
-        .event(EventName::Snapshot.as_str())
-        .data(snapshot.encoded(whole))
+fn snapshot_frame(snapshot: Arc<FleetSnapshot>) -> Frame {
+    let id = snapshot.id;
+    let data = shared_text(snapshot, |snapshot| snapshot.encoded(whole));
+    Frame::event(id, EventName::Snapshot, data)
 }
 
 /// The whole fleet's JSON: a snapshot's data, and the unfiltered `GET /fleet/sessions`.
@@ -208,7 +205,7 @@ fn whole(snapshot: &FleetSnapshot) -> String {
     sessions_json(snapshot, |_| true, |_| true)
 }
 
-fn sse_event(event: &Arc<FleetEvent>) -> SseEvent {
+fn event_frame(event: Arc<FleetEvent>) -> Frame {
     let name = match &event.change {
         FleetChange::SessionAdded(_) => EventName::SessionAdded,
         FleetChange::SessionChanged { .. } => EventName::SessionChanged,
@@ -216,10 +213,9 @@ fn sse_event(event: &Arc<FleetEvent>) -> SseEvent {
         FleetChange::HostJoined(_) => EventName::HostJoined,
         FleetChange::HostLeft { .. } => EventName::HostLeft,
     };
-    SseEvent::default()
-        .id(event.id.to_string())
-        .event(name.as_str())
-        .data(event.encoded(encode_change))
+    let id = event.id;
+    let data = shared_text(event, |event| event.encoded(encode_change));
+    Frame::event(id, name, data)
 }
 
 fn encode_change(change: &FleetChange) -> String {
