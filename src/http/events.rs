@@ -27,7 +27,7 @@ use super::event_stream::{EventName, StreamEvent};
 use super::include::Includes;
 use super::resource_feed::ResourceListener;
 use super::responses::GateProblems;
-use super::sse_body::{Frame, shared_text, sse_response};
+use super::sse_body::{Frame, STREAM_BUDGET, shared_text, sse_response};
 use super::wire::{EventsQuery, SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
 use crate::registry::RemovalCause;
@@ -305,10 +305,12 @@ pub(super) fn last_words(why: &str) -> Frame {
     ))
 }
 
-/// The last words of a stream whose client fell `budget` bytes behind.
-pub(super) fn fell_behind(budget: usize) -> Frame {
+/// The last words of a stream whose client fell too far behind.
+pub(super) fn fell_behind() -> Frame {
     last_words(&format!(
-        "this listener fell more than {budget} bytes behind (its client stopped reading)"
+        "this listener fell more than {} events or {} MiB behind",
+        crate::monitor::EVENT_BUFFER,
+        STREAM_BUDGET >> 20
     ))
 }
 

@@ -9,8 +9,9 @@
 //!
 //! Invariants:
 //! - What a stream has queued and its connection has not taken is at most [`STREAM_BUDGET`]
-//!   bytes, or one frame (a snapshot larger than the budget still goes to a client that keeps
-//!   up).
+//!   bytes in at most [`FRAME_BUDGET`] frames, or one frame (a snapshot larger than the budget
+//!   still goes to a client that keeps up). Frames share their text with the ring and every
+//!   other stream, so what a stalled stream adds of its own is a few bytes a frame.
 //! - A stream whose next frame does not fit is ended at once: its queue is emptied, only whole
 //!   frames (the client never reads half an event), and replaced by a last comment saying why,
 //!   which a client that reads again finds before the end; it reconnects to a fresh snapshot.
@@ -31,11 +32,17 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::{Notify, oneshot};
 
 use super::event_stream::EventName;
+use crate::monitor::EVENT_BUFFER;
 
-/// The most bytes a stream may have queued that its connection has not taken: about a
-/// thousand events of an honest session (each under 1 KiB), as many as the event budget
-/// ([`crate::monitor::EVENT_BUFFER`]) lets a listener fall behind.
-pub(crate) const STREAM_BUDGET: usize = 1 << 20;
+/// The most bytes a stream may have queued that its connection has not taken. Changes come in
+/// bursts of up to [`crate::monitor::SNAPSHOT_OVER`] events at once (more go as one snapshot),
+/// queued faster than any client reads them, so a client that keeps up must never be ended by
+/// one: 512 events of a session whose record has two paths of `PATH_MAX` (about 10 KB each) fit.
+pub(crate) const STREAM_BUDGET: usize = 8 << 20;
+
+/// The most frames a stream may have queued that its connection has not taken: a listener
+/// that falls this many events behind is ended, as the ring ends one it outran.
+const FRAME_BUDGET: usize = EVENT_BUFFER;
 
 /// How often an idle stream carries a comment, so proxies and clients know it is alive.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -94,11 +101,11 @@ pub(super) fn shared_text<T: ?Sized + Send + Sync + 'static>(
 }
 
 /// The answer that streams `frames` (which end with their own last comment, if any) as
-/// Server-Sent Events, ending the stream with `behind(budget)`'s words should its client fall
-/// [`STREAM_BUDGET`] bytes behind. Spawns the stream's task: call on a Tokio runtime.
+/// Server-Sent Events, ending the stream with `behind`'s words should its client fall
+/// behind (see [`fits`]). Spawns the stream's task: call on a Tokio runtime.
 pub(super) fn sse_response(
     frames: impl Stream<Item = Frame> + Send + 'static,
-    behind: fn(usize) -> Frame,
+    behind: fn() -> Frame,
 ) -> Response {
     let queue = Arc::new(Queue::default());
     let (body_held, body_dropped) = oneshot::channel::<Infallible>();
@@ -134,7 +141,7 @@ async fn pump(
     frames: impl Stream<Item = Frame>,
     queue: Arc<Queue>,
     mut body_dropped: oneshot::Receiver<Infallible>,
-    behind: fn(usize) -> Frame,
+    behind: fn() -> Frame,
 ) {
     let mut frames = pin!(frames);
     loop {
@@ -148,11 +155,8 @@ async fn pump(
             },
         };
         if !queue.push(frame) {
-            tracing::info!(
-                budget = STREAM_BUDGET,
-                "ending an event stream whose client fell behind"
-            );
-            queue.replace_all(behind(STREAM_BUDGET));
+            tracing::info!("ending an event stream whose client fell behind");
+            queue.replace_all(behind());
             break;
         }
     }
@@ -183,7 +187,7 @@ impl Queue {
     fn push(&self, frame: Frame) -> bool {
         let mut state = self.lock();
         let len = frame.len();
-        if !fits(state.bytes, len) {
+        if !fits(state.bytes, state.frames.len(), len) {
             return false;
         }
         state.bytes += len;
@@ -227,9 +231,10 @@ impl Queue {
     }
 }
 
-/// Whether a frame of `len` bytes may join `queued` bytes: within [`STREAM_BUDGET`], or alone.
-fn fits(queued: usize, len: usize) -> bool {
-    queued == 0 || queued.saturating_add(len) <= STREAM_BUDGET
+/// Whether a frame of `len` bytes may join `frames` frames of `queued` bytes: within the
+/// budgets, or alone.
+fn fits(queued: usize, frames: usize, len: usize) -> bool {
+    frames == 0 || (frames < FRAME_BUDGET && queued.saturating_add(len) <= STREAM_BUDGET)
 }
 
 #[cfg(test)]

@@ -32,23 +32,31 @@ fn shared_text_is_the_owners_text_without_a_copy() {
 }
 
 #[test]
-fn a_frame_fits_within_the_budget_or_alone() {
-    assert!(fits(0, STREAM_BUDGET * 8), "alone, any size");
-    assert!(fits(1, STREAM_BUDGET - 1));
-    assert!(!fits(1, STREAM_BUDGET));
-    assert!(!fits(STREAM_BUDGET, 1));
-    assert!(!fits(usize::MAX, 1));
+fn a_frame_fits_within_the_budgets_or_alone() {
+    assert!(fits(0, 0, STREAM_BUDGET * 8), "alone, any size");
+    assert!(fits(1, 1, STREAM_BUDGET - 1));
+    assert!(!fits(1, 1, STREAM_BUDGET));
+    assert!(!fits(STREAM_BUDGET, 1, 1));
+    assert!(!fits(usize::MAX, 1, 1));
+    assert!(fits(100, FRAME_BUDGET - 1, 1));
+    assert!(!fits(100, FRAME_BUDGET, 1), "no more frames than the event budget");
 }
 
 #[tokio::test]
 async fn a_queue_past_its_budget_refuses_and_ends_with_only_its_last_words() {
     let queue = Queue::default();
-    let frame = frame_of(64 * 1024);
+    let frame = frame_of(64 * 1024 - 40);
     let mut pushed = 0;
     while queue.push(frame.clone()) {
         pushed += 1;
     }
     assert_eq!(pushed, STREAM_BUDGET / frame.len(), "as many as fit");
+    let small = Queue::default();
+    let mut pushed = 0;
+    while small.push(frame_of(1)) {
+        pushed += 1;
+    }
+    assert_eq!(pushed, FRAME_BUDGET, "as many frames as the event budget");
     assert!(queue.lock().bytes <= STREAM_BUDGET);
     queue.replace_all(Frame::comment("stream ended: behind"));
     queue.finish();
