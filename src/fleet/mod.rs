@@ -27,6 +27,7 @@ pub mod plan;
 pub mod publisher;
 #[cfg(feature = "fleet")]
 pub mod publishing;
+pub mod refusals;
 #[cfg(test)]
 pub(crate) mod sample;
 pub mod view;

@@ -295,7 +295,11 @@ async fn next_resources(resources: &mut Option<ResourceListener>) -> Option<Arc<
 /// A `resources` event: it changes nothing in the picture, so it carries the id of the last
 /// change the stream sent (a reconnect from it misses nothing).
 fn resources_frame(data: Arc<str>, last_id: u64) -> Frame {
-    Frame::event(last_id, EventName::Resources, shared_text(data, |data| data))
+    Frame::event(
+        last_id,
+        EventName::Resources,
+        shared_text(data, |data| data),
+    )
 }
 
 /// The comment that ends a stream: why, and what a reconnect gets.

@@ -15,7 +15,10 @@ fn text_of(frame: &Frame) -> String {
 #[test]
 fn frames_are_written_as_sse_events_and_comments() {
     let event = Frame::event(7, EventName::Snapshot, Bytes::from_static(b"{\"a\":1}"));
-    assert_eq!(text_of(&event), "id: 7\nevent: snapshot\ndata: {\"a\":1}\n\n");
+    assert_eq!(
+        text_of(&event),
+        "id: 7\nevent: snapshot\ndata: {\"a\":1}\n\n"
+    );
     assert_eq!(text_of(&Frame::comment("a\nb")), ": a b\n\n");
     assert_eq!(text_of(&Frame::keep_alive()), ":\n\n");
 }
@@ -39,7 +42,10 @@ fn a_frame_fits_within_the_budgets_or_alone() {
     assert!(!fits(STREAM_BUDGET, 1, 1));
     assert!(!fits(usize::MAX, 1, 1));
     assert!(fits(100, FRAME_BUDGET - 1, 1));
-    assert!(!fits(100, FRAME_BUDGET, 1), "no more frames than the event budget");
+    assert!(
+        !fits(100, FRAME_BUDGET, 1),
+        "no more frames than the event budget"
+    );
 }
 
 #[tokio::test]
@@ -72,5 +78,8 @@ async fn a_frame_larger_than_the_budget_goes_out_alone() {
     assert!(queue.push(frame_of(STREAM_BUDGET * 2)));
     assert!(!queue.push(frame_of(1)), "nothing joins it");
     assert!(queue.next().await.is_some());
-    assert!(queue.push(frame_of(1)), "once taken, the queue is free again");
+    assert!(
+        queue.push(frame_of(1)),
+        "once taken, the queue is free again"
+    );
 }
