@@ -7,7 +7,8 @@
 //! - Every event has a growing `id`, an `event` name ([`EventName`]) and one line of JSON built
 //!   from the same [`SessionView`] as `GET /sessions`: no secret has a place in it.
 //! - Listeners share one [`crate::monitor::Monitor`]; each event is encoded once.
-//! - A listener that falls behind is disconnected, never buffered without bound; shutdown, or a
+//! - A listener that falls behind is disconnected, never buffered without bound (the budgets of
+//!   [`super::sse_body`], enforced while its client reads nothing); shutdown, or a
 //!   running directory that stays unreadable, ends every stream, and a stream asked for while
 //!   it is unreadable gets the 503 `GET /sessions` gives.
 //! - A stream the registry ends says why in a last comment (`: stream ended: …`).
@@ -96,7 +97,8 @@ pub struct SessionRemoved {
 /// snapshot. Records are read, and their processes checked, every `--events-interval` (2 s)
 /// and when they change; each live process's door is asked again every `--door-recheck`
 /// (10 s). An idle stream carries a comment (`:`) every 15 s; a client more than 1,024
-/// events behind is disconnected; at most `--max-event-streams` (128) streams are open.
+/// events or 8 MiB behind is disconnected at once, reading or not (its last comment says so);
+/// at most `--max-event-streams` (128) streams are open.
 ///
 /// A running directory that cannot be read is never evidence that sessions ended; if it stays
 /// unreadable for one more interval every stream ends, and a reconnect gets the 503

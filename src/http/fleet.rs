@@ -73,8 +73,8 @@ const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The fleet's sessions that match", body = FleetSessions),
-        (status = 400, description = "Unknown status, an invalid host id, or an empty capsule or \
-            skill name",
+        (status = 400, description = "Unknown status, an invalid host id, an empty capsule or \
+            skill name, or more than 64 words in one list",
             body = Problem, content_type = "application/problem+json"),
         (status = 404, description = FLEET_404, body = Problem,
             content_type = "application/problem+json"),
@@ -139,7 +139,8 @@ fn json_response(body: &impl Serialize) -> Result<Response, ApiError> {
 ///   lease lapsed: it stopped renewing within `--fleet-ttl`); its sessions' removals come first.
 ///
 /// When etcd cannot be reached the stream ends with a comment saying why, and a reconnect gets
-/// the 503. A client more than 1,024 events behind is disconnected; the stream takes one of the
+/// the 503. A client more than 1,024 events or 8 MiB behind is disconnected at once, reading or
+/// not (its last comment says so); the stream takes one of the
 /// `--max-event-streams` places. `HEAD` answers as `GET` would, opening no stream.
 #[utoipa::path(
     get, path = EVENTS_PATH, tag = TAG,
