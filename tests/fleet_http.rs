@@ -185,68 +185,125 @@ async fn stalled_client(server: &FleetServer, path: &str) -> tokio::net::TcpStre
     stream
 }
 
-/// A `/fleet/events` client that stops reading while the fleet changes by megabytes (400
-/// changes of 60 KB: far fewer than the 1,024 events a listener may fall behind, far more bytes
-/// than its stream may hold) has its stream ended with the reason, found when it reads again;
-/// the server's memory for it stays bounded meanwhile (printed: before and after).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_stream_whose_client_stops_reading_is_ended_with_the_reason() {
-    use tokio::io::AsyncReadExt;
-
-    let view = FleetView::new("a".parse().expect("a host id"));
-    let host =
-        br#"{"host_id":"b","version":"1","started_at":"2026-12-01T00:00:00Z","registry_url":null}"#;
-    let keys = FleetKeys::new("/p");
-    let (cache, _) = FleetCache::read(keys.clone(), 1, [(&b"/p/hosts/b"[..], &host[..])]);
-    view.read(cache);
-    let server = FleetServer::start(view.clone()).await;
-    let mut client = stalled_client(&server, "/fleet/events").await;
-    let start = std::time::Instant::now();
-    while view.listeners() == 0 {
-        assert!(
-            start.elapsed() < common::DEADLINE,
-            "the stream never opened"
-        );
-        tokio::task::yield_now().await;
-    }
-    let before = rss_kib();
-    let mut revision = 1;
+/// Put 400 sessions of host `b`, about 60 KB each (24 MB), numbered by `round` so that each
+/// round changes every one, in batches the view sends as events (not as one snapshot).
+fn feed_bulky_sessions(view: &FleetView, revision: &mut i64, round: usize) {
     for batch in 0..8 {
         let values: Vec<(String, String)> = (0..50)
             .map(|i| {
                 let id = format!("ses_{batch}_{i}");
-                (format!("/p/sessions/b/{id}"), bulky_entry(&id, 60_000))
+                (
+                    format!("/p/sessions/b/{id}"),
+                    bulky_entry(&id, 60_000 + round),
+                )
             })
             .collect();
         view.apply(values.iter().map(|(key, value)| {
-            revision += 1;
+            *revision += 1;
             let change = murmur_registry::fleet::cache::WatchChange::Put {
                 key: key.as_bytes(),
                 value: value.as_bytes(),
             };
-            (revision, change)
+            (*revision, change)
         }));
     }
-    let after = rss_kib();
+}
+
+/// Twenty `/fleet/events` clients that stop reading, on a fleet whose snapshot is 24 MB (as
+/// the report's 20 streams that never read, which took a reader to 1.18 GB), hold that
+/// snapshot once between them, not once each; when the fleet then changes by 24 MB (400
+/// events: far fewer than the 1,024 a listener may fall behind, far more bytes than its stream
+/// may hold) each stream is ended with the reason, which its client finds when it reads again.
+/// The resident set is printed at each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_streams_whose_clients_stop_reading_share_the_snapshot_and_are_ended() {
+    use tokio::io::AsyncReadExt;
+
+    const STREAMS: usize = 20;
+    let view = FleetView::new("a".parse().expect("a host id"));
+    let host =
+        br#"{"host_id":"b","version":"1","started_at":"2026-12-01T00:00:00Z","registry_url":null}"#;
+    let (cache, _) = FleetCache::read(FleetKeys::new("/p"), 1, [(&b"/p/hosts/b"[..], &host[..])]);
+    view.read(cache);
+    let mut revision = 1;
+    feed_bulky_sessions(&view, &mut revision, 0);
+    let server = FleetServer::start(view.clone()).await;
+    // The snapshot, encoded once, before any stream: what a stream adds is then its own.
+    assert_eq!(
+        server.request("/fleet/sessions").await.status().as_u16(),
+        200
+    );
+    let fed = rss_kib();
+    let mut clients = Vec::new();
+    for _ in 0..STREAMS {
+        clients.push(stalled_client(&server, "/fleet/events").await);
+    }
+    let start = std::time::Instant::now();
+    while view.listeners() < STREAMS {
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "the streams never opened"
+        );
+        tokio::task::yield_now().await;
+    }
+    let streaming = rss_kib();
+    feed_bulky_sessions(&view, &mut revision, 1);
+    let changed = rss_kib();
     println!(
-        "RSS with a stalled /fleet/events client, 24 MB of changes sent its way: {} MiB before, \
-         {} MiB after",
-        before / 1024,
-        after / 1024
+        "RSS: {} MiB with a fleet of 24 MB, {} MiB with {STREAMS} stalled /fleet/events \
+         clients, {} MiB after 24 MB of changes sent their way",
+        fed / 1024,
+        streaming / 1024,
+        changed / 1024
     );
-    let mut received = Vec::new();
-    tokio::time::timeout(common::DEADLINE, client.read_to_end(&mut received))
-        .await
-        .expect("the stream ends")
-        .expect("read the stream");
-    let text = String::from_utf8_lossy(&received);
-    let tail = &text[text.len().saturating_sub(400)..];
+    // One copy of the snapshot per stream would be 480 MB.
     assert!(
-        tail.contains(": stream ended: this listener fell more than 1024 events or 8 MiB behind"),
-        "the last words: {tail}"
+        streaming.saturating_sub(fed) < 128 * 1024,
+        "{STREAMS} stalled streams took {} MiB",
+        streaming.saturating_sub(fed) / 1024
     );
-    // What it got before is whole events, up to the end.
-    assert!(text.len() < 24_000_000, "{} bytes", text.len());
+    for mut client in clients {
+        let mut received = Vec::new();
+        tokio::time::timeout(common::DEADLINE, client.read_to_end(&mut received))
+            .await
+            .expect("the stream ends")
+            .expect("read the stream");
+        let text = String::from_utf8_lossy(&received);
+        let tail = &text[text.len().saturating_sub(400)..];
+        assert!(
+            tail.contains(": stream ended: this listener fell more than 1024 events or 8 MiB"),
+            "the last words: {tail}"
+        );
+    }
+}
+
+/// A query word list over the cap is a 400, on `/sessions` and `/fleet/sessions` alike, and a
+/// client's 60 KB value is quoted in a detail by its first few dozen characters only.
+#[tokio::test]
+async fn long_query_lists_are_refused_and_long_values_quoted_short() {
+    let server = FleetServer::start(FleetView::new("a".parse().expect("a host id"))).await;
+    let words = (0..65)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let huge = "x".repeat(60_000);
+    for path in ["/sessions", "/fleet/sessions"] {
+        for query in [format!("skill={words}"), format!("capsule={words}")] {
+            let (status, problem) = server.get(&format!("{path}?{query}")).await;
+            assert_eq!(status, 400, "{path}?{query}");
+            assert_eq!(problem["type"], "urn:murmur-registry:problem:invalid-query");
+            let detail = problem["detail"].as_str().unwrap_or_default();
+            assert!(detail.contains("at most 64 words"), "{detail}");
+        }
+        let (status, problem) = server.get(&format!("{path}?status={huge}")).await;
+        assert_eq!(status, 400);
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(detail.starts_with("unknown status \"xxxx"), "{detail}");
+        assert!(detail.len() < 200, "{} bytes of detail", detail.len());
+    }
+    let (status, problem) = server.get(&format!("/fleet/sessions?host={huge}")).await;
+    assert_eq!(status, 400);
+    assert!(problem["detail"].as_str().unwrap_or_default().len() < 200);
 }
 
 #[cfg(feature = "fleet")]
