@@ -144,6 +144,168 @@ async fn a_fleet_stream_takes_an_event_stream_place() {
     }
 }
 
+/// The resident set of this process, in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    (status.lines())
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// A session entry of host `b` whose value is about `bytes` long (a long workdir).
+fn bulky_entry(session_id: &str, bytes: usize) -> String {
+    serde_json::json!({
+        "host_id": "b", "changed_at": "2026-12-01T00:00:00Z", "door_scope": "network",
+        "skills": [], "session_id": session_id, "pid": 7, "capsule_name": "c",
+        "workdir": "w".repeat(bytes), "started_at": "2026-12-01T00:00:00Z",
+        "liveness": {"state": "live", "process": "alive", "reason": null}
+    })
+    .to_string()
+}
+
+/// A client that sends its request for `path` and reads nothing, with the smallest receive
+/// buffer the kernel allows, so that what the server sends stays with the server.
+async fn stalled_client(server: &FleetServer, path: &str) -> tokio::net::TcpStream {
+    let addr = server.base.trim_start_matches("http://");
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut stream = socket
+        .connect(addr.parse().expect("an address"))
+        .await
+        .expect("connect");
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Connection: close\r\n\r\n",
+        server.token
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes())
+        .await
+        .expect("send the request");
+    stream
+}
+
+/// Put 400 sessions of host `b`, about 60 KB each (24 MB), numbered by `round` so that each
+/// round changes every one, in batches the view sends as events (not as one snapshot).
+fn feed_bulky_sessions(view: &FleetView, revision: &mut i64, round: usize) {
+    for batch in 0..8 {
+        let values: Vec<(String, String)> = (0..50)
+            .map(|i| {
+                let id = format!("ses_{batch}_{i}");
+                (
+                    format!("/p/sessions/b/{id}"),
+                    bulky_entry(&id, 60_000 + round),
+                )
+            })
+            .collect();
+        view.apply(values.iter().map(|(key, value)| {
+            *revision += 1;
+            let change = murmur_registry::fleet::cache::WatchChange::Put {
+                key: key.as_bytes(),
+                value: value.as_bytes(),
+            };
+            (*revision, change)
+        }));
+    }
+}
+
+/// Twenty `/fleet/events` clients that stop reading, on a fleet whose snapshot is 24 MB (as
+/// the report's 20 streams that never read, which took a reader to 1.18 GB), hold that
+/// snapshot once between them, not once each; when the fleet then changes by 24 MB (400
+/// events: far fewer than the 1,024 a listener may fall behind, far more bytes than its stream
+/// may hold) each stream is ended with the reason, which its client finds when it reads again.
+/// The resident set is printed at each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_streams_whose_clients_stop_reading_share_the_snapshot_and_are_ended() {
+    use tokio::io::AsyncReadExt;
+
+    const STREAMS: usize = 20;
+    let view = FleetView::new("a".parse().expect("a host id"));
+    let host =
+        br#"{"host_id":"b","version":"1","started_at":"2026-12-01T00:00:00Z","registry_url":null}"#;
+    let (cache, _) = FleetCache::read(FleetKeys::new("/p"), 1, [(&b"/p/hosts/b"[..], &host[..])]);
+    view.read(cache);
+    let mut revision = 1;
+    feed_bulky_sessions(&view, &mut revision, 0);
+    let server = FleetServer::start(view.clone()).await;
+    // The snapshot, encoded once, before any stream: what a stream adds is then its own.
+    assert_eq!(
+        server.request("/fleet/sessions").await.status().as_u16(),
+        200
+    );
+    let fed = rss_kib();
+    let mut clients = Vec::new();
+    for _ in 0..STREAMS {
+        clients.push(stalled_client(&server, "/fleet/events").await);
+    }
+    let start = std::time::Instant::now();
+    while view.listeners() < STREAMS {
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "the streams never opened"
+        );
+        tokio::task::yield_now().await;
+    }
+    let streaming = rss_kib();
+    feed_bulky_sessions(&view, &mut revision, 1);
+    let changed = rss_kib();
+    println!(
+        "RSS: {} MiB with a fleet of 24 MB, {} MiB with {STREAMS} stalled /fleet/events \
+         clients, {} MiB after 24 MB of changes sent their way",
+        fed / 1024,
+        streaming / 1024,
+        changed / 1024
+    );
+    // One copy of the snapshot per stream would be 480 MB.
+    assert!(
+        streaming.saturating_sub(fed) < 128 * 1024,
+        "{STREAMS} stalled streams took {} MiB",
+        streaming.saturating_sub(fed) / 1024
+    );
+    for mut client in clients {
+        let mut received = Vec::new();
+        tokio::time::timeout(common::DEADLINE, client.read_to_end(&mut received))
+            .await
+            .expect("the stream ends")
+            .expect("read the stream");
+        let text = String::from_utf8_lossy(&received);
+        let tail = &text[text.len().saturating_sub(400)..];
+        assert!(
+            tail.contains(": stream ended: this listener fell more than 1024 events or 8 MiB"),
+            "the last words: {tail}"
+        );
+    }
+}
+
+/// A query word list over the cap is a 400, on `/sessions` and `/fleet/sessions` alike, and a
+/// client's 60 KB value is quoted in a detail by its first few dozen characters only.
+#[tokio::test]
+async fn long_query_lists_are_refused_and_long_values_quoted_short() {
+    let server = FleetServer::start(FleetView::new("a".parse().expect("a host id"))).await;
+    let words = (0..65)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let huge = "x".repeat(60_000);
+    for path in ["/sessions", "/fleet/sessions"] {
+        for query in [format!("skill={words}"), format!("capsule={words}")] {
+            let (status, problem) = server.get(&format!("{path}?{query}")).await;
+            assert_eq!(status, 400, "{path}?{query}");
+            assert_eq!(problem["type"], "urn:murmur-registry:problem:invalid-query");
+            let detail = problem["detail"].as_str().unwrap_or_default();
+            assert!(detail.contains("at most 64 words"), "{detail}");
+        }
+        let (status, problem) = server.get(&format!("{path}?status={huge}")).await;
+        assert_eq!(status, 400);
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(detail.starts_with("unknown status \"xxxx"), "{detail}");
+        assert!(detail.len() < 200, "{} bytes of detail", detail.len());
+    }
+    let (status, problem) = server.get(&format!("/fleet/sessions?host={huge}")).await;
+    assert_eq!(status, 400);
+    assert!(problem["detail"].as_str().unwrap_or_default().len() < 200);
+}
+
 #[cfg(feature = "fleet")]
 mod with_etcd {
     use std::time::{Duration, Instant};
@@ -251,6 +413,64 @@ mod with_etcd {
             let host_id: HostId = self.id.parse().expect("a host id");
             FleetKeys::new(PREFIX).session(&host_id, session_id)
         }
+    }
+
+    /// Values over the caps (1.38 MB of 3,000 skills, as a hostile writer put them; 65 small
+    /// skills) are refused: never served, counted, and the honest entries beside them are.
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn fleet_values_over_the_caps_are_refused_and_counted() {
+        let etcd = Etcd::start().await;
+        let mut client = etcd.client().await;
+        let (server, _watcher) = registry_on(&etcd).await;
+        let b = OtherHost::join(&mut client, "b", 60).await;
+        let entry = |session_id: &str, skills: usize, tag: usize| {
+            let skills: Vec<Value> = (0..skills)
+                .map(|i| json!({"id": format!("skill-{i}"), "tags": ["t".repeat(tag)]}))
+                .collect();
+            json!({
+                "host_id": "b", "changed_at": "2026-12-01T00:00:00Z", "door_scope": "network",
+                "skills": skills, "session_id": session_id, "pid": 7, "capsule_name": "c",
+                "workdir": "/w", "started_at": "2026-12-01T00:00:00Z",
+                "liveness": {"state": "live", "process": "alive", "reason": null}
+            })
+            .to_string()
+        };
+        let huge = entry("ses_huge", 3_000, 440);
+        assert!(huge.len() > 1_300_000, "{}", huge.len());
+        for (id, value) in [
+            ("ses_huge", huge),
+            ("ses_wide", entry("ses_wide", 65, 1)),
+            ("ses_fine", entry("ses_fine", 64, 1)),
+        ] {
+            let options = PutOptions::new().with_lease(b.lease);
+            (client.put(b.session_key(id), value, Some(options)).await).expect("put");
+        }
+        b.put_session(&mut client, "ses_last", "live").await;
+        until(
+            &server,
+            "/fleet/sessions",
+            "the last put is served",
+            |_, body| sessions(body).contains(&"ses_last".to_owned()),
+        )
+        .await;
+        let (_, body) = server.get("/fleet/sessions").await;
+        let mut served = sessions(&body);
+        served.sort();
+        assert_eq!(served, ["ses_fine", "ses_last"]);
+        let metrics = server
+            .request("/metrics")
+            .await
+            .text()
+            .await
+            .expect("metrics");
+        let refused = (metrics.lines())
+            .find_map(|l| {
+                l.strip_prefix("murmur_registry_fleet_entries_refused_total{reason=\"too_large\"} ")
+            })
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        assert!(refused >= 2, "{metrics}");
     }
 
     /// Poll `GET path` until `done` holds for its status and body; how long that took.

@@ -95,6 +95,7 @@ fn entries(host: &str, n: usize) -> BTreeMap<String, SessionEntry> {
                 changed_at: "2026-12-01T00:00:00Z".to_owned(),
                 door_scope: None,
                 skills: Vec::new(),
+                skills_omitted: 0,
                 session,
             };
             (session_id, entry)

@@ -5,7 +5,8 @@
 //! could have made, a value of its shape whose `host_id` and `session_id` agree with the key),
 //! as of `revision`; every difference a step makes to it is returned as one [`FleetChange`], in
 //! the order etcd gave them. An entry that does not parse is skipped with a reason, and a key
-//! overwritten with one leaves the cache (its old value is no longer what etcd holds). A
+//! overwritten with one leaves the cache (its old value is no longer what etcd holds); a value
+//! over the caps of [`super::model`] is refused before it is parsed, so never held or served. A
 //! session's `door_token` or `credentials`, should a faulty host publish one, is dropped. Each
 //! session is held with its JSON encoding, made once when it is read, so an answer of any subset
 //! of the fleet is a concatenation, not a re-encoding. Pure: no I/O, no clock.
@@ -14,7 +15,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::keys::{FleetKey, FleetKeys};
-use super::{HostEntry, HostId, SessionEntry};
+use super::model::check_value_size;
+use super::{HostEntry, HostId, SessionEntry, refusals};
 
 /// Record fields that are secrets: never served, whatever a host published.
 const SECRET_FIELDS: [&str; 2] = ["door_token", "credentials"];
@@ -71,6 +73,30 @@ pub struct Skipped {
     pub key: String,
     /// Why it was skipped.
     pub why: String,
+    /// Of which kind the refusal is.
+    pub refusal: Refusal,
+}
+
+/// Why a value was refused, as `/metrics` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Beyond the caps every value keeps ([`super::model::MAX_VALUE_BYTES`], its skills).
+    TooLarge,
+    /// Not an entry of the layout: a foreign key, a value not of its shape, or naming another.
+    Invalid,
+}
+
+impl Refusal {
+    /// Every kind, in the order of their numbers.
+    pub const ALL: [Self; 2] = [Self::TooLarge, Self::Invalid];
+
+    /// The label value.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::TooLarge => "too_large",
+            Self::Invalid => "invalid",
+        }
+    }
 }
 
 /// The hosts and sessions under one prefix, as of one revision.
@@ -113,7 +139,11 @@ impl FleetCache {
         };
         let mut skipped = Vec::new();
         for (key, value) in entries {
-            match cache.parse(key, value) {
+            let parsed = cache.parse(key, value);
+            if parsed.is_ok() {
+                refusals::forget(&String::from_utf8_lossy(key));
+            }
+            match parsed {
                 Ok(Parsed::Host(id, entry)) => {
                     cache.hosts.insert(id, entry);
                 }
@@ -162,15 +192,23 @@ impl FleetCache {
         self.advance(revision);
         match change {
             WatchChange::Put { key, value } => match self.parse(key, value) {
-                Ok(Parsed::Host(id, entry)) => Ok(self.put_host(id, entry)),
-                Ok(Parsed::Session(host, id, entry)) => Ok(self.put_session(host, id, entry)),
+                Ok(parsed) => {
+                    refusals::forget(&String::from_utf8_lossy(key));
+                    Ok(match parsed {
+                        Parsed::Host(id, entry) => self.put_host(id, entry),
+                        Parsed::Session(host, id, entry) => self.put_session(host, id, entry),
+                    })
+                }
                 Err(skip) => {
                     // What etcd holds under this key is no longer the entry we had: drop it.
                     self.delete(key);
                     Err(skip)
                 }
             },
-            WatchChange::Delete { key } => Ok(self.delete(key)),
+            WatchChange::Delete { key } => {
+                refusals::forget(&String::from_utf8_lossy(key));
+                Ok(self.delete(key))
+            }
         }
     }
 
@@ -256,36 +294,43 @@ impl FleetCache {
     }
 
     fn parse(&self, key: &[u8], value: &[u8]) -> Result<Parsed, Skipped> {
-        let skip = |why: String| Skipped {
+        let skip = |refusal: Refusal, why: String| Skipped {
             key: String::from_utf8_lossy(key).into_owned(),
             why,
+            refusal,
         };
-        match self.keys.parse(key) {
-            None => Err(skip("not a key of the fleet layout".to_owned())),
-            Some(FleetKey::Host(id)) => {
+        let invalid = |why: String| skip(Refusal::Invalid, why);
+        let Some(named) = self.keys.parse(key) else {
+            return Err(invalid("not a key of the fleet layout".to_owned()));
+        };
+        // Before a byte of it is parsed: a value over the cap costs nothing more than its read.
+        check_value_size(value.len()).map_err(|why| skip(Refusal::TooLarge, why))?;
+        match named {
+            FleetKey::Host(id) => {
                 let entry: HostEntry = serde_json::from_slice(value)
-                    .map_err(|e| skip(format!("not a host entry: {e}")))?;
+                    .map_err(|e| invalid(format!("not a host entry: {e}")))?;
                 if entry.host_id != id.as_str() {
-                    return Err(skip(format!("names host {:?}", entry.host_id)));
+                    return Err(invalid(format!("names host {:?}", entry.host_id)));
                 }
                 Ok(Parsed::Host(id, Arc::new(entry)))
             }
-            Some(FleetKey::Session { host, session_id }) => {
+            FleetKey::Session { host, session_id } => {
                 let mut entry: SessionEntry = serde_json::from_slice(value)
-                    .map_err(|e| skip(format!("not a session entry: {e}")))?;
+                    .map_err(|e| invalid(format!("not a session entry: {e}")))?;
+                entry.check().map_err(|why| skip(Refusal::TooLarge, why))?;
                 // Publishers never write these; should a faulty one, they go no further.
                 for secret in SECRET_FIELDS {
                     entry.session.remove(secret);
                 }
                 if entry.host_id != host.as_str() {
-                    return Err(skip(format!("names host {:?}", entry.host_id)));
+                    return Err(invalid(format!("names host {:?}", entry.host_id)));
                 }
                 if entry.session.get("session_id").and_then(|v| v.as_str()) != Some(&session_id) {
-                    return Err(skip("its session_id is not its key's".to_owned()));
+                    return Err(invalid("its session_id is not its key's".to_owned()));
                 }
                 // Infallible for this shape (string keys, JSON values), but never assumed.
                 let json = serde_json::to_string(&entry)
-                    .map_err(|e| skip(format!("cannot be encoded: {e}")))?;
+                    .map_err(|e| invalid(format!("cannot be encoded: {e}")))?;
                 let cached = CachedSession {
                     entry: Arc::new(entry),
                     json: json.into(),

@@ -10,11 +10,12 @@ use std::str::FromStr;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HostId(String);
 
+/// What a host id may be, as an error says it.
+pub const HOST_ID_RULE: &str = "use 1 to 128 of A-Z a-z 0-9 . _ -, starting with a letter or digit";
+
 /// Why a host id was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid host id {0:?}: use 1 to 128 of A-Z a-z 0-9 . _ -, starting with a letter or digit"
-)]
+#[error("invalid host id {0:?}: {HOST_ID_RULE}")]
 pub struct InvalidHostId(pub String);
 
 impl HostId {

@@ -27,6 +27,7 @@ pub mod plan;
 pub mod publisher;
 #[cfg(feature = "fleet")]
 pub mod publishing;
+pub mod refusals;
 #[cfg(test)]
 pub(crate) mod sample;
 pub mod view;
@@ -37,7 +38,7 @@ mod watch_step;
 pub mod watcher;
 
 pub use figures::PublishFigures;
-pub use host_id::{HostId, InvalidHostId};
+pub use host_id::{HOST_ID_RULE, HostId, InvalidHostId};
 pub use model::{DoorScope, HostEntry, SessionEntry};
 pub use view::{FleetUnavailable, FleetView};
 

@@ -306,14 +306,15 @@ impl Entries {
     fn put(&mut self, reading: &Reading, changed_at: String) {
         let (session, skills) = (self.render)(reading);
         let session_id = reading.record.session_id.clone();
-        let entry = SessionEntry {
+        let mut entry = SessionEntry {
             host_id: self.host_id.clone(),
             changed_at,
             door_scope: reading.record.url.as_deref().map(DoorScope::of),
             skills,
+            skills_omitted: 0,
             session,
         };
-        match serde_json::to_vec(&entry) {
+        match entry.encode() {
             Ok(value) => {
                 let published = Published {
                     value: value.into(),
@@ -322,10 +323,10 @@ impl Entries {
                 };
                 self.sessions.insert(session_id, published);
             }
-            // Not for these types (string keys, plain values); if it ever were, the session
-            // is left out rather than published stale.
+            // Too large even without its skills (a record no murmur writes), or not encodable:
+            // the session is left out rather than published stale or over the cap.
             Err(error) => {
-                tracing::warn!(%error, session_id, "fleet: a session entry cannot be encoded");
+                tracing::warn!(%error, session_id, "fleet: a session entry cannot be published");
                 self.sessions.remove(&session_id);
             }
         }

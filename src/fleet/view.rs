@@ -240,9 +240,7 @@ impl FleetView {
         for (revision, event) in events {
             match cache.apply(revision, event) {
                 Ok(change) => changes.extend(change.map(|change| (revision, change))),
-                Err(skipped) => {
-                    tracing::warn!(key = %skipped.key, why = %skipped.why, "fleet entry skipped");
-                }
+                Err(skipped) => super::refusals::report(&skipped),
             }
         }
         // A lease's keys go in one revision, in key order (`hosts/` before `sessions/`): a

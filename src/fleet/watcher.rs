@@ -21,6 +21,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 use super::cache::WatchChange;
 use super::etcd::{EtcdSettings, connect, read_fleet};
 use super::keys::FleetKeys;
+use super::refusals;
 use super::view::FleetView;
 use super::watch_step::{
     Failure, ResponseFacts, WatchDeadlines, WatchStep, read_again_at_once, step_of,
@@ -244,8 +245,8 @@ impl Watcher {
             Err(_) => return Err((Failure::Silent, self.silent())),
         };
         let revision = cache.revision();
-        for skipped in skipped {
-            tracing::warn!(key = %skipped.key, why = %skipped.why, "fleet entry skipped");
+        for skipped in &skipped {
+            refusals::report(skipped);
         }
         self.view.read(cache);
         Ok(revision)

@@ -237,6 +237,29 @@ impl IntoResponse for Problem {
     }
 }
 
+/// The most characters of a client's value that a detail quotes.
+const QUOTED_CHARS: usize = 40;
+
+/// `value`, a client's, as a problem detail quotes it: in quotes and escaped, cut after
+/// [`QUOTED_CHARS`] characters (then saying how many bytes it had), so an answer never grows
+/// with what a client sent. Every detail that echoes a client's value goes through here.
+pub(crate) fn quoted(value: &str) -> String {
+    match cut_after(value, QUOTED_CHARS) {
+        None => format!("{value:?}"),
+        Some(kept) => format!("{kept:?}… ({} bytes)", value.len()),
+    }
+}
+
+/// The most characters of axum's own rejection text a detail keeps: its words fit, and a
+/// client's value quoted inside it (a JSON body's unknown variant) is cut with it.
+const PLAIN_DETAIL_CHARS: usize = 160;
+
+/// The first `chars` characters of `text`, when it has more.
+fn cut_after(text: &str, chars: usize) -> Option<&str> {
+    let (at, _) = text.char_indices().nth(chars)?;
+    Some(&text[..at])
+}
+
 /// The error type of every handler.
 #[derive(Debug)]
 pub enum ApiError {
@@ -373,7 +396,10 @@ pub async fn problem_for_plain_errors(response: Response) -> Response {
         "the registry could not complete this request; its log says why".to_owned()
     } else {
         match std::str::from_utf8(&text).map(str::trim) {
-            Ok(text) if !text.is_empty() => text.to_owned(),
+            Ok(text) if !text.is_empty() => match cut_after(text, PLAIN_DETAIL_CHARS) {
+                Some(kept) => format!("{kept}…"),
+                None => text.to_owned(),
+            },
             _ => default_detail(status).to_owned(),
         }
     };
@@ -395,5 +421,24 @@ fn default_detail(status: StatusCode) -> &'static str {
         StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than 16 KiB",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "the request body must be application/json",
         _ => "the request could not be handled",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quoted_value_keeps_a_few_dozen_characters_and_says_how_long_it_was() {
+        assert_eq!(quoted("alive"), "\"alive\"");
+        assert_eq!(quoted("a\"b\n"), "\"a\\\"b\\n\"");
+        let long = "é".repeat(30_000);
+        let quote = quoted(&long);
+        assert_eq!(
+            quote,
+            format!("{:?}… (60000 bytes)", "é".repeat(QUOTED_CHARS))
+        );
+        let exact = "x".repeat(QUOTED_CHARS);
+        assert_eq!(quoted(&exact), format!("{exact:?}"));
     }
 }

@@ -7,20 +7,17 @@
 //! - Every event has a growing `id`, an `event` name ([`EventName`]) and one line of JSON built
 //!   from the same [`SessionView`] as `GET /sessions`: no secret has a place in it.
 //! - Listeners share one [`crate::monitor::Monitor`]; each event is encoded once.
-//! - A listener that falls behind is disconnected, never buffered without bound; shutdown, or a
+//! - A listener that falls behind is disconnected, never buffered without bound (the budgets of
+//!   [`super::sse_body`], enforced while its client reads nothing); shutdown, or a
 //!   running directory that stays unreadable, ends every stream, and a stream asked for while
 //!   it is unreadable gets the 503 `GET /sessions` gives.
 //! - A stream the registry ends says why in a last comment (`: stream ended: …`).
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::Stream;
 use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
 use utoipa::ToSchema;
@@ -31,12 +28,10 @@ use super::event_stream::{EventName, StreamEvent};
 use super::include::Includes;
 use super::resource_feed::ResourceListener;
 use super::responses::GateProblems;
+use super::sse_body::{Frame, STREAM_BUDGET, shared_text, sse_response};
 use super::wire::{EventsQuery, SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
 use crate::registry::RemovalCause;
-
-/// How often an idle stream carries a comment, so proxies and clients know it is alive.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The tag of the events endpoint in the OpenAPI spec.
 pub const TAG: &str = "events";
@@ -102,7 +97,8 @@ pub struct SessionRemoved {
 /// snapshot. Records are read, and their processes checked, every `--events-interval` (2 s)
 /// and when they change; each live process's door is asked again every `--door-recheck`
 /// (10 s). An idle stream carries a comment (`:`) every 15 s; a client more than 1,024
-/// events behind is disconnected; at most `--max-event-streams` (128) streams are open.
+/// events or 8 MiB behind is disconnected at once, reading or not (its last comment says so);
+/// at most `--max-event-streams` (128) streams are open.
 ///
 /// A running directory that cannot be read is never evidence that sessions ended; if it stays
 /// unreadable for one more interval every stream ends, and a reconnect gets the 503
@@ -186,9 +182,7 @@ pub async fn events(
         })?;
     // Asked for after the subscription, so the sampling's own follows a running live view.
     let resources = includes.resources.then(|| state.listen_resources());
-    Ok(Sse::new(stream(subscription, resources))
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response())
+    Ok(sse_response(stream(subscription, resources), fell_behind))
 }
 
 /// 503 `events-unavailable`: the registry is shutting down and gives out no stream.
@@ -202,7 +196,7 @@ fn closing_problem() -> ApiError {
 /// A stream between its events: the snapshot still to send, the live view's changes, and the
 /// `resources` events if it asked for them.
 struct OpenStream {
-    first: Option<SseEvent>,
+    first: Option<Frame>,
     subscription: Subscription,
     resources: Option<ResourceListener>,
     /// The id of the last event sent, which a `resources` event carries too.
@@ -221,10 +215,10 @@ enum Turn {
 fn stream(
     mut subscription: Subscription,
     resources: Option<ResourceListener>,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    let first = snapshot_event(&subscription.snapshot);
+) -> impl futures_util::Stream<Item = Frame> + use<> {
+    let first = snapshot_frame(&subscription.snapshot);
     let last_id = subscription.snapshot.id;
-    // Encoded: the picture is not kept for the stream's life (a stalled client would keep it).
+    // Only its frame keeps the picture, for as long as the connection has not taken it.
     drop(std::mem::take(&mut subscription.snapshot));
     let open = OpenStream {
         first: Some(first),
@@ -236,56 +230,60 @@ fn stream(
         // `None`: the last comment went out; the stream is over.
         let mut open = state?;
         if let Some(first) = open.first.take() {
-            return Some((Ok(first), Some(open)));
+            return Some((first, Some(open)));
         }
-        // A clone (an Arc's count), as `recv` borrows the whole subscription.
-        let mut closing = open.subscription.closing.clone();
-        let next = loop {
-            let turn = tokio::select! {
-                // In this order: a `resources` event never goes out before the change events
-                // of the step it samples.
-                biased;
-                // `wait_for` also ends the stream if the monitor is dropped.
-                () = crate::monitor::closed(&mut closing) => Turn::Closing,
-                received = open.subscription.recv() => Turn::Received(received),
-                data = next_resources(&mut open.resources) => Turn::Resources(data),
-            };
-            break match turn {
-                Turn::Closing => Err(SubscribeError::Closing.to_string()),
-                // Many changes at once: the whole picture, encoded once (and shared with the
-                // snapshots of listeners arriving after it).
-                Turn::Received(Ok(Next::Snapshot(snapshot))) => {
-                    open.last_id = snapshot.id;
-                    Ok(snapshot_event(&snapshot))
-                }
-                Turn::Received(Ok(Next::Event(event))) => {
-                    open.last_id = event.id;
-                    Ok(sse_event(&event))
-                }
-                Turn::Received(Err(RecvError::Lagged(missed))) => {
-                    tracing::info!(missed, "dropping an event listener that fell behind");
-                    Err(format!(
-                        "this listener fell more than {} events behind",
-                        crate::monitor::EVENT_BUFFER
-                    ))
-                }
-                Turn::Received(Err(RecvError::Closed)) => Err(match open.subscription.ended_by() {
-                    Some(error) => problem_for(error).detail,
-                    None => SubscribeError::Closing.to_string(),
-                }),
-                Turn::Resources(Some(data)) => Ok(resources_event(&data, open.last_id)),
-                // The sampling stopped with the live view, whose end the stream hears next.
-                Turn::Resources(None) => {
-                    open.resources = None;
-                    continue;
-                }
-            };
-        };
-        Some(match next {
-            Ok(event) => (Ok(event), Some(open)),
-            Err(why) => (Ok(last_words(&why)), None),
+        Some(match next_frame(&mut open).await {
+            Ok(frame) => (frame, Some(open)),
+            Err(why) => (last_words(&why), None),
         })
     })
+}
+
+/// The stream's next frame, or why it ends.
+async fn next_frame(open: &mut OpenStream) -> Result<Frame, String> {
+    // A clone (an Arc's count), as `recv` borrows the whole subscription.
+    let mut closing = open.subscription.closing.clone();
+    loop {
+        let turn = tokio::select! {
+            // In this order: a `resources` event never goes out before the change events
+            // of the step it samples.
+            biased;
+            // `wait_for` also ends the stream if the monitor is dropped.
+            () = crate::monitor::closed(&mut closing) => Turn::Closing,
+            received = open.subscription.recv() => Turn::Received(received),
+            data = next_resources(&mut open.resources) => Turn::Resources(data),
+        };
+        return match turn {
+            Turn::Closing => Err(SubscribeError::Closing.to_string()),
+            // Many changes at once: the whole picture, encoded once (and shared with the
+            // snapshots of listeners arriving after it).
+            Turn::Received(Ok(Next::Snapshot(snapshot))) => {
+                open.last_id = snapshot.id;
+                Ok(snapshot_frame(&snapshot))
+            }
+            Turn::Received(Ok(Next::Event(event))) => {
+                open.last_id = event.id;
+                Ok(event_frame(&event))
+            }
+            Turn::Received(Err(RecvError::Lagged(missed))) => {
+                tracing::info!(missed, "dropping an event listener that fell behind");
+                Err(format!(
+                    "this listener fell more than {} events behind",
+                    crate::monitor::EVENT_BUFFER
+                ))
+            }
+            Turn::Received(Err(RecvError::Closed)) => Err(match open.subscription.ended_by() {
+                Some(error) => problem_for(error).detail,
+                None => SubscribeError::Closing.to_string(),
+            }),
+            Turn::Resources(Some(data)) => Ok(resources_frame(data, open.last_id)),
+            // The sampling stopped with the live view, whose end the stream hears next.
+            Turn::Resources(None) => {
+                open.resources = None;
+                continue;
+            }
+        };
+    }
 }
 
 /// The data of the next `resources` event, for a stream that asked for them; never, otherwise.
@@ -298,27 +296,33 @@ async fn next_resources(resources: &mut Option<ResourceListener>) -> Option<Arc<
 
 /// A `resources` event: it changes nothing in the picture, so it carries the id of the last
 /// change the stream sent (a reconnect from it misses nothing).
-fn resources_event(data: &str, last_id: u64) -> SseEvent {
-    SseEvent::default()
-        .id(last_id.to_string())
-        .event(EventName::Resources.as_str())
-        .data(data)
+fn resources_frame(data: Arc<str>, last_id: u64) -> Frame {
+    Frame::event(
+        last_id,
+        EventName::Resources,
+        shared_text(data, |data| data),
+    )
 }
 
 /// The comment that ends a stream: why, and what a reconnect gets.
-pub(super) fn last_words(why: &str) -> SseEvent {
-    // A comment is one line; the reasons are, but a newline would make axum panic.
-    let why = why.replace(['\r', '\n'], " ");
-    SseEvent::default().comment(format!(
+pub(super) fn last_words(why: &str) -> Frame {
+    Frame::comment(&format!(
         "stream ended: {why}; a reconnect gets a fresh snapshot, or the reason it cannot"
     ))
 }
 
-fn snapshot_event(snapshot: &Snapshot) -> SseEvent {
-    SseEvent::default()
-        .id(snapshot.id.to_string())
-        .event(EventName::Snapshot.as_str())
-        .data(snapshot_event_data(snapshot))
+/// The last words of a stream whose client fell too far behind.
+pub(super) fn fell_behind() -> Frame {
+    last_words(&format!(
+        "this listener fell more than {} events or {} MiB behind",
+        crate::monitor::EVENT_BUFFER,
+        STREAM_BUDGET >> 20
+    ))
+}
+
+fn snapshot_frame(snapshot: &Snapshot) -> Frame {
+    let data = shared_text(Arc::new(snapshot.clone()), snapshot_event_data);
+    Frame::event(snapshot.id, EventName::Snapshot, data)
 }
 
 fn snapshot_event_data(snapshot: &Snapshot) -> &str {
@@ -330,13 +334,18 @@ fn snapshot_event_data(snapshot: &Snapshot) -> &str {
     })
 }
 
-fn sse_event(event: &Arc<Event>) -> SseEvent {
+fn event_frame(event: &Arc<Event>) -> Frame {
     let name = match &event.kind {
         EventKind::Added(_) => EventName::SessionAdded,
         EventKind::Changed { .. } => EventName::SessionChanged,
         EventKind::Removed { .. } => EventName::SessionRemoved,
     };
-    let data = event.encoded(|kind| match kind {
+    Frame::event(event.id, name, shared_text(Arc::clone(event), event_data))
+}
+
+/// An event's data, encoded once however many streams send it.
+fn event_data(event: &Event) -> &str {
+    event.encoded(|kind| match kind {
         EventKind::Added(reading) => encode(&SessionAdded {
             session_id: reading.record.session_id.clone(),
             session: SessionView::of(reading),
@@ -360,11 +369,7 @@ fn sse_event(event: &Arc<Event>) -> SseEvent {
             reason: *cause,
             detail: detail.clone(),
         }),
-    });
-    SseEvent::default()
-        .id(event.id.to_string())
-        .event(name.as_str())
-        .data(data)
+    })
 }
 
 /// One line of JSON. Serializing these types cannot fail (string keys, no maps of non-strings).

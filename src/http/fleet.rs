@@ -13,27 +13,27 @@
 
 pub mod wire;
 
-use std::convert::Infallible;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
 use axum::http::{Method, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::Stream;
 use serde::Serialize;
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, Problem, quoted};
 use super::event_stream::EventName;
-use super::events::{KEEP_ALIVE, encode, last_words};
-use super::list_filter::ListFilter;
+use super::events::{encode, fell_behind, last_words};
+use super::list_filter::{ListFilter, query_words};
 use super::responses::GateProblems;
 use super::sessions::json_body;
+use super::sse_body::{Frame, shared_text, sse_response};
 use crate::fleet::cache::FleetChange;
 use crate::fleet::view::{FleetEvent, FleetNext, FleetSnapshot, FleetSubscription};
-use crate::fleet::{HostId, SessionEntry};
+use crate::fleet::{HOST_ID_RULE, HostId, SessionEntry};
 use crate::registry::RegistryError;
 use wire::{
     FleetHosts, FleetQuery, FleetSessionAdded, FleetSessionChanged, FleetSessionRemoved,
@@ -73,8 +73,8 @@ const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The fleet's sessions that match", body = FleetSessions),
-        (status = 400, description = "Unknown status, an invalid host id, or an empty capsule or \
-            skill name",
+        (status = 400, description = "Unknown status, an invalid host id, an empty capsule or \
+            skill name, or more than 64 words in one list",
             body = Problem, content_type = "application/problem+json"),
         (status = 404, description = FLEET_404, body = Problem,
             content_type = "application/problem+json"),
@@ -139,7 +139,8 @@ fn json_response(body: &impl Serialize) -> Result<Response, ApiError> {
 ///   lease lapsed: it stopped renewing within `--fleet-ttl`); its sessions' removals come first.
 ///
 /// When etcd cannot be reached the stream ends with a comment saying why, and a reconnect gets
-/// the 503. A client more than 1,024 events behind is disconnected; the stream takes one of the
+/// the 503. A client more than 1,024 events or 8 MiB behind is disconnected at once, reading or
+/// not (its last comment says so); the stream takes one of the
 /// `--max-event-streams` places. `HEAD` answers as `GET` would, opening no stream.
 #[utoipa::path(
     get, path = EVENTS_PATH, tag = TAG,
@@ -167,39 +168,37 @@ pub async fn fleet_events(
         return Ok((headers, ()).into_response());
     }
     let (snapshot, subscription) = state.fleet().subscribe()?;
-    Ok(Sse::new(stream(&snapshot, subscription))
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response())
+    Ok(sse_response(stream(snapshot, subscription), fell_behind))
 }
 
 /// The snapshot, then every change, until the listener lags, the fleet becomes unavailable or
-/// the registry shuts down; then a last comment saying which. The snapshot is not kept.
+/// the registry shuts down; then a last comment saying which. Only the snapshot's frame keeps
+/// it, until the connection has taken it.
 fn stream(
-    snapshot: &FleetSnapshot,
+    snapshot: Arc<FleetSnapshot>,
     subscription: FleetSubscription,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> + use<> {
-    let first = snapshot_event(snapshot);
+) -> impl Stream<Item = Frame> + use<> {
+    let first = snapshot_frame(snapshot);
     futures_util::stream::unfold(Some((Some(first), subscription)), |state| async move {
         // `None`: the last comment went out; the stream is over.
         let (first, mut subscription) = state?;
         if let Some(first) = first {
-            return Some((Ok(first), Some((None, subscription))));
+            return Some((first, Some((None, subscription))));
         }
         Some(match subscription.next().await {
             Ok(FleetNext::Snapshot(snapshot)) => {
-                (Ok(snapshot_event(&snapshot)), Some((None, subscription)))
+                (snapshot_frame(snapshot), Some((None, subscription)))
             }
-            Ok(FleetNext::Event(event)) => (Ok(sse_event(&event)), Some((None, subscription))),
-            Err(why) => (Ok(last_words(&why)), None),
+            Ok(FleetNext::Event(event)) => (event_frame(event), Some((None, subscription))),
+            Err(why) => (last_words(&why), None),
         })
     })
 }
 
-fn snapshot_event(snapshot: &FleetSnapshot) -> SseEvent {
-    SseEvent::default()
-        .id(snapshot.id.to_string())
-        .event(EventName::Snapshot.as_str())
-        .data(snapshot.encoded(whole))
+fn snapshot_frame(snapshot: Arc<FleetSnapshot>) -> Frame {
+    let id = snapshot.id;
+    let data = shared_text(snapshot, |snapshot| snapshot.encoded(whole));
+    Frame::event(id, EventName::Snapshot, data)
 }
 
 /// The whole fleet's JSON: a snapshot's data, and the unfiltered `GET /fleet/sessions`.
@@ -207,7 +206,7 @@ fn whole(snapshot: &FleetSnapshot) -> String {
     sessions_json(snapshot, |_| true, |_| true)
 }
 
-fn sse_event(event: &Arc<FleetEvent>) -> SseEvent {
+fn event_frame(event: Arc<FleetEvent>) -> Frame {
     let name = match &event.change {
         FleetChange::SessionAdded(_) => EventName::SessionAdded,
         FleetChange::SessionChanged { .. } => EventName::SessionChanged,
@@ -215,10 +214,9 @@ fn sse_event(event: &Arc<FleetEvent>) -> SseEvent {
         FleetChange::HostJoined(_) => EventName::HostJoined,
         FleetChange::HostLeft { .. } => EventName::HostLeft,
     };
-    SseEvent::default()
-        .id(event.id.to_string())
-        .event(name.as_str())
-        .data(event.encoded(encode_change))
+    let id = event.id;
+    let data = shared_text(event, |event| event.encoded(encode_change));
+    Frame::event(id, name, data)
 }
 
 fn encode_change(change: &FleetChange) -> String {
@@ -264,22 +262,18 @@ fn session_id(entry: &SessionEntry) -> &str {
 /// The filters of `GET /fleet/sessions`, parsed: those of `GET /sessions`, plus `host`.
 struct Filter {
     list: ListFilter,
-    hosts: Option<Vec<HostId>>,
+    /// Host ids, each valid.
+    hosts: Option<HashSet<String>>,
 }
 
 impl Filter {
     fn of(query: &FleetQuery) -> Result<Self, ApiError> {
+        let host = |word: &str| match word.parse::<HostId>() {
+            Ok(_) => Ok(word.to_owned()),
+            Err(_) => Err(format!("invalid host id {}: {HOST_ID_RULE}", quoted(word))),
+        };
         let hosts = (query.host.as_deref())
-            .map(|hosts| {
-                hosts
-                    .split(',')
-                    .map(|id| {
-                        id.trim()
-                            .parse::<HostId>()
-                            .map_err(|e| ApiError::bad_query(e.to_string()))
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
+            .map(|hosts| query_words("host", hosts, host))
             .transpose()?;
         let (status, capsule, skill) = (&query.status, &query.capsule, &query.skill);
         Ok(Self {
@@ -293,7 +287,7 @@ impl Filter {
     }
 
     fn host(&self, host_id: &str) -> bool {
-        (self.hosts.as_ref()).is_none_or(|hosts| hosts.iter().any(|h| h.as_str() == host_id))
+        (self.hosts.as_ref()).is_none_or(|hosts| hosts.contains(host_id))
     }
 
     fn session(&self, entry: &SessionEntry) -> bool {

@@ -5,13 +5,14 @@
 
 use serde::Deserialize;
 
-use super::error::ApiError;
+use super::error::{ApiError, quoted};
+use super::list_filter::query_words;
 
 /// The pattern the OpenAPI document gives every `include` parameter.
 pub(crate) const INCLUDE_PATTERN: &str = "^(card|resources)(,(card|resources))*$";
 
 /// One optional member of a session object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Included {
     /// `card`: the agent card the door served in the probe that verified the session.
@@ -33,24 +34,22 @@ impl Includes {
     /// Read a comma list such as `card,resources`; absent means nothing extra. A word repeated
     /// is the same as once.
     pub(crate) fn parse(words: Option<&str>) -> Result<Self, ApiError> {
-        let mut includes = Self::default();
-        for word in words
-            .into_iter()
-            .flat_map(|words| words.split(','))
-            .map(str::trim)
-        {
+        let Some(words) = words else {
+            return Ok(Self::default());
+        };
+        let words = query_words("include", words, |word| {
             let as_word = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(word);
-            match Included::deserialize(as_word) {
-                Ok(Included::Card) => includes.card = true,
-                Ok(Included::Resources) => includes.resources = true,
-                Err(_) => {
-                    return Err(ApiError::bad_query(format!(
-                        "unknown include {word:?}: use card or resources, comma-separated"
-                    )));
-                }
-            }
-        }
-        Ok(includes)
+            Included::deserialize(as_word).map_err(|_| {
+                format!(
+                    "unknown include {}: use card or resources, comma-separated",
+                    quoted(word)
+                )
+            })
+        })?;
+        Ok(Self {
+            card: words.contains(&Included::Card),
+            resources: words.contains(&Included::Resources),
+        })
     }
 }
 

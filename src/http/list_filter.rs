@@ -1,24 +1,65 @@
 //! The filters of a session listing: `status`, `capsule` and `skill`, each a comma list, and the
 //! one predicate that applies them, to a reading (`GET /sessions`, `murmur-registry ps`) or to
-//! an entry of the fleet (`GET /fleet/sessions`, `ps --fleet`).
+//! an entry of the fleet (`GET /fleet/sessions`, `ps --fleet`); and [`query_words`], the one
+//! reader of every comma list a query carries (these, `host=`, `include=`).
 //!
 //! Invariants: a list holds no empty word (`capsule=` or `a,,b` is a 400, never "match
-//! nothing"); a session is kept only when every filter given admits it; `status` words are
-//! [`SessionState`]'s own, as it serializes them.
+//! nothing") and every list at most [`MAX_QUERY_WORDS`] words (a 400 beyond); the
+//! words kept are a set, so judging a session costs one lookup per skill id and tag whatever
+//! the number of words; a session is kept only when every filter given admits it; `status`
+//! words are [`SessionState`]'s own, as it serializes them.
+
+use std::collections::HashSet;
+use std::hash::Hash;
 
 use serde::Deserialize;
 
-use super::error::ApiError;
+use super::error::{ApiError, quoted};
 use super::wire::SessionState;
 use crate::registry::Reading;
-use crate::running::Skill;
+use crate::running::{MAX_SKILLS, Skill};
+
+/// The most words one comma list of a query may hold: as many as a card may list skills, so a
+/// filter naming every skill of a card is still taken.
+pub(crate) const MAX_QUERY_WORDS: usize = MAX_SKILLS;
+
+/// The words of `list`, the value of query parameter `what`: split on commas, trimmed, at most
+/// [`MAX_QUERY_WORDS`] of them, each read by `word` (whose error is the detail of the 400). A
+/// word repeated is kept once.
+pub(crate) fn query_words<T: Eq + Hash>(
+    what: &str,
+    list: &str,
+    mut word: impl FnMut(&str) -> Result<T, String>,
+) -> Result<HashSet<T>, ApiError> {
+    let mut words = HashSet::new();
+    for (n, text) in list.split(',').map(str::trim).enumerate() {
+        if n == MAX_QUERY_WORDS {
+            return Err(ApiError::bad_query(format!(
+                "{what} takes at most {MAX_QUERY_WORDS} words, separated by commas"
+            )));
+        }
+        words.insert(word(text).map_err(ApiError::bad_query)?);
+    }
+    Ok(words)
+}
+
+/// A name of a `capsule` or `skill` list (`what`): any word but an empty one.
+fn name(what: &str, word: &str) -> Result<String, String> {
+    if word.is_empty() {
+        Err(format!(
+            "{what} takes names separated by commas, none of them empty"
+        ))
+    } else {
+        Ok(word.to_owned())
+    }
+}
 
 /// The filters one listing asked for; `None` where a filter was not given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ListFilter {
-    states: Option<Vec<SessionState>>,
-    capsules: Option<Vec<String>>,
-    skills: Option<Vec<String>>,
+    states: Option<HashSet<SessionState>>,
+    capsules: Option<HashSet<String>>,
+    skills: Option<HashSet<String>>,
 }
 
 impl ListFilter {
@@ -28,19 +69,18 @@ impl ListFilter {
         capsule: Option<&str>,
         skill: Option<&str>,
     ) -> Result<Self, ApiError> {
+        let names = |what: &str, list: &str| query_words(what, list, |word| name(what, word));
         Ok(Self {
             states: status.map(parse_status_filter).transpose()?,
-            capsules: capsule
-                .map(|list| parse_words("capsule", list))
-                .transpose()?,
-            skills: skill.map(|list| parse_words("skill", list)).transpose()?,
+            capsules: capsule.map(|list| names("capsule", list)).transpose()?,
+            skills: skill.map(|list| names("skill", list)).transpose()?,
         })
     }
 
     /// The filters `ps` takes as flags, each flag's names already split on commas and checked
     /// non-empty by the command line; no names means no filter.
     pub(crate) fn of_names(capsules: Vec<String>, skills: Vec<String>) -> Self {
-        let given = |names: Vec<String>| (!names.is_empty()).then_some(names);
+        let given = |names: Vec<String>| (!names.is_empty()).then(|| names.into_iter().collect());
         Self {
             states: None,
             capsules: given(capsules),
@@ -86,51 +126,32 @@ impl ListFilter {
     ) -> bool {
         (self.states.as_ref()).is_none_or(|states| state.is_some_and(|s| states.contains(&s)))
             && (self.capsules.as_ref())
-                .is_none_or(|capsules| capsule.is_some_and(|n| capsules.iter().any(|c| c == n)))
-            && (self.skills.as_ref()).is_none_or(|wanted| offers_any(skills, wanted))
+                .is_none_or(|capsules| capsule.is_some_and(|n| capsules.contains(n)))
+            && (self.skills.as_ref())
+                .is_none_or(|wanted| offers_any(skills, |name| wanted.contains(name)))
     }
 }
 
-/// Whether any of `skills` has one of `wanted` as its id or among its tags.
-fn offers_any(skills: &[Skill], wanted: &[String]) -> bool {
-    skills.iter().any(|skill| {
-        wanted
-            .iter()
-            .any(|w| skill.id == *w || skill.tags.contains(w))
-    })
+/// Whether any of `skills` has an id or a tag that `wanted` names: at most one question of
+/// `wanted` per id and tag (a set's lookup), so the cost never grows with the words asked for.
+fn offers_any(skills: &[Skill], mut wanted: impl FnMut(&str) -> bool) -> bool {
+    skills
+        .iter()
+        .any(|skill| wanted(&skill.id) || skill.tags.iter().any(|tag| wanted(tag)))
 }
 
 /// A `status` comma list: each word one of [`SessionState`]'s.
-pub(crate) fn parse_status_filter(status: &str) -> Result<Vec<SessionState>, ApiError> {
-    status
-        .split(',')
-        .map(str::trim)
-        .map(|word| {
-            // The words are the enum's own, as it serializes them.
-            let as_word = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(word);
-            SessionState::deserialize(as_word).map_err(|_| {
-                ApiError::bad_query(format!(
-                    "unknown status {word:?}: use live, unreachable or gone, comma-separated"
-                ))
-            })
+fn parse_status_filter(status: &str) -> Result<HashSet<SessionState>, ApiError> {
+    query_words("status", status, |word| {
+        // The words are the enum's own, as it serializes them.
+        let as_word = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(word);
+        SessionState::deserialize(as_word).map_err(|_| {
+            format!(
+                "unknown status {}: use live, unreachable or gone, comma-separated",
+                quoted(word)
+            )
         })
-        .collect()
-}
-
-/// A comma list of names (`what` says of what, for the error), each trimmed and non-empty.
-fn parse_words(what: &str, list: &str) -> Result<Vec<String>, ApiError> {
-    list.split(',')
-        .map(str::trim)
-        .map(|word| {
-            if word.is_empty() {
-                Err(ApiError::bad_query(format!(
-                    "{what} takes names separated by commas, none of them empty"
-                )))
-            } else {
-                Ok(word.to_owned())
-            }
-        })
-        .collect()
+    })
 }
 
 #[cfg(test)]
@@ -204,6 +225,70 @@ mod tests {
         let flags = ListFilter::of_names(vec!["a".into(), "b".into()], vec!["s".into()]);
         assert_eq!(flags, filter(None, Some("a,b"), Some("s")));
         assert!(ListFilter::of_names(Vec::new(), Vec::new()).is_everything());
+    }
+
+    #[test]
+    fn a_list_longer_than_the_cap_is_refused_and_repeats_count_once() {
+        let words = |n: usize| {
+            (0..n)
+                .map(|i| format!("w{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let at_cap = words(MAX_QUERY_WORDS);
+        for (status, capsule, skill) in [
+            (None, Some(at_cap.as_str()), None),
+            (None, None, Some(at_cap.as_str())),
+        ] {
+            assert!(ListFilter::parse(status, capsule, skill).is_ok());
+        }
+        let over = words(MAX_QUERY_WORDS + 1);
+        let states = vec!["live"; MAX_QUERY_WORDS + 1].join(",");
+        for (status, capsule, skill) in [
+            (Some(states.as_str()), None, None),
+            (None, Some(over.as_str()), None),
+            (None, None, Some(over.as_str())),
+        ] {
+            let Err(ApiError::Problem(problem)) = ListFilter::parse(status, capsule, skill) else {
+                panic!("{MAX_QUERY_WORDS} + 1 words are refused");
+            };
+            assert_eq!(problem.status, 400);
+            assert!(
+                problem.detail.contains("at most 64 words"),
+                "{}",
+                problem.detail
+            );
+        }
+        // Refused at the cap, before the rest of a long list is read.
+        let huge = words(9_000);
+        assert!(ListFilter::parse(None, None, Some(&huge)).is_err());
+        let twice = filter(Some("live,live,gone"), Some("a,a"), None);
+        assert_eq!(twice, filter(Some("gone,live"), Some("a"), None));
+    }
+
+    #[test]
+    fn judging_skills_asks_the_set_once_per_id_and_tag_whatever_the_words() {
+        let skills: Vec<Skill> = (0..MAX_SKILLS)
+            .map(|i| Skill {
+                id: format!("s{i}"),
+                tags: (0..16).map(|t| format!("t{i}-{t}")).collect(),
+            })
+            .collect();
+        // The largest filter allowed, naming none of them: every id and tag is asked once.
+        let wanted: HashSet<String> = (0..MAX_QUERY_WORDS).map(|i| format!("x{i}")).collect();
+        let mut asked = 0;
+        let found = offers_any(&skills, |name| {
+            asked += 1;
+            wanted.contains(name)
+        });
+        assert!(!found);
+        assert_eq!(asked, MAX_SKILLS * 17);
+        let mut asked = 0;
+        assert!(offers_any(&skills, |name| {
+            asked += 1;
+            name == "s0"
+        }));
+        assert_eq!(asked, 1, "the first match ends the search");
     }
 
     #[test]

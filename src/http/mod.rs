@@ -27,6 +27,7 @@ pub mod responses;
 mod routes;
 pub mod server;
 pub mod sessions;
+mod sse_body;
 pub mod wire;
 
 use std::future::Future;

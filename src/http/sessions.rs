@@ -66,8 +66,9 @@ fn valid_id(id: &str) -> Result<(), ApiError> {
         (status = 200, description = "Every session that matches", body = SessionList),
         (
             status = 400,
-            description = "Unknown status or include word, an empty capsule or skill name, or \
-                live/unreachable, skill or include=card asked for without the probe",
+            description = "Unknown status or include word, an empty capsule or skill name, more \
+                than 64 words in one list, or live/unreachable, skill or include=card asked for \
+                without the probe",
             body = Problem,
             content_type = "application/problem+json"
         ),

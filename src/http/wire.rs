@@ -19,7 +19,7 @@ use crate::running::{DoorStop, Liveness, ProcessState, RedactedCard, RunningReco
 const EXAMPLE_ID: &str = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d";
 
 /// What all three layers say, as a word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SessionState {
     /// The process is the writer and the door answers for the session.

@@ -31,8 +31,14 @@ pub struct FleetSessionView {
     /// `host`: its door listens on loopback, reachable only from its own host; `network`:
     /// other hosts may reach it; `null`: it has no door.
     pub door_scope: Option<DoorScope>,
-    /// The ids and tags of the skills its verified card lists (empty unless live).
+    /// The ids and tags of the skills its verified card lists (empty unless live), in the
+    /// card's order; the first ones only, when `skills_omitted` is present.
     pub skills: Vec<Skill>,
+    /// How many skills of the card, its last ones, its host left out to keep the entry within
+    /// the 64 KiB a fleet value may hold (at most 64 skills of 16 tags); absent when none were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub skills_omitted: Option<usize>,
     /// The session as its host serves it.
     #[serde(flatten)]
     pub session: SessionView,

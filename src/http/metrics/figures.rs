@@ -15,6 +15,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use serde::Serialize;
 
+use crate::fleet::cache::Refusal;
+use crate::fleet::refusals::refused;
 use crate::fleet::{FleetView, PublishFigures};
 use crate::http::AppState;
 use crate::http::server::ShedCause;
@@ -231,6 +233,14 @@ fn fleet(encoder: &mut DescriptorEncoder, fleet: &FleetView, publishing: &Publis
         "fleet_last_publish_timestamp_seconds",
         "When this registry last published its picture to etcd (Unix time; 0 before the first).",
         last,
+    )?;
+    series(
+        encoder,
+        "fleet_entries_refused",
+        "Fleet values this registry refused to hold, by why: too_large (over the caps every \
+         value keeps) or invalid (not an entry of the layout); each key is logged once.",
+        MetricType::Counter,
+        Refusal::ALL.map(|refusal| ([("reason", refusal.word().to_owned())], refused(refusal))),
     )?;
     let Some(hosts) = fleet.current().ok().map(|snapshot| snapshot.hosts.len()) else {
         return Ok(());
