@@ -698,3 +698,92 @@ async fn a_loop_that_cannot_pass_lets_the_lease_lapse_and_the_host_rejoins_once_
     .await;
     publishing.leave().await.expect("leave");
 }
+
+/// A host key written by hand, with no lease (or under a lease gone), locks nobody out: the
+/// claim takes it over at once, under its own lease. One another registry's live lease holds
+/// is still refused (`a_host_id_held_by_a_live_lease_is_refused_after_waiting_one_ttl`).
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_host_key_without_a_live_lease_is_taken_over_at_once() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let forged = r#"{"host_id":"a","version":"0","started_at":"2026-01-01T00:00:00Z"}"#;
+    client
+        .put(format!("{PREFIX}/hosts/a"), forged, None)
+        .await
+        .expect("a lease-less host key");
+    let ttl = Duration::from_secs(6);
+    let start = Instant::now();
+    let publisher = claim(&etcd, "a", ttl).await.expect("taken over");
+    assert!(start.elapsed() < ttl, "waited {:?}", start.elapsed());
+    let lease = publisher.lease_id().expect("a lease");
+    assert_eq!(
+        keys_in(&mut client).await[&format!("{PREFIX}/hosts/a")],
+        lease
+    );
+
+    // Under another live lease: refused after the wait; once that lease is revoked, taken.
+    let stale = client.lease_grant(60, None).await.expect("grant").id();
+    client
+        .put(
+            format!("{PREFIX}/hosts/b"),
+            forged.replace("\"a\"", "\"b\""),
+            Some(etcd_client::PutOptions::new().with_lease(stale)),
+        )
+        .await
+        .expect("a host key under a live lease");
+    let refused = tokio::time::timeout(WAIT, claim(&etcd, "b", TTL))
+        .await
+        .expect("refused within the wait");
+    assert!(matches!(refused, Err(PublishError::HostIdTaken { .. })));
+    client.lease_revoke(stale).await.expect("revoke");
+    claim(&etcd, "b", ttl)
+        .await
+        .expect("taken once the lease is gone");
+}
+
+/// The publisher owns its host's keys: an entry deleted, overwritten (even with the very bytes
+/// it wrote, but without its lease), a host key rewritten without a lease, or a key under its
+/// sessions' prefix it never wrote: the next step puts back or deletes each, and a step after
+/// that writes nothing.
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn keys_of_this_host_it_did_not_write_are_put_back_or_deleted_at_the_next_step() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let three = sessions("a", 3);
+    publisher.step(&three).await.expect("first step");
+    let lease = publisher.lease_id().expect("a lease");
+    let published = values_in(&mut client).await;
+    let ids: Vec<&String> = three.keys().collect();
+    let key = |id: &str| format!("{PREFIX}/sessions/a/{id}");
+    client.delete(key(ids[0]), None).await.expect("delete");
+    client
+        .put(key(ids[1]), three[ids[1]].to_vec(), None)
+        .await
+        .expect("the same bytes, no lease");
+    client
+        .put(key(ids[2]), r#"{"forged":true}"#, None)
+        .await
+        .expect("a foreign value");
+    let stray = key("ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3f");
+    client.put(stray.as_str(), "{}", None).await.expect("stray");
+    let host = format!("{PREFIX}/hosts/a");
+    let host_value = published[&host].clone();
+    client
+        .put(host.as_str(), host_value, None)
+        .await
+        .expect("host");
+
+    let report = publisher.step(&three).await.expect("the step after");
+    assert_eq!((report.txns, report.puts, report.deletes), (1, 4, 1));
+    let keys = keys_in(&mut client).await;
+    assert_eq!(keys.len(), 1 + 3, "{keys:?}");
+    assert!(keys.values().all(|l| *l == lease), "{keys:?}");
+    assert_eq!(values_in(&mut client).await, published);
+    let before = revision(&mut client).await;
+    let quiet = publisher.step(&three).await.expect("a quiet step");
+    assert_eq!((quiet.txns, quiet.keepalives), (0, 1));
+    assert_eq!(revision(&mut client).await, before);
+}
