@@ -214,6 +214,12 @@ impl Publisher {
         }
     }
 
+    /// Every key this registry wrote and etcd holds as it wrote it, with its value: after a
+    /// step that succeeded, exactly what it wanted.
+    pub(crate) fn published(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        (self.published.iter()).map(|(key, written)| (key.as_bytes(), &written.value[..]))
+    }
+
     /// The lease this publisher holds, while it holds one.
     pub fn lease_id(&self) -> Option<i64> {
         self.lease.as_ref().map(|lease| lease.id)

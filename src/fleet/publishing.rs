@@ -14,20 +14,27 @@
 //!   does; a rewritten record with the same verdict keeps it, across resubscriptions too.
 //! - A subscription that lags or ends is replaced (a new snapshot, a full difference); the
 //!   monitor closing ends publishing with the lease revoked.
+//! - This registry's own fleet view shows this host as the publisher last published it, and
+//!   only while it holds its lease: handed over after each step that wrote or (re)took it,
+//!   taken back when the lease is known lost, a TTL has passed since the last step that
+//!   renewed it, or publishing ends.
 
 use std::collections::BTreeMap;
 use std::mem::Discriminant;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::cache::FleetCache;
 use super::etcd::{self, EtcdSettings};
+use super::keys::FleetKeys;
 pub use super::publisher::PublishOptions;
 use super::publisher::{PublishError, Publisher};
+use super::view::FleetView;
 use super::{DoorScope, PublishFigures, SessionEntry};
 use crate::monitor::{EventKind, Monitor, Next, SubscribeError, Subscription};
 use crate::registry::Reading;
@@ -100,16 +107,19 @@ pub async fn start(
     monitor: Monitor,
     render: Render,
 ) -> Result<Publishing, StartError> {
-    start_counting(settings, options, monitor, render, Arc::default()).await
+    let view = FleetView::not_configured();
+    start_counting(settings, options, monitor, render, Arc::default(), view).await
 }
 
-/// [`start`], keeping how the publishing stands (lease held, last publish) in `figures`.
+/// [`start`], keeping how the publishing stands (lease held, last publish) in `figures`, and
+/// showing this host in `view` as it publishes it ([`FleetView::own`]).
 pub async fn start_counting(
     settings: &EtcdSettings,
     options: PublishOptions,
     monitor: Monitor,
     render: Render,
     figures: Arc<PublishFigures>,
+    view: FleetView,
 ) -> Result<Publishing, StartError> {
     let client = etcd::connect(settings, options.ttl)
         .await
@@ -128,8 +138,9 @@ pub async fn start_counting(
     };
     let mut entries = Entries::new(options.host_id.to_string(), render);
     entries.replace(&subscription.snapshot.readings, &now());
+    let mut own = Own::new(view, options.keys.clone(), options.ttl);
     // The picture is published at once, not a pass later; a failure is retried by the next.
-    step(&mut publisher, &entries, &figures).await;
+    step(&mut publisher, &entries, &figures, &mut own).await;
     let (stop, stopped) = oneshot::channel();
     let driver = Driver {
         publisher,
@@ -138,6 +149,7 @@ pub async fn start_counting(
         subscription,
         retry: options.ttl / 3,
         figures,
+        own,
     };
     Ok(Publishing {
         stop: Some(stop),
@@ -154,6 +166,7 @@ struct Driver {
     /// How long to wait before subscribing again after the directory could not be read.
     retry: Duration,
     figures: Arc<PublishFigures>,
+    own: Own,
 }
 
 impl Driver {
@@ -179,11 +192,13 @@ impl Driver {
                     if passed.is_err() {
                         break;
                     }
-                    step(&mut self.publisher, &self.entries, &self.figures).await;
+                    let own = &mut self.own;
+                    step(&mut self.publisher, &self.entries, &self.figures, own).await;
                 }
             }
         }
         self.figures.set_lease_held(false);
+        self.own.hide();
         self.publisher.leave().await
     }
 
@@ -217,17 +232,75 @@ impl Driver {
 }
 
 /// One publishing step, its failure logged: the next pass tries again.
-async fn step(publisher: &mut Publisher, entries: &Entries, figures: &PublishFigures) {
+async fn step(
+    publisher: &mut Publisher,
+    entries: &Entries,
+    figures: &PublishFigures,
+    own: &mut Own,
+) {
     match publisher.step(entries.encoded()).await {
         Ok(report) => {
             figures.published();
+            own.renewed(publisher, report.txns > 0 || report.lease_replaced);
             tracing::debug!(?report, "fleet: published");
         }
         Err(error) => {
             // Not renewed: etcd may drop the lease before the next step, so it is not counted
             // on.
             figures.set_lease_held(false);
+            own.failed(error.is_lease_lost());
             tracing::warn!(%error, "fleet: publishing failed; retrying at the next pass");
+        }
+    }
+}
+
+/// This host in this registry's own fleet view: what its publisher published, while it holds
+/// its lease.
+struct Own {
+    view: FleetView,
+    keys: FleetKeys,
+    ttl: Duration,
+    /// When a step last renewed the lease, while the view shows this host.
+    shown_since_renewal: Option<Instant>,
+}
+
+impl Own {
+    fn new(view: FleetView, keys: FleetKeys, ttl: Duration) -> Self {
+        Self {
+            view,
+            keys,
+            ttl,
+            shown_since_renewal: None,
+        }
+    }
+
+    /// A step renewed the lease; `wrote` if it wrote anything (or took a new lease).
+    fn renewed(&mut self, publisher: &Publisher, wrote: bool) {
+        if wrote || self.shown_since_renewal.is_none() {
+            let (published, skipped) =
+                FleetCache::read(self.keys.clone(), 0, publisher.published());
+            for skipped in skipped {
+                tracing::warn!(key = %skipped.key, why = %skipped.why, "fleet: an own entry is not shown");
+            }
+            self.view.own(Some(published));
+        }
+        self.shown_since_renewal = Some(Instant::now());
+    }
+
+    /// A step failed; `lost` if etcd said the lease is gone. A lease not renewed for a TTL is
+    /// gone too, whatever the step said.
+    fn failed(&mut self, lost: bool) {
+        let lapsed = self
+            .shown_since_renewal
+            .is_some_and(|renewed| renewed.elapsed() >= self.ttl);
+        if lost || lapsed {
+            self.hide();
+        }
+    }
+
+    fn hide(&mut self) {
+        if self.shown_since_renewal.take().is_some() {
+            self.view.own(None);
         }
     }
 }
