@@ -979,3 +979,95 @@ async fn a_three_member_clusters_follower_killed_no_reader_is_ever_unavailable()
     let mut client = connect(&running(&cluster)).await.expect("a client");
     host_leases(&mut client, &hosts.iter().collect::<Vec<_>>()).await;
 }
+
+/// What `session` on `host` carries as its capsule name in `data` (a `session.*` event).
+fn capsule_in(data: &Value) -> Option<&str> {
+    data["session"]["capsule_name"].as_str()
+}
+
+/// A host's keys are its registry's alone. A host key left without a lease does not keep the
+/// registry out (it starts listening at once and takes the key); an entry forged under its id
+/// (another capsule, pid 1, no lease) is never served by its own registry as "this host" (its
+/// own view is its own verified picture) and is put back by its next pass, as is an entry
+/// deleted by hand, as every other registry sees.
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_hosts_keys_are_its_own_forged_deleted_or_lease_less_are_put_back_and_never_served() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let lease_less = r#"{"host_id":"a","version":"0","started_at":"2026-01-01T00:00:00Z"}"#;
+    client
+        .put(format!("{PREFIX}/hosts/a"), lease_less, None)
+        .await
+        .expect("a host key without a lease");
+    let started = Instant::now();
+    let mut hosts = vec![
+        Host::start("a", &[etcd.endpoint()]),
+        Host::start("b", &[etcd.endpoint()]),
+    ];
+    let took = started.elapsed();
+    println!("measured: with a lease-less host key, a and b listened after {took:?}");
+    assert!(took < TTL, "a waited {took:?} on a key no lease holds");
+    let session = hosts[0].add_capsule();
+    hosts[1].add_capsule();
+    let all: Vec<&Host> = hosts.iter().collect();
+    converged(&all, &all, "a took its host key and both converge").await;
+    host_leases(&mut client, &all).await;
+
+    let mut on_a = FleetEvents::open(&hosts[0]).await;
+    let mut on_b = FleetEvents::open(&hosts[1]).await;
+    let key = format!("{PREFIX}/sessions/a/{session}");
+    let real = client.get(key.as_str(), None).await.expect("read");
+    let real: Value = serde_json::from_slice(real.kvs()[0].value()).expect("an entry");
+    let mut forged = real.clone();
+    forged["capsule_name"] = "scratch-test (safe to stop)".into();
+    forged["pid"] = 1.into();
+    let forged_at = Instant::now();
+    client
+        .put(key.as_str(), forged.to_string(), None)
+        .await
+        .expect("forge a's entry");
+    let real_name = real["capsule_name"].as_str().expect("a capsule name");
+    let (seen, took) = on_b
+        .until(forged_at, "a's entry put back, on b", |name, data| {
+            name == "session.changed" && capsule_in(data) == Some(real_name)
+        })
+        .await;
+    println!("measured: a forged entry of a was put back (as b saw it) in {took:?}: {seen:?}");
+    assert!(took <= INTERVAL + PASS_SLACK, "put back after {took:?}");
+
+    let deleted_at = Instant::now();
+    client.delete(key.as_str(), None).await.expect("delete");
+    let (seen, took) = on_b
+        .until(
+            deleted_at,
+            "a's deleted entry put back, on b",
+            |name, data| is(name, data, "session.added", &session),
+        )
+        .await;
+    println!("measured: a deleted entry of a was put back (as b saw it) in {took:?}: {seen:?}");
+    assert!(took <= INTERVAL + PASS_SLACK, "put back after {took:?}");
+
+    // A change made after all of it, on b: a's stream carries it after every event the forgery
+    // and the deletion caused on a (the watch follows etcd's order); none is about a's session.
+    let marker = hosts[1].add_capsule();
+    let (seen, _) = on_a
+        .until(Instant::now(), "b's new session, on a", |name, data| {
+            assert_ne!(data["session_id"], session.as_str(), "{name} {data}");
+            is(name, data, "session.added", &marker)
+        })
+        .await;
+    assert_eq!(seen.len(), 1, "a served nothing but b's change: {seen:?}");
+    let (_, body) = hosts[0].get("/fleet/sessions").await;
+    let own: Vec<&Value> = (body["sessions"].as_array().expect("sessions").iter())
+        .filter(|s| s["session_id"] == session.as_str())
+        .collect();
+    assert_eq!(own.len(), 1, "{body}");
+    assert_eq!(
+        (own[0]["capsule_name"].as_str(), own[0]["pid"].as_u64()),
+        (Some(real_name), real["pid"].as_u64())
+    );
+    let all: Vec<&Host> = hosts.iter().collect();
+    converged(&all, &all, "both serve the fleet as it is").await;
+    host_leases(&mut client, &all).await;
+}
