@@ -787,3 +787,63 @@ async fn keys_of_this_host_it_did_not_write_are_put_back_or_deleted_at_the_next_
     assert_eq!((quiet.txns, quiet.keepalives), (0, 1));
     assert_eq!(revision(&mut client).await, before);
 }
+
+/// Request load cannot starve the lease: with every worker of the runtime that started the
+/// publishing held by blocking work for three TTLs (as CPU-bound requests hold the server's),
+/// the lease is renewed all along, since the publishing and its etcd client run on a thread of
+/// their own; the monitor's passes go on on theirs. (Before, the lease lapsed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_runtime_whose_workers_are_all_blocked_does_not_starve_the_lease() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let dir = temp_dir();
+    let probe = DoorProbe::with_deadlines(Duration::from_millis(300), Duration::from_millis(700));
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), probe)));
+    monitor.set_interval(INTERVAL);
+    let capsule = CapsuleProcess::single();
+    let record = capsule.record();
+    write_raw(dir.path(), &record.file_name(), record.to_bytes());
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..EtcdSettings::default()
+    };
+    let publishing = publishing::start(&settings, options("h1", TTL), monitor.clone(), render)
+        .await
+        .expect("start publishing");
+    let host_key = format!("{PREFIX}/hosts/h1");
+    let lease = keys_in(&mut client).await[&host_key];
+    let passes = *monitor.steps().borrow();
+
+    // Both workers held at once (the barrier lets neither go before both hold one), for three
+    // TTLs: the scenario's length, not a synchronisation.
+    let both = Arc::new(std::sync::Barrier::new(2));
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let both = Arc::clone(&both);
+            tokio::spawn(async move {
+                both.wait();
+                std::thread::sleep(3 * TTL);
+            })
+        })
+        .collect();
+    for worker in held {
+        worker.await.expect("a blocked worker");
+    }
+    assert!(
+        *monitor.steps().borrow() >= passes + 3,
+        "the monitor passed meanwhile"
+    );
+    let ttl = client
+        .lease_time_to_live(lease, None)
+        .await
+        .expect("ask about the lease")
+        .ttl();
+    assert!(ttl > 0, "the lease lapsed while the workers were held");
+    assert_eq!(
+        keys_in(&mut client).await[&host_key],
+        lease,
+        "the same lease"
+    );
+    publishing.leave().await.expect("leave");
+}

@@ -10,6 +10,10 @@
 //!
 //! Invariants:
 //! - A step reads only what the subscription delivered: it never waits on a door.
+//! - Publishing runs on a runtime of one thread of its own ([`OwnRuntime`]), and its etcd
+//!   client is made there, so the client's connection tasks run there too: request load on
+//!   the server's workers cannot starve a renewal. Subscribing to the monitor is done on the
+//!   caller's runtime, so that a loop it starts runs where the monitor's loops belong.
 //! - `changed_at` moves only when a session's verdict (live, unreachable, gone, or none yet)
 //!   does; a rewritten record with the same verdict keeps it, across resubscriptions too.
 //! - A subscription that lags or ends is replaced (a new snapshot, a full difference); the
@@ -26,6 +30,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
+use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -75,6 +80,8 @@ pub enum StartError {
 pub struct Publishing {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), PublishError>>,
+    /// Where the task runs; dropped after it, which ends the thread.
+    _runtime: OwnRuntime,
 }
 
 impl Publishing {
@@ -121,40 +128,140 @@ pub async fn start_counting(
     figures: Arc<PublishFigures>,
     view: FleetView,
 ) -> Result<Publishing, StartError> {
-    let client = etcd::connect(settings, options.ttl)
-        .await
-        .map_err(PublishError::from)?;
-    let mut publisher = Publisher::claim(client, &options).await?;
-    figures.set_lease_held(true);
-    let subscription = match monitor.subscribe().await {
-        Ok(subscription) => subscription,
-        Err(error) => {
-            figures.set_lease_held(false);
-            if let Err(leaving) = publisher.leave().await {
-                tracing::debug!(error = %leaving, "revoking the fleet lease after a failed start");
-            }
-            return Err(error.into());
-        }
-    };
-    let mut entries = Entries::new(options.host_id.to_string(), render);
-    entries.replace(&subscription.snapshot.readings, &now());
-    let mut own = Own::new(view, options.keys.clone(), options.ttl);
-    // The picture is published at once, not a pass later; a failure is retried by the next.
-    step(&mut publisher, &entries, &figures, &mut own).await;
-    let (stop, stopped) = oneshot::channel();
-    let driver = Driver {
-        publisher,
-        entries,
+    let runtime = OwnRuntime::start().map_err(PublishError::Task)?;
+    let home = Handle::current();
+    let starting = Starting {
+        settings: settings.clone(),
+        options,
         monitor,
-        subscription,
-        retry: options.ttl / 3,
+        render,
         figures,
-        own,
+        view,
+        home,
     };
+    let driver = match runtime.handle.spawn(starting.start()).await {
+        Ok(started) => started?,
+        Err(join) => return Err(PublishError::Task(join.to_string()).into()),
+    };
+    let (stop, stopped) = oneshot::channel();
     Ok(Publishing {
         stop: Some(stop),
-        task: tokio::spawn(driver.run(stopped)),
+        task: runtime.handle.spawn(driver.run(stopped)),
+        _runtime: runtime,
     })
+}
+
+/// What starting takes, moved onto the publishing's own runtime.
+struct Starting {
+    settings: EtcdSettings,
+    options: PublishOptions,
+    monitor: Monitor,
+    render: Render,
+    figures: Arc<PublishFigures>,
+    view: FleetView,
+    home: Handle,
+}
+
+impl Starting {
+    /// Connect, claim, subscribe and publish the first picture: the driver, ready to run.
+    async fn start(self) -> Result<Driver, StartError> {
+        let Self {
+            settings,
+            options,
+            monitor,
+            render,
+            figures,
+            view,
+            home,
+        } = self;
+        let client = etcd::connect(&settings, options.ttl)
+            .await
+            .map_err(PublishError::from)?;
+        let mut publisher = Publisher::claim(client, &options).await?;
+        figures.set_lease_held(true);
+        let subscription = match subscribe_at(&home, &monitor).await {
+            Ok(subscription) => subscription,
+            Err(error) => {
+                figures.set_lease_held(false);
+                if let Err(leaving) = publisher.leave().await {
+                    tracing::debug!(error = %leaving, "revoking the fleet lease after a failed start");
+                }
+                return Err(error.into());
+            }
+        };
+        let mut entries = Entries::new(options.host_id.to_string(), render);
+        entries.replace(&subscription.snapshot.readings, &now());
+        let mut own = Own::new(view, options.keys.clone(), options.ttl);
+        // The picture is published at once, not a pass later; a failure is retried by the next.
+        step(&mut publisher, &entries, &figures, &mut own).await;
+        Ok(Driver {
+            publisher,
+            entries,
+            monitor,
+            subscription,
+            retry: options.ttl / 3,
+            figures,
+            own,
+            home,
+        })
+    }
+}
+
+/// Subscribe to `monitor` on the runtime `home` (the caller's): a verification loop the
+/// subscription starts must run where the monitor's loops run, not on the publishing's thread.
+async fn subscribe_at(home: &Handle, monitor: &Monitor) -> Result<Subscription, SubscribeError> {
+    let monitor = monitor.clone();
+    match home.spawn(async move { monitor.subscribe().await }).await {
+        Ok(subscribed) => subscribed,
+        // Only when that runtime is shutting down.
+        Err(_) => Err(SubscribeError::Closing),
+    }
+}
+
+/// A runtime of one thread, the publishing's own: alive until this is dropped, which ends the
+/// thread and every task still on it.
+#[derive(Debug)]
+struct OwnRuntime {
+    handle: Handle,
+    /// Its thread runs until this sender goes.
+    _alive: oneshot::Sender<()>,
+}
+
+impl OwnRuntime {
+    fn start() -> Result<Self, String> {
+        let (built, was_built) = std::sync::mpsc::sync_channel(1);
+        let (alive, until_dropped) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("fleet-publishing".to_owned())
+            .spawn(move || {
+                // Built here, not handed in: a runtime must not be dropped on an async worker.
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = built.send(Err(error.to_string()));
+                        return;
+                    }
+                };
+                let _ = built.send(Ok(runtime.handle().clone()));
+                // The sender gone (or sent on): time to end.
+                let _ = runtime.block_on(until_dropped);
+            })
+            .map_err(|e| format!("cannot start the fleet publishing thread: {e}"))?;
+        // Waits for the runtime to be built only (well under a millisecond).
+        match was_built.recv() {
+            Ok(Ok(handle)) => Ok(Self {
+                handle,
+                _alive: alive,
+            }),
+            Ok(Err(error)) => Err(format!(
+                "cannot start the fleet publishing runtime: {error}"
+            )),
+            Err(_) => Err("the fleet publishing thread ended before its runtime was built".into()),
+        }
+    }
 }
 
 /// The task behind [`Publishing`].
@@ -167,6 +274,8 @@ struct Driver {
     retry: Duration,
     figures: Arc<PublishFigures>,
     own: Own,
+    /// The caller's runtime, where subscribing is done.
+    home: Handle,
 }
 
 impl Driver {
@@ -208,7 +317,7 @@ impl Driver {
         loop {
             let subscribed = tokio::select! {
                 _ = &mut *stopped => return false,
-                subscribed = self.monitor.subscribe() => subscribed,
+                subscribed = subscribe_at(&self.home, &self.monitor) => subscribed,
             };
             match subscribed {
                 Ok(subscription) => {
