@@ -1016,7 +1016,7 @@ async fn a_hosts_keys_are_its_own_forged_deleted_or_lease_less_are_put_back_and_
         .await
         .expect("a host key without a lease");
     let started = Instant::now();
-    let mut hosts = vec![
+    let mut hosts = [
         Host::start("a", &[etcd.endpoint()]),
         Host::start("b", &[etcd.endpoint()]),
     ];
@@ -1139,7 +1139,7 @@ async fn with_etcd_roles_each_host_publishes_and_reads_and_can_write_no_other_ho
         }
     };
     let endpoints = [etcd.endpoint()];
-    let mut hosts = vec![
+    let mut hosts = [
         Host::start_with("a", &endpoints, credentials("a")),
         Host::start_with("b", &endpoints, credentials("b")),
     ];
