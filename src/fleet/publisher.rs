@@ -421,10 +421,11 @@ impl Publisher {
         Ok(answer.succeeded())
     }
 
-    /// Whether etcd still counts lease `id` live (a lease it no longer knows is not).
+    /// Whether etcd still knows lease `id`. Its TTL left is in whole seconds, rounded down, so
+    /// a live lease in its last second answers 0; only one etcd no longer knows answers -1.
     async fn lease_alive(&mut self, id: i64) -> Result<bool, PublishError> {
         match self.client.lease_time_to_live(id, None).await {
-            Ok(answer) => Ok(answer.ttl() > 0),
+            Ok(answer) => Ok(answer.ttl() >= 0),
             Err(error) => {
                 let error = PublishError::from(error);
                 if error.is_lease_lost() {

@@ -371,6 +371,9 @@ struct Own {
     ttl: Duration,
     /// When a step last renewed the lease, while the view shows this host.
     shown_since_renewal: Option<Instant>,
+    /// A step failed since the view was last handed the picture: it may have written part of
+    /// what it wanted before failing, so the next step that renews hands the picture again.
+    stale: bool,
 }
 
 impl Own {
@@ -380,12 +383,14 @@ impl Own {
             keys,
             ttl,
             shown_since_renewal: None,
+            stale: false,
         }
     }
 
     /// A step renewed the lease; `wrote` if it wrote anything (or took a new lease).
     fn renewed(&mut self, publisher: &Publisher, wrote: bool) {
-        if wrote || self.shown_since_renewal.is_none() {
+        if wrote || self.stale || self.shown_since_renewal.is_none() {
+            self.stale = false;
             let (published, skipped) =
                 FleetCache::read(self.keys.clone(), 0, publisher.published());
             for skipped in skipped {
@@ -399,6 +404,7 @@ impl Own {
     /// A step failed; `lost` if etcd said the lease is gone. A lease not renewed for a TTL is
     /// gone too, whatever the step said.
     fn failed(&mut self, lost: bool) {
+        self.stale = true;
         let lapsed = self
             .shown_since_renewal
             .is_some_and(|renewed| renewed.elapsed() >= self.ttl);
