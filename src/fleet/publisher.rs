@@ -12,7 +12,8 @@
 //! - This host's keys are its publisher's alone: each step reads what etcd holds under them
 //!   and keeps as its own only the keys at the revisions of its own transactions
 //!   ([`plan::verify`]); anything else there (deleted, overwritten, a key without its lease,
-//!   a key it never wrote) is put again or deleted in that same step.
+//!   a key it never wrote) is put again or deleted in that same step (or, if that read fails,
+//!   at the next step that reads: a read failing never costs a renewal).
 //! - A step writes only its difference with what is wanted (nothing at all when nothing
 //!   changed and nobody else wrote); errors are returned, never panicked on, and the next
 //!   step starts again from what etcd holds.
@@ -298,8 +299,15 @@ impl Publisher {
         report: &mut StepReport,
     ) -> Result<(), PublishError> {
         let id = self.lease_id().ok_or(PublishError::LeaseLost(0))?;
-        let held = self.held().await?;
-        let foreign = plan::verify(&mut self.published, &held);
+        let foreign = match self.held().await {
+            Ok(held) => plan::verify(&mut self.published, &held),
+            // Checked at the next step: a read sent to a member that just died must not cost
+            // a renewal, which goes over its own stream.
+            Err(error) => {
+                tracing::debug!(%error, "fleet: this host's keys could not be read this step");
+                std::collections::BTreeSet::new()
+            }
+        };
         for batch in plan::plan(&self.published, &foreign, wanted, self.limits) {
             let operations: Vec<TxnOp> = batch
                 .iter()
