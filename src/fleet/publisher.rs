@@ -301,12 +301,14 @@ impl Publisher {
         let id = self.lease_id().ok_or(PublishError::LeaseLost(0))?;
         let foreign = match self.held().await {
             Ok(held) => plan::verify(&mut self.published, &held),
-            // Checked at the next step: a read sent to a member that just died must not cost
-            // a renewal, which goes over its own stream.
-            Err(error) => {
+            // Checked at the next step: a read sent to a member that just died (refused at
+            // once) must not cost a renewal, which goes over its own stream. A read that timed
+            // out fails the step: etcd is silent, and a write would wait as long again.
+            Err(error) if is_unreachable(&error) => {
                 tracing::debug!(%error, "fleet: this host's keys could not be read this step");
                 std::collections::BTreeSet::new()
             }
+            Err(error) => return Err(error),
         };
         for batch in plan::plan(&self.published, &foreign, wanted, self.limits) {
             let operations: Vec<TxnOp> = batch
@@ -484,6 +486,15 @@ impl Publisher {
             tracing::debug!(lease = id, %error, "revoking an unused fleet lease failed");
         }
     }
+}
+
+/// Whether `error` says a member could not be reached (refused at once), rather than that one
+/// was reached and did not answer in time.
+fn is_unreachable(error: &PublishError) -> bool {
+    // gRPC's UNAVAILABLE, fixed by the gRPC specification (a timeout is CANCELLED, 1).
+    const UNAVAILABLE: i32 = 14;
+    matches!(error, PublishError::Etcd(etcd_client::Error::GRpcStatus(status))
+        if i32::from(status.code()) == UNAVAILABLE)
 }
 
 /// The store revision a response was answered at (0 if etcd sent no header, which makes the
