@@ -5,6 +5,11 @@
 //! - the host id is one registry's: a second claim waits one TTL for the holder's lease, then
 //!   is refused naming the id (by the publisher and by `publishing::start`); a holder that
 //!   stopped renewing (as after `kill -9`) lapses and the claim succeeds;
+//! - a host key no live lease holds is taken over at once; this host's keys are its publisher's:
+//!   an entry deleted, overwritten (even with its own bytes, without its lease) or put by
+//!   anyone else under its id is put back or deleted at the next step;
+//! - every worker of the caller's runtime blocked for three TTLs: the lease holds, since the
+//!   publishing and its client run on a thread of their own;
 //! - writes happen only on change: a quiet pass moves etcd's revision not at all and renews
 //!   the lease once; 1,000 new sessions take ceil(1000 / 128) transactions;
 //! - a lease lost behind the publisher's back (revoked, or lapsed) is replaced at the next
