@@ -19,6 +19,10 @@
 //!   (frozen past the TTL) every lease that expired replaced with all its keys on the new one;
 //! - a second registry claiming a live host id exits 1 after waiting about one TTL, naming the
 //!   id, and the holder is untouched;
+//! - a host's keys are its registry's: a lease-less host key keeps nobody out, an entry forged
+//!   or deleted under its id is put back within a pass and never served by its own registry;
+//!   with etcd's roles as the README deploys them, each host's user publishes and reads the
+//!   fleet and can write no other host's key;
 //! - a three-member cluster whose leader is killed: publishing and reading go on, no host
 //!   leaves, and a reader unavailable during the election is back within a TTL; a follower
 //!   killed (the first endpoint each registry is given) is noticed by no reader.
@@ -91,10 +95,21 @@ impl Host {
     /// Start host `id`'s registry against `endpoints`, answering once it listens (and so once
     /// it claimed its host id).
     fn start(id: &'static str, endpoints: &[String]) -> Self {
+        Self::start_with(id, endpoints, |_, _| {})
+    }
+
+    /// [`Host::start`], with `more` adding to its command line (not kept for a restart).
+    fn start_with(
+        id: &'static str,
+        endpoints: &[String],
+        more: impl FnOnce(&Home, &mut Command),
+    ) -> Self {
         let home = Home::new();
         home.running_dir();
         let endpoints = endpoints.join(",");
-        let server = ServedBinary::spawn(serve(&home, id, &endpoints));
+        let mut command = serve(&home, id, &endpoints);
+        more(&home, &mut command);
+        let server = ServedBinary::spawn(command);
         let token = home.token();
         Self {
             id,
@@ -978,4 +993,214 @@ async fn a_three_member_clusters_follower_killed_no_reader_is_ever_unavailable()
     assert_eq!(outages, Outages::new(), "no reader noticed");
     let mut client = connect(&running(&cluster)).await.expect("a client");
     host_leases(&mut client, &hosts.iter().collect::<Vec<_>>()).await;
+}
+
+/// What `session` on `host` carries as its capsule name in `data` (a `session.*` event).
+fn capsule_in(data: &Value) -> Option<&str> {
+    data["session"]["capsule_name"].as_str()
+}
+
+/// A host's keys are its registry's alone. A host key left without a lease does not keep the
+/// registry out (it starts listening at once and takes the key); an entry forged under its id
+/// (another capsule, pid 1, no lease) is never served by its own registry as "this host" (its
+/// own view is its own verified picture) and is put back by its next pass, as is an entry
+/// deleted by hand, as every other registry sees.
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_hosts_keys_are_its_own_forged_deleted_or_lease_less_are_put_back_and_never_served() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let lease_less = r#"{"host_id":"a","version":"0","started_at":"2026-01-01T00:00:00Z"}"#;
+    client
+        .put(format!("{PREFIX}/hosts/a"), lease_less, None)
+        .await
+        .expect("a host key without a lease");
+    let started = Instant::now();
+    let mut hosts = [
+        Host::start("a", &[etcd.endpoint()]),
+        Host::start("b", &[etcd.endpoint()]),
+    ];
+    let took = started.elapsed();
+    println!("measured: with a lease-less host key, a and b listened after {took:?}");
+    assert!(took < TTL, "a waited {took:?} on a key no lease holds");
+    let session = hosts[0].add_capsule();
+    hosts[1].add_capsule();
+    let all: Vec<&Host> = hosts.iter().collect();
+    converged(&all, &all, "a took its host key and both converge").await;
+    host_leases(&mut client, &all).await;
+
+    let mut on_a = FleetEvents::open(&hosts[0]).await;
+    let mut on_b = FleetEvents::open(&hosts[1]).await;
+    let key = format!("{PREFIX}/sessions/a/{session}");
+    let real = client.get(key.as_str(), None).await.expect("read");
+    let real: Value = serde_json::from_slice(real.kvs()[0].value()).expect("an entry");
+    let mut forged = real.clone();
+    forged["capsule_name"] = "scratch-test (safe to stop)".into();
+    forged["pid"] = 1.into();
+    let forged_at = Instant::now();
+    client
+        .put(key.as_str(), forged.to_string(), None)
+        .await
+        .expect("forge a's entry");
+    let real_name = real["capsule_name"].as_str().expect("a capsule name");
+    let (seen, took) = on_b
+        .until(forged_at, "a's entry put back, on b", |name, data| {
+            name == "session.changed" && capsule_in(data) == Some(real_name)
+        })
+        .await;
+    println!("measured: a forged entry of a was put back (as b saw it) in {took:?}: {seen:?}");
+    assert!(took <= INTERVAL + PASS_SLACK, "put back after {took:?}");
+
+    let deleted_at = Instant::now();
+    client.delete(key.as_str(), None).await.expect("delete");
+    let (seen, took) = on_b
+        .until(
+            deleted_at,
+            "a's deleted entry put back, on b",
+            |name, data| is(name, data, "session.added", &session),
+        )
+        .await;
+    println!("measured: a deleted entry of a was put back (as b saw it) in {took:?}: {seen:?}");
+    assert!(took <= INTERVAL + PASS_SLACK, "put back after {took:?}");
+
+    // A change made after all of it, on b: a's stream carries it after every event the forgery
+    // and the deletion caused on a (the watch follows etcd's order); none is about a's session.
+    let marker = hosts[1].add_capsule();
+    let (seen, _) = on_a
+        .until(Instant::now(), "b's new session, on a", |name, data| {
+            assert_ne!(data["session_id"], session.as_str(), "{name} {data}");
+            is(name, data, "session.added", &marker)
+        })
+        .await;
+    assert_eq!(seen.len(), 1, "a served nothing but b's change: {seen:?}");
+    let (_, body) = hosts[0].get("/fleet/sessions").await;
+    let own: Vec<&Value> = (body["sessions"].as_array().expect("sessions").iter())
+        .filter(|s| s["session_id"] == session.as_str())
+        .collect();
+    assert_eq!(own.len(), 1, "{body}");
+    assert_eq!(
+        (own[0]["capsule_name"].as_str(), own[0]["pid"].as_u64()),
+        (Some(real_name), real["pid"].as_u64())
+    );
+    let all: Vec<&Host> = hosts.iter().collect();
+    converged(&all, &all, "both serve the fleet as it is").await;
+    host_leases(&mut client, &all).await;
+}
+
+/// The role of host `id`'s etcd user, as the README deploys it: write exactly its host key and
+/// its sessions' prefix (with the `/`: `sessions/a` would also cover host `ab`'s), read the
+/// whole prefix (the watch, and asking etcd about a lease, need it).
+async fn grant_host(admin: &mut Client, id: &str) {
+    use etcd_client::Permission;
+    let role = format!("fleet-host-{id}");
+    admin.role_add(role.as_str()).await.expect("add the role");
+    for permission in [
+        Permission::read(format!("{PREFIX}/")).with_prefix(),
+        Permission::read_write(format!("{PREFIX}/hosts/{id}")),
+        Permission::read_write(format!("{PREFIX}/sessions/{id}/")).with_prefix(),
+    ] {
+        (admin.role_grant_permission(role.as_str(), permission).await).expect("grant");
+    }
+    admin
+        .user_add(id, format!("{id}-password"), None)
+        .await
+        .expect("add the user");
+    (admin.user_grant_role(id, role.as_str()).await).expect("give the user its role");
+}
+
+/// A client of `etcd` as host `id`'s user.
+async fn as_user(etcd: &Etcd, id: &str) -> Client {
+    let options = etcd_client::ConnectOptions::new()
+        .with_user(id, format!("{id}-password"))
+        .with_timeout(DEADLINE);
+    Client::connect([etcd.endpoint()], Some(options))
+        .await
+        .expect("connect as a host's user")
+}
+
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn with_etcd_roles_each_host_publishes_and_reads_and_can_write_no_other_hosts_keys() {
+    let etcd = Etcd::start().await;
+    let mut admin = etcd.client().await;
+    admin.user_add("root", "root-pw", None).await.expect("root");
+    (admin.user_grant_role("root", "root").await).expect("root's role");
+    for id in ["a", "b", "ab"] {
+        grant_host(&mut admin, id).await;
+    }
+    admin.auth_enable().await.expect("enable authentication");
+    let credentials = |id: &'static str| {
+        move |home: &Home, command: &mut Command| {
+            let file = home.path().join("etcd-credentials");
+            std::fs::write(&file, format!("{id}:{id}-password\n")).expect("write");
+            let private = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+            std::fs::set_permissions(&file, private).expect("chmod 600");
+            command.arg("--fleet-credentials-file").arg(&file);
+        }
+    };
+    let endpoints = [etcd.endpoint()];
+    let mut hosts = [
+        Host::start_with("a", &endpoints, credentials("a")),
+        Host::start_with("b", &endpoints, credentials("b")),
+    ];
+    for host in &mut hosts {
+        host.add_capsule();
+    }
+    let all: Vec<&Host> = hosts.iter().collect();
+    converged(&all, &all, "a and b publish and read as their users").await;
+
+    let b_session = hosts[1].sessions().into_iter().next().expect("b's session");
+    let mut as_a = as_user(&etcd, "a").await;
+    let value = r#"{"forged":true}"#;
+    for key in [
+        format!("{PREFIX}/hosts/b"),
+        format!("{PREFIX}/sessions/b/{b_session}"),
+        format!("{PREFIX}/hosts/ab"),
+        format!("{PREFIX}/sessions/ab/{b_session}"),
+        format!("{PREFIX}/elsewhere"),
+    ] {
+        let refused = as_a.put(key.as_str(), value, None).await;
+        let error = refused.expect_err(&key).to_string();
+        assert!(error.contains("permission denied"), "{key}: {error}");
+        let deleted = as_a.delete(key.as_str(), None).await;
+        assert!(deleted.is_err(), "{key}: a's user deleted it");
+    }
+    // What a's user may write is its own: a's registry puts back anything odd there itself.
+    let own = format!("{PREFIX}/sessions/a/ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3f");
+    as_a.put(own.as_str(), "{}", None)
+        .await
+        .expect("a's own prefix");
+    let written = Instant::now();
+    let ((), took) = poll(
+        "a's pass deletes the key it did not write",
+        written,
+        DEADLINE,
+        async || {
+            let left = as_a
+                .get(own.as_str(), None)
+                .await
+                .map_err(|e| e.to_string())?;
+            if left.kvs().is_empty() {
+                Ok(())
+            } else {
+                Err("still there".to_owned())
+            }
+        },
+    )
+    .await;
+    println!("measured: a key a's registry did not write under its prefix went in {took:?}");
+    let all: Vec<&Host> = hosts.iter().collect();
+    converged(&all, &all, "the fleet is untouched").await;
+    let mut root = as_user_root(&etcd).await;
+    host_leases(&mut root, &all).await;
+}
+
+/// A client of `etcd` as its root user.
+async fn as_user_root(etcd: &Etcd) -> Client {
+    let options = etcd_client::ConnectOptions::new()
+        .with_user("root", "root-pw")
+        .with_timeout(DEADLINE);
+    Client::connect([etcd.endpoint()], Some(options))
+        .await
+        .expect("connect as root")
 }

@@ -5,6 +5,11 @@
 //! - the host id is one registry's: a second claim waits one TTL for the holder's lease, then
 //!   is refused naming the id (by the publisher and by `publishing::start`); a holder that
 //!   stopped renewing (as after `kill -9`) lapses and the claim succeeds;
+//! - a host key no live lease holds is taken over at once; this host's keys are its publisher's:
+//!   an entry deleted, overwritten (even with its own bytes, without its lease) or put by
+//!   anyone else under its id is put back or deleted at the next step;
+//! - every worker of the caller's runtime blocked for three TTLs: the lease holds, since the
+//!   publishing and its client run on a thread of their own;
 //! - writes happen only on change: a quiet pass moves etcd's revision not at all and renews
 //!   the lease once; 1,000 new sessions take ceil(1000 / 128) transactions;
 //! - a lease lost behind the publisher's back (revoked, or lapsed) is replaced at the next
@@ -697,5 +702,154 @@ async fn a_loop_that_cannot_pass_lets_the_lease_lapse_and_the_host_rejoins_once_
         keys.len() == 2 && keys.values().all(|lease| *lease != old_lease)
     })
     .await;
+    publishing.leave().await.expect("leave");
+}
+
+/// A host key written by hand, with no lease (or under a lease gone), locks nobody out: the
+/// claim takes it over at once, under its own lease. One another registry's live lease holds
+/// is still refused (`a_host_id_held_by_a_live_lease_is_refused_after_waiting_one_ttl`).
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_host_key_without_a_live_lease_is_taken_over_at_once() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let forged = r#"{"host_id":"a","version":"0","started_at":"2026-01-01T00:00:00Z"}"#;
+    client
+        .put(format!("{PREFIX}/hosts/a"), forged, None)
+        .await
+        .expect("a lease-less host key");
+    let ttl = Duration::from_secs(6);
+    let start = Instant::now();
+    let publisher = claim(&etcd, "a", ttl).await.expect("taken over");
+    assert!(start.elapsed() < ttl, "waited {:?}", start.elapsed());
+    let lease = publisher.lease_id().expect("a lease");
+    assert_eq!(
+        keys_in(&mut client).await[&format!("{PREFIX}/hosts/a")],
+        lease
+    );
+
+    // Under another live lease: refused after the wait; once that lease is revoked, taken.
+    let stale = client.lease_grant(60, None).await.expect("grant").id();
+    client
+        .put(
+            format!("{PREFIX}/hosts/b"),
+            forged.replace("\"a\"", "\"b\""),
+            Some(etcd_client::PutOptions::new().with_lease(stale)),
+        )
+        .await
+        .expect("a host key under a live lease");
+    let refused = tokio::time::timeout(WAIT, claim(&etcd, "b", TTL))
+        .await
+        .expect("refused within the wait");
+    assert!(matches!(refused, Err(PublishError::HostIdTaken { .. })));
+    client.lease_revoke(stale).await.expect("revoke");
+    claim(&etcd, "b", ttl)
+        .await
+        .expect("taken once the lease is gone");
+}
+
+/// The publisher owns its host's keys: an entry deleted, overwritten (even with the very bytes
+/// it wrote, but without its lease), a host key rewritten without a lease, or a key under its
+/// sessions' prefix it never wrote: the next step puts back or deletes each, and a step after
+/// that writes nothing.
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn keys_of_this_host_it_did_not_write_are_put_back_or_deleted_at_the_next_step() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let three = sessions("a", 3);
+    publisher.step(&three).await.expect("first step");
+    let lease = publisher.lease_id().expect("a lease");
+    let published = values_in(&mut client).await;
+    let ids: Vec<&String> = three.keys().collect();
+    let key = |id: &str| format!("{PREFIX}/sessions/a/{id}");
+    client.delete(key(ids[0]), None).await.expect("delete");
+    client
+        .put(key(ids[1]), three[ids[1]].to_vec(), None)
+        .await
+        .expect("the same bytes, no lease");
+    client
+        .put(key(ids[2]), r#"{"forged":true}"#, None)
+        .await
+        .expect("a foreign value");
+    let stray = key("ses_0190a5c0f4d17c3e8b2a4d6f8e0c1b3f");
+    client.put(stray.as_str(), "{}", None).await.expect("stray");
+    let host = format!("{PREFIX}/hosts/a");
+    let host_value = published[&host].clone();
+    client
+        .put(host.as_str(), host_value, None)
+        .await
+        .expect("host");
+
+    let report = publisher.step(&three).await.expect("the step after");
+    assert_eq!((report.txns, report.puts, report.deletes), (1, 4, 1));
+    let keys = keys_in(&mut client).await;
+    assert_eq!(keys.len(), 1 + 3, "{keys:?}");
+    assert!(keys.values().all(|l| *l == lease), "{keys:?}");
+    assert_eq!(values_in(&mut client).await, published);
+    let before = revision(&mut client).await;
+    let quiet = publisher.step(&three).await.expect("a quiet step");
+    assert_eq!((quiet.txns, quiet.keepalives), (0, 1));
+    assert_eq!(revision(&mut client).await, before);
+}
+
+/// Request load cannot starve the lease: with every worker of the runtime that started the
+/// publishing held by blocking work for three TTLs (as CPU-bound requests hold the server's),
+/// the lease is renewed all along, since the publishing and its etcd client run on a thread of
+/// their own; the monitor's passes go on on theirs. (Before, the lease lapsed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_runtime_whose_workers_are_all_blocked_does_not_starve_the_lease() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    let dir = temp_dir();
+    let probe = DoorProbe::with_deadlines(Duration::from_millis(300), Duration::from_millis(700));
+    let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), probe)));
+    monitor.set_interval(INTERVAL);
+    let capsule = CapsuleProcess::single();
+    let record = capsule.record();
+    write_raw(dir.path(), &record.file_name(), record.to_bytes());
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..EtcdSettings::default()
+    };
+    let publishing = publishing::start(&settings, options("h1", TTL), monitor.clone(), render)
+        .await
+        .expect("start publishing");
+    let host_key = format!("{PREFIX}/hosts/h1");
+    let lease = keys_in(&mut client).await[&host_key];
+    let passes = *monitor.steps().borrow();
+
+    // Both workers held at once (the barrier lets neither go before both hold one), for three
+    // TTLs: the scenario's length, not a synchronisation.
+    let both = Arc::new(std::sync::Barrier::new(2));
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let both = Arc::clone(&both);
+            tokio::spawn(async move {
+                both.wait();
+                std::thread::sleep(3 * TTL);
+            })
+        })
+        .collect();
+    for worker in held {
+        worker.await.expect("a blocked worker");
+    }
+    assert!(
+        *monitor.steps().borrow() >= passes + 3,
+        "the monitor passed meanwhile"
+    );
+    let ttl = client
+        .lease_time_to_live(lease, None)
+        .await
+        .expect("ask about the lease")
+        .ttl();
+    assert!(ttl > 0, "the lease lapsed while the workers were held");
+    assert_eq!(
+        keys_in(&mut client).await[&host_key],
+        lease,
+        "the same lease"
+    );
     publishing.leave().await.expect("leave");
 }

@@ -87,13 +87,19 @@ impl FleetMember {
         let FleetConfig { settings, options } = config;
         let view = FleetView::new(options.host_id.clone());
         let state = state.with_fleet(view.clone());
-        let watcher = watcher::start(settings.clone(), options.keys.clone(), options.ttl, view);
+        let watcher = watcher::start(
+            settings.clone(),
+            options.keys.clone(),
+            options.ttl,
+            view.clone(),
+        );
         let joiner = Joiner {
             settings,
             options,
             monitor: state.events().clone(),
             slot: Arc::new(Mutex::new(None)),
             figures: Arc::clone(state.metrics().fleet_publishing()),
+            view,
         };
         let publishing = Arc::clone(&joiner.slot);
         let joining = match joiner.try_join().await {
@@ -139,6 +145,8 @@ struct Joiner {
     slot: Arc<Mutex<Option<Publishing>>>,
     /// Where the publishing keeps how it stands, for `/metrics`.
     figures: Arc<crate::fleet::PublishFigures>,
+    /// The fleet this registry serves, where the publishing shows this host.
+    view: FleetView,
 }
 
 impl Joiner {
@@ -150,6 +158,7 @@ impl Joiner {
             self.monitor.clone(),
             render,
             Arc::clone(&self.figures),
+            self.view.clone(),
         )
         .await?;
         tracing::info!(host_id = %self.options.host_id, "joined the fleet");

@@ -4,25 +4,33 @@
 //! Invariants:
 //! - One lease at a time, and every key written hangs off it: when the lease goes (revoked,
 //!   or lapsed because steps stopped), every key of this registry goes with it, at once.
-//! - The host key is taken only when absent (a transaction compares its create revision with
-//!   0), so two registries never share a host id; a holder's lease is waited on for at most one
-//!   TTL (plus etcd's expiry tick) before the claim is refused naming the host id.
-//! - `published` is what etcd holds under the current lease, batch by acknowledged batch: a
-//!   step writes only its difference with what is wanted (nothing at all when nothing
-//!   changed), and after a lost lease it starts from nothing, so everything is put again.
-//! - Errors are returned, never panicked on; a step that fails leaves `published` true, so
-//!   the next step picks up where it stopped.
+//! - The host key is refused only while another live lease holds it (its lease asked of etcd),
+//!   so two registries never share a host id; a holder's lease is waited on for at most one TTL
+//!   (plus etcd's expiry tick) before the claim is refused naming the host id. A key no live
+//!   lease holds (written by hand, or its lease gone) is taken over, in a transaction guarded
+//!   by the revision it was seen at, so a key a live registry took meanwhile stays refused.
+//! - This host's keys are its publisher's alone: each step reads what etcd holds under them
+//!   and keeps as its own only the keys at the revisions of its own transactions
+//!   ([`plan::verify`]); anything else there (deleted, overwritten, a key without its lease,
+//!   a key it never wrote) is put again or deleted in that same step (or, if that read fails,
+//!   at the next step that reads: a read failing never costs a renewal).
+//! - A step writes only its difference with what is wanted (nothing at all when nothing
+//!   changed and nobody else wrote); errors are returned, never panicked on, and the next
+//!   step starts again from what etcd holds.
 
 use bytes::Bytes;
 use std::time::{Duration, Instant, SystemTime};
 
+use std::collections::BTreeMap;
+
 use etcd_client::{
-    Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn,
+    TxnOp, TxnOpResponse,
 };
 
 use super::etcd::request_deadline;
 use super::keys::FleetKeys;
-use super::plan::{self, KeyValues, TxnLimits, Write};
+use super::plan::{self, KeyValues, Published, TxnLimits, Write, Written};
 use super::{HostEntry, HostId};
 
 /// How late etcd may be in revoking a lapsed lease: it looks for expired leases on a tick
@@ -132,7 +140,30 @@ pub struct Publisher {
     limits: TxnLimits,
     /// `None` once the lease is known gone, until a step replaces it.
     lease: Option<Lease>,
-    published: KeyValues,
+    /// What this registry wrote and etcd acknowledged, checked against etcd at each step.
+    published: Published,
+}
+
+/// What a claim does with the host key, as etcd holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claim {
+    /// No key: create it.
+    Create,
+    /// A key no live lease of another registry holds: take it over, if it is still at this
+    /// mod revision.
+    TakeOver(i64),
+    /// Another registry's live lease holds it.
+    Refuse,
+}
+
+/// What to do with the host key held at `mod_revision` under `lease` (`None`: no key), when
+/// our lease is `own` and `alive` says whether the key's lease is live.
+fn claim_of(held: Option<(i64, i64)>, own: i64, alive: impl FnOnce(i64) -> bool) -> Claim {
+    match held {
+        None => Claim::Create,
+        Some((lease, _)) if lease != 0 && lease != own && alive(lease) => Claim::Refuse,
+        Some((_, mod_revision)) => Claim::TakeOver(mod_revision),
+    }
 }
 
 impl Publisher {
@@ -153,7 +184,7 @@ impl Publisher {
             host_value: serde_json::to_vec(&host)?.into(),
             limits: TxnLimits::default(),
             lease: None,
-            published: KeyValues::new(),
+            published: Published::new(),
         };
         let start = Instant::now();
         let waited = options.ttl + EXPIRY_GRACE;
@@ -182,6 +213,12 @@ impl Publisher {
                 return Err(error);
             }
         }
+    }
+
+    /// Every key this registry wrote and etcd holds as it wrote it, with its value: after a
+    /// step that succeeded, exactly what it wanted.
+    pub(crate) fn published(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        (self.published.iter()).map(|(key, written)| (key.as_bytes(), &written.value[..]))
     }
 
     /// The lease this publisher holds, while it holds one.
@@ -255,14 +292,25 @@ impl Publisher {
         self.renew().await
     }
 
-    /// Apply the plan from `published` to `wanted`, batch by batch.
+    /// Apply the plan from what etcd holds of ours to `wanted`, batch by batch.
     async fn publish(
         &mut self,
         wanted: &KeyValues,
         report: &mut StepReport,
     ) -> Result<(), PublishError> {
         let id = self.lease_id().ok_or(PublishError::LeaseLost(0))?;
-        for batch in plan::plan(&self.published, wanted, self.limits) {
+        let foreign = match self.held().await {
+            Ok(held) => plan::verify(&mut self.published, &held),
+            // Checked at the next step: a read sent to a member that just died (refused at
+            // once) must not cost a renewal, which goes over its own stream. A read that timed
+            // out fails the step: etcd is silent, and a write would wait as long again.
+            Err(error) if is_unreachable(&error) => {
+                tracing::debug!(%error, "fleet: this host's keys could not be read this step");
+                std::collections::BTreeSet::new()
+            }
+            Err(error) => return Err(error),
+        };
+        for batch in plan::plan(&self.published, &foreign, wanted, self.limits) {
             let operations: Vec<TxnOp> = batch
                 .iter()
                 .map(|write| match write {
@@ -274,7 +322,7 @@ impl Publisher {
                     Write::Delete { key } => TxnOp::delete(key.as_str(), None),
                 })
                 .collect();
-            self.client.txn(Txn::new().and_then(operations)).await?;
+            let done = self.client.txn(Txn::new().and_then(operations)).await?;
             report.txns += 1;
             for write in &batch {
                 match write {
@@ -282,9 +330,36 @@ impl Publisher {
                     Write::Delete { .. } => report.deletes += 1,
                 }
             }
-            plan::apply(&mut self.published, &batch);
+            plan::apply(&mut self.published, &batch, revision_of(done.header()));
         }
         Ok(())
+    }
+
+    /// Every key etcd holds under this host (its host key and its sessions' prefix), with its
+    /// mod revision, read at one revision. A key that is not UTF-8 is not one a reader takes
+    /// for an entry, and is left alone.
+    async fn held(&mut self) -> Result<BTreeMap<String, i64>, PublishError> {
+        let keys_only = || GetOptions::new().with_keys_only();
+        let read = Txn::new().and_then([
+            TxnOp::get(self.keys.host(&self.host_id), Some(keys_only())),
+            TxnOp::get(
+                self.keys.sessions_of(&self.host_id),
+                Some(keys_only().with_prefix()),
+            ),
+        ]);
+        let answer = self.client.txn(read).await?;
+        let mut held = BTreeMap::new();
+        for response in answer.op_responses() {
+            let TxnOpResponse::Get(got) = response else {
+                continue;
+            };
+            for kv in got.kvs() {
+                if let Ok(key) = kv.key_str() {
+                    held.insert(key.to_owned(), kv.mod_revision());
+                }
+            }
+        }
+        Ok(held)
     }
 
     /// A new lease holding the host key, and nothing else published yet. Refused, without
@@ -327,21 +402,49 @@ impl Publisher {
         Ok(granted.id())
     }
 
-    /// Put the host key under lease `id` if no key is there; whether it was put.
+    /// Put the host key under lease `id` unless another live lease holds it; whether it was
+    /// put. A key seen with no live lease is taken only if it is still at the revision seen.
     async fn take_host_key(&mut self, id: i64) -> Result<bool, PublishError> {
         let key = self.keys.host(&self.host_id);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                &self.host_value[..],
-                Some(PutOptions::new().with_lease(id)),
-            )]);
-        let taken = self.client.txn(txn).await?.succeeded();
-        if taken {
-            self.published.insert(key, self.host_value.clone());
+        let seen = self.client.get(key.as_str(), None).await?;
+        let held = (seen.kvs().first()).map(|kv| (kv.lease(), kv.mod_revision()));
+        let holder_alive = match held {
+            Some((lease, _)) if lease != 0 && lease != id => self.lease_alive(lease).await?,
+            _ => false,
+        };
+        let guard = match claim_of(held, id, |_| holder_alive) {
+            Claim::Refuse => return Ok(false),
+            Claim::Create => Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+            Claim::TakeOver(seen) => Compare::mod_revision(key.as_str(), CompareOp::Equal, seen),
+        };
+        let txn = Txn::new().when([guard]).and_then([TxnOp::put(
+            key.as_str(),
+            &self.host_value[..],
+            Some(PutOptions::new().with_lease(id)),
+        )]);
+        let answer = self.client.txn(txn).await?;
+        if answer.succeeded() {
+            let revision = revision_of(answer.header());
+            let value = self.host_value.clone();
+            self.published.insert(key, Written { value, revision });
         }
-        Ok(taken)
+        Ok(answer.succeeded())
+    }
+
+    /// Whether etcd still knows lease `id`. Its TTL left is in whole seconds, rounded down, so
+    /// a live lease in its last second answers 0; only one etcd no longer knows answers -1.
+    async fn lease_alive(&mut self, id: i64) -> Result<bool, PublishError> {
+        match self.client.lease_time_to_live(id, None).await {
+            Ok(answer) => Ok(answer.ttl() >= 0),
+            Err(error) => {
+                let error = PublishError::from(error);
+                if error.is_lease_lost() {
+                    Ok(false)
+                } else {
+                    Err(error)
+                }
+            }
+        }
     }
 
     /// Renew the lease once, over its keepalive stream (opened again after any failure).
@@ -385,6 +488,21 @@ impl Publisher {
     }
 }
 
+/// Whether `error` says a member could not be reached (refused at once), rather than that one
+/// was reached and did not answer in time.
+fn is_unreachable(error: &PublishError) -> bool {
+    // gRPC's UNAVAILABLE, fixed by the gRPC specification (a timeout is CANCELLED, 1).
+    const UNAVAILABLE: i32 = 14;
+    matches!(error, PublishError::Etcd(etcd_client::Error::GRpcStatus(status))
+        if i32::from(status.code()) == UNAVAILABLE)
+}
+
+/// The store revision a response was answered at (0 if etcd sent no header, which makes the
+/// next step take the keys for foreign and put them again: harmless).
+fn revision_of(header: Option<&etcd_client::ResponseHeader>) -> i64 {
+    header.map_or(0, etcd_client::ResponseHeader::revision)
+}
+
 /// How often a claim asks again while another lease holds the host key.
 fn claim_retry(ttl: Duration) -> Duration {
     (ttl / 15).clamp(Duration::from_millis(100), Duration::from_secs(1))
@@ -406,6 +524,18 @@ mod tests {
         let ended = etcd_client::Error::LeaseKeepAliveError("the stream ended".to_owned());
         assert!(!PublishError::from(ended).is_lease_lost());
         assert!(!PublishError::Silent(Duration::from_secs(1)).is_lease_lost());
+    }
+
+    #[test]
+    fn a_claim_refuses_only_a_key_another_live_lease_holds() {
+        let own = 7;
+        assert_eq!(claim_of(None, own, |_| true), Claim::Create);
+        // Another registry's live lease.
+        assert_eq!(claim_of(Some((5, 40)), own, |l| l == 5), Claim::Refuse);
+        // A lease gone, no lease at all, or our own: taken over at the revision seen.
+        assert_eq!(claim_of(Some((5, 40)), own, |_| false), Claim::TakeOver(40));
+        assert_eq!(claim_of(Some((0, 41)), own, |_| true), Claim::TakeOver(41));
+        assert_eq!(claim_of(Some((7, 42)), own, |_| true), Claim::TakeOver(42));
     }
 
     #[test]

@@ -10,24 +10,36 @@
 //!
 //! Invariants:
 //! - A step reads only what the subscription delivered: it never waits on a door.
+//! - Publishing runs on a runtime of one thread of its own ([`OwnRuntime`]), and its etcd
+//!   client is made there, so the client's connection tasks run there too: request load on
+//!   the server's workers cannot starve a renewal. Subscribing to the monitor is done on the
+//!   caller's runtime, so that a loop it starts runs where the monitor's loops belong.
 //! - `changed_at` moves only when a session's verdict (live, unreachable, gone, or none yet)
 //!   does; a rewritten record with the same verdict keeps it, across resubscriptions too.
 //! - A subscription that lags or ends is replaced (a new snapshot, a full difference); the
 //!   monitor closing ends publishing with the lease revoked.
+//! - This registry's own fleet view shows this host as the publisher last published it, and
+//!   only while it holds its lease: handed over after each step that wrote or (re)took it,
+//!   taken back when the lease is known lost, a TTL has passed since the last step that
+//!   renewed it, or publishing ends.
 
 use std::collections::BTreeMap;
 use std::mem::Discriminant;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
+use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::cache::FleetCache;
 use super::etcd::{self, EtcdSettings};
+use super::keys::FleetKeys;
 pub use super::publisher::PublishOptions;
 use super::publisher::{PublishError, Publisher};
+use super::view::FleetView;
 use super::{DoorScope, PublishFigures, SessionEntry};
 use crate::monitor::{EventKind, Monitor, Next, SubscribeError, Subscription};
 use crate::registry::Reading;
@@ -68,6 +80,8 @@ pub enum StartError {
 pub struct Publishing {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), PublishError>>,
+    /// Where the task runs; dropped after it, which ends the thread.
+    _runtime: OwnRuntime,
 }
 
 impl Publishing {
@@ -100,49 +114,154 @@ pub async fn start(
     monitor: Monitor,
     render: Render,
 ) -> Result<Publishing, StartError> {
-    start_counting(settings, options, monitor, render, Arc::default()).await
+    let view = FleetView::not_configured();
+    start_counting(settings, options, monitor, render, Arc::default(), view).await
 }
 
-/// [`start`], keeping how the publishing stands (lease held, last publish) in `figures`.
+/// [`start`], keeping how the publishing stands (lease held, last publish) in `figures`, and
+/// showing this host in `view` as it publishes it ([`FleetView::own`]).
 pub async fn start_counting(
     settings: &EtcdSettings,
     options: PublishOptions,
     monitor: Monitor,
     render: Render,
     figures: Arc<PublishFigures>,
+    view: FleetView,
 ) -> Result<Publishing, StartError> {
-    let client = etcd::connect(settings, options.ttl)
-        .await
-        .map_err(PublishError::from)?;
-    let mut publisher = Publisher::claim(client, &options).await?;
-    figures.set_lease_held(true);
-    let subscription = match monitor.subscribe().await {
-        Ok(subscription) => subscription,
-        Err(error) => {
-            figures.set_lease_held(false);
-            if let Err(leaving) = publisher.leave().await {
-                tracing::debug!(error = %leaving, "revoking the fleet lease after a failed start");
-            }
-            return Err(error.into());
-        }
-    };
-    let mut entries = Entries::new(options.host_id.to_string(), render);
-    entries.replace(&subscription.snapshot.readings, &now());
-    // The picture is published at once, not a pass later; a failure is retried by the next.
-    step(&mut publisher, &entries, &figures).await;
-    let (stop, stopped) = oneshot::channel();
-    let driver = Driver {
-        publisher,
-        entries,
+    let runtime = OwnRuntime::start().map_err(PublishError::Task)?;
+    let home = Handle::current();
+    let starting = Starting {
+        settings: settings.clone(),
+        options,
         monitor,
-        subscription,
-        retry: options.ttl / 3,
+        render,
         figures,
+        view,
+        home,
     };
+    let driver = match runtime.handle.spawn(starting.start()).await {
+        Ok(started) => started?,
+        Err(join) => return Err(PublishError::Task(join.to_string()).into()),
+    };
+    let (stop, stopped) = oneshot::channel();
     Ok(Publishing {
         stop: Some(stop),
-        task: tokio::spawn(driver.run(stopped)),
+        task: runtime.handle.spawn(driver.run(stopped)),
+        _runtime: runtime,
     })
+}
+
+/// What starting takes, moved onto the publishing's own runtime.
+struct Starting {
+    settings: EtcdSettings,
+    options: PublishOptions,
+    monitor: Monitor,
+    render: Render,
+    figures: Arc<PublishFigures>,
+    view: FleetView,
+    home: Handle,
+}
+
+impl Starting {
+    /// Connect, claim, subscribe and publish the first picture: the driver, ready to run.
+    async fn start(self) -> Result<Driver, StartError> {
+        let Self {
+            settings,
+            options,
+            monitor,
+            render,
+            figures,
+            view,
+            home,
+        } = self;
+        let client = etcd::connect(&settings, options.ttl)
+            .await
+            .map_err(PublishError::from)?;
+        let mut publisher = Publisher::claim(client, &options).await?;
+        figures.set_lease_held(true);
+        let subscription = match subscribe_at(&home, &monitor).await {
+            Ok(subscription) => subscription,
+            Err(error) => {
+                figures.set_lease_held(false);
+                if let Err(leaving) = publisher.leave().await {
+                    tracing::debug!(error = %leaving, "revoking the fleet lease after a failed start");
+                }
+                return Err(error.into());
+            }
+        };
+        let mut entries = Entries::new(options.host_id.to_string(), render);
+        entries.replace(&subscription.snapshot.readings, &now());
+        let mut own = Own::new(view, options.keys.clone(), options.ttl);
+        // The picture is published at once, not a pass later; a failure is retried by the next.
+        step(&mut publisher, &entries, &figures, &mut own).await;
+        Ok(Driver {
+            publisher,
+            entries,
+            monitor,
+            subscription,
+            retry: options.ttl / 3,
+            figures,
+            own,
+            home,
+        })
+    }
+}
+
+/// Subscribe to `monitor` on the runtime `home` (the caller's): a verification loop the
+/// subscription starts must run where the monitor's loops run, not on the publishing's thread.
+async fn subscribe_at(home: &Handle, monitor: &Monitor) -> Result<Subscription, SubscribeError> {
+    let monitor = monitor.clone();
+    match home.spawn(async move { monitor.subscribe().await }).await {
+        Ok(subscribed) => subscribed,
+        // Only when that runtime is shutting down.
+        Err(_) => Err(SubscribeError::Closing),
+    }
+}
+
+/// A runtime of one thread, the publishing's own: alive until this is dropped, which ends the
+/// thread and every task still on it.
+#[derive(Debug)]
+struct OwnRuntime {
+    handle: Handle,
+    /// Its thread runs until this sender goes.
+    _alive: oneshot::Sender<()>,
+}
+
+impl OwnRuntime {
+    fn start() -> Result<Self, String> {
+        let (built, was_built) = std::sync::mpsc::sync_channel(1);
+        let (alive, until_dropped) = oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("fleet-publishing".to_owned())
+            .spawn(move || {
+                // Built here, not handed in: a runtime must not be dropped on an async worker.
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        let _ = built.send(Err(error.to_string()));
+                        return;
+                    }
+                };
+                let _ = built.send(Ok(runtime.handle().clone()));
+                // The sender gone (or sent on): time to end.
+                let _ = runtime.block_on(until_dropped);
+            })
+            .map_err(|e| format!("cannot start the fleet publishing thread: {e}"))?;
+        // Waits for the runtime to be built only (well under a millisecond).
+        match was_built.recv() {
+            Ok(Ok(handle)) => Ok(Self {
+                handle,
+                _alive: alive,
+            }),
+            Ok(Err(error)) => Err(format!(
+                "cannot start the fleet publishing runtime: {error}"
+            )),
+            Err(_) => Err("the fleet publishing thread ended before its runtime was built".into()),
+        }
+    }
 }
 
 /// The task behind [`Publishing`].
@@ -154,6 +273,9 @@ struct Driver {
     /// How long to wait before subscribing again after the directory could not be read.
     retry: Duration,
     figures: Arc<PublishFigures>,
+    own: Own,
+    /// The caller's runtime, where subscribing is done.
+    home: Handle,
 }
 
 impl Driver {
@@ -179,11 +301,13 @@ impl Driver {
                     if passed.is_err() {
                         break;
                     }
-                    step(&mut self.publisher, &self.entries, &self.figures).await;
+                    let own = &mut self.own;
+                    step(&mut self.publisher, &self.entries, &self.figures, own).await;
                 }
             }
         }
         self.figures.set_lease_held(false);
+        self.own.hide();
         self.publisher.leave().await
     }
 
@@ -193,7 +317,7 @@ impl Driver {
         loop {
             let subscribed = tokio::select! {
                 _ = &mut *stopped => return false,
-                subscribed = self.monitor.subscribe() => subscribed,
+                subscribed = subscribe_at(&self.home, &self.monitor) => subscribed,
             };
             match subscribed {
                 Ok(subscription) => {
@@ -217,17 +341,81 @@ impl Driver {
 }
 
 /// One publishing step, its failure logged: the next pass tries again.
-async fn step(publisher: &mut Publisher, entries: &Entries, figures: &PublishFigures) {
+async fn step(
+    publisher: &mut Publisher,
+    entries: &Entries,
+    figures: &PublishFigures,
+    own: &mut Own,
+) {
     match publisher.step(entries.encoded()).await {
         Ok(report) => {
             figures.published();
+            own.renewed(publisher, report.txns > 0 || report.lease_replaced);
             tracing::debug!(?report, "fleet: published");
         }
         Err(error) => {
             // Not renewed: etcd may drop the lease before the next step, so it is not counted
             // on.
             figures.set_lease_held(false);
+            own.failed(error.is_lease_lost());
             tracing::warn!(%error, "fleet: publishing failed; retrying at the next pass");
+        }
+    }
+}
+
+/// This host in this registry's own fleet view: what its publisher published, while it holds
+/// its lease.
+struct Own {
+    view: FleetView,
+    keys: FleetKeys,
+    ttl: Duration,
+    /// When a step last renewed the lease, while the view shows this host.
+    shown_since_renewal: Option<Instant>,
+    /// A step failed since the view was last handed the picture: it may have written part of
+    /// what it wanted before failing, so the next step that renews hands the picture again.
+    stale: bool,
+}
+
+impl Own {
+    fn new(view: FleetView, keys: FleetKeys, ttl: Duration) -> Self {
+        Self {
+            view,
+            keys,
+            ttl,
+            shown_since_renewal: None,
+            stale: false,
+        }
+    }
+
+    /// A step renewed the lease; `wrote` if it wrote anything (or took a new lease).
+    fn renewed(&mut self, publisher: &Publisher, wrote: bool) {
+        if wrote || self.stale || self.shown_since_renewal.is_none() {
+            self.stale = false;
+            let (published, skipped) =
+                FleetCache::read(self.keys.clone(), 0, publisher.published());
+            for skipped in skipped {
+                tracing::warn!(key = %skipped.key, why = %skipped.why, "fleet: an own entry is not shown");
+            }
+            self.view.own(Some(published));
+        }
+        self.shown_since_renewal = Some(Instant::now());
+    }
+
+    /// A step failed; `lost` if etcd said the lease is gone. A lease not renewed for a TTL is
+    /// gone too, whatever the step said.
+    fn failed(&mut self, lost: bool) {
+        self.stale = true;
+        let lapsed = self
+            .shown_since_renewal
+            .is_some_and(|renewed| renewed.elapsed() >= self.ttl);
+        if lost || lapsed {
+            self.hide();
+        }
+    }
+
+    fn hide(&mut self) {
+        if self.shown_since_renewal.take().is_some() {
+            self.view.own(None);
         }
     }
 }

@@ -6,6 +6,11 @@
 //! Invariants:
 //! - Only a current view is ever handed out: while etcd cannot be reached there is no picture,
 //!   only the reason, so a stale fleet is never presented as current.
+//! - This registry's own host is never taken from etcd: what etcd holds under its id (which
+//!   anyone with write access could have put there) is left out, and in its place the view
+//!   shows the picture its own publisher last published under its lease ([`FleetView::own`]),
+//!   only while it holds it. So a session it serves as "this host", which a user may stop or
+//!   kill through it, is one it verified itself.
 //! - A listener gets the picture, then every change after it, without gap or repeat (both are
 //!   taken under one lock); ids grow by one per event for the life of the view, and a snapshot
 //!   carries the id of the last change it includes. More than [`SNAPSHOT_OVER`] changes at once
@@ -131,6 +136,8 @@ struct ViewState {
     picture: Option<Arc<FleetSnapshot>>,
     /// The latest mid-stream snapshot: the only strong hold on it (never read: held).
     _published: Option<Arc<FleetSnapshot>>,
+    /// This host as its publisher last published it, while it holds its lease.
+    own: Option<FleetCache>,
 }
 
 impl FleetView {
@@ -153,6 +160,7 @@ impl FleetView {
                     ended: StreamEnd::default(),
                     picture: None,
                     _published: None,
+                    own: None,
                 }),
                 closing: watch::Sender::new(false),
             })),
@@ -162,6 +170,19 @@ impl FleetView {
     /// This registry's own host id, when it is part of a fleet.
     pub fn own_host(&self) -> Option<&HostId> {
         self.shared.as_ref().map(|shared| &shared.own)
+    }
+
+    /// This host as its publisher just published it under its lease (`Some`), or `None` once
+    /// it holds no lease: what the view shows as this host from now on, in place of anything
+    /// etcd holds under its id. Listeners get the difference.
+    pub fn own(&self, published: Option<FleetCache>) {
+        let Some(shared) = &self.shared else { return };
+        let mut state = shared.lock();
+        let changes = own_changes(&shared.own, state.own.as_mut(), published.as_ref());
+        state.own = published;
+        if state.cache.is_ok() {
+            state.publish(&shared.own, changes);
+        }
     }
 
     /// The fleet now, or why it cannot be served.
@@ -215,7 +236,8 @@ impl FleetView {
         let mut state = shared.lock();
         match &mut state.cache {
             Ok(cache) => {
-                let changes = cache.replace(fresh);
+                let mut changes = cache.replace(fresh);
+                changes.retain(|change| !is_about(change, &shared.own));
                 // The revision moved even if nothing else did.
                 state.picture = None;
                 state.publish(&shared.own, changes);
@@ -239,7 +261,10 @@ impl FleetView {
         let mut changes = Vec::new();
         for (revision, event) in events {
             match cache.apply(revision, event) {
-                Ok(change) => changes.extend(change.map(|change| (revision, change))),
+                Ok(change) => changes.extend(
+                    (change.filter(|change| !is_about(change, &shared.own)))
+                        .map(|change| (revision, change)),
+                ),
                 Err(skipped) => super::refusals::report(&skipped),
             }
         }
@@ -307,9 +332,10 @@ impl ViewState {
             Err(why) => return Err(FleetUnavailable::Unavailable(why.clone())),
         };
         let id = self.next_id - 1;
+        let mine = self.own.as_ref();
         let picture = self
             .picture
-            .get_or_insert_with(|| Arc::new(snapshot_of(cache, id, own)));
+            .get_or_insert_with(|| Arc::new(snapshot_of(cache, mine, id, own)));
         Ok(Arc::clone(picture))
     }
 
@@ -326,7 +352,8 @@ impl ViewState {
             );
             self.next_id += 1;
             let Ok(cache) = &self.cache else { return };
-            let snapshot = Arc::new(snapshot_of(cache, self.next_id - 1, own));
+            let mine = self.own.as_ref();
+            let snapshot = Arc::new(snapshot_of(cache, mine, self.next_id - 1, own));
             let link = Arc::downgrade(&snapshot);
             self.picture = Some(Arc::clone(&snapshot));
             self._published = Some(snapshot);
@@ -350,23 +377,88 @@ impl ViewState {
     }
 }
 
-/// The picture of `cache` including change `id`.
-fn snapshot_of(cache: &FleetCache, id: u64, own: &HostId) -> FleetSnapshot {
-    let mut cached: Vec<_> = cache.cached_sessions().collect();
-    // Stable: equal start times keep the cache's host and session order.
-    cached.sort_by(|a, b| started_at(&b.entry).cmp(started_at(&a.entry)));
+/// The picture of `cache` including change `id`: every host but `own` as etcd holds it, and
+/// `own` as its publisher published it (`mine`), if it holds its lease.
+fn snapshot_of(
+    cache: &FleetCache,
+    mine: Option<&FleetCache>,
+    id: u64,
+    own: &HostId,
+) -> FleetSnapshot {
+    let others = (cache.cached_sessions()).filter(|c| c.entry.host_id != own.as_str());
+    let mut cached: Vec<_> = others
+        .chain(mine.into_iter().flat_map(FleetCache::cached_sessions))
+        .collect();
+    // Newest first; equal start times by host, then session id, as the cache orders them.
+    cached.sort_by(|a, b| {
+        (started_at(&b.entry).cmp(started_at(&a.entry)))
+            .then_with(|| a.entry.host_id.cmp(&b.entry.host_id))
+            .then_with(|| session_id(&a.entry).cmp(session_id(&b.entry)))
+    });
     let (sessions, session_json) = (cached.into_iter())
         .map(|c| (Arc::clone(&c.entry), Arc::clone(&c.json)))
         .unzip();
+    let mut hosts: Vec<_> = (cache.hosts())
+        .filter(|host| host.host_id != own.as_str())
+        .chain(mine.into_iter().flat_map(FleetCache::hosts))
+        .cloned()
+        .collect();
+    hosts.sort_by(|a, b| a.host_id.cmp(&b.host_id));
     FleetSnapshot {
         id,
         revision: cache.revision(),
         host_id: own.clone(),
-        hosts: cache.hosts().cloned().collect(),
+        hosts,
         sessions,
         session_json,
         encoded: OnceLock::new(),
     }
+}
+
+/// Whether `change` is about host `host`.
+fn is_about(change: &FleetChange, host: &HostId) -> bool {
+    let about = match change {
+        FleetChange::HostJoined(entry) => entry.host_id.as_str(),
+        FleetChange::SessionAdded(entry) | FleetChange::SessionChanged { now: entry, .. } => {
+            entry.host_id.as_str()
+        }
+        FleetChange::HostLeft { host_id } | FleetChange::SessionRemoved { host_id, .. } => {
+            host_id.as_str()
+        }
+    };
+    about == host.as_str()
+}
+
+/// The changes from this host `own` as shown (`shown`, `None`: not at all) to `published`.
+fn own_changes(
+    own: &HostId,
+    shown: Option<&mut FleetCache>,
+    published: Option<&FleetCache>,
+) -> Vec<FleetChange> {
+    match (shown, published) {
+        (Some(shown), Some(published)) => shown.replace(published.clone()),
+        (None, Some(published)) => (published.hosts())
+            .map(|host| FleetChange::HostJoined(Arc::clone(host)))
+            .chain((published.sessions()).map(|s| FleetChange::SessionAdded(Arc::clone(s))))
+            .collect(),
+        // Sessions first, as a lease's keys leave: no listener holds a session of a host gone.
+        (Some(shown), None) => (shown.sessions())
+            .map(|s| FleetChange::SessionRemoved {
+                host_id: own.clone(),
+                session_id: session_id(s).to_owned(),
+            })
+            .chain((shown.hosts()).map(|_| FleetChange::HostLeft {
+                host_id: own.clone(),
+            }))
+            .collect(),
+        (None, None) => Vec::new(),
+    }
+}
+
+fn session_id(entry: &SessionEntry) -> &str {
+    (entry.session.get("session_id"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
 }
 
 fn started_at(entry: &SessionEntry) -> &str {

@@ -3,8 +3,9 @@
 use super::*;
 use crate::fleet::sample;
 
+/// This registry's host: none of the samples in etcd are its (see `own_host_*` for those).
 fn own() -> HostId {
-    "a".parse().expect("a host id")
+    "z".parse().expect("a host id")
 }
 
 fn current_view() -> FleetView {
@@ -226,4 +227,110 @@ fn a_host_leaves_after_its_sessions_within_one_revision() {
         }
     }
     assert_eq!(order, ["removed", "left", "joined"]);
+}
+
+/// Host `z`, this registry's own, as its publisher published it: one session `ses_1`.
+fn own_published() -> FleetCache {
+    sample::cache(
+        0,
+        &[
+            sample::host("z"),
+            sample::session("z", "ses_1", 1, "live", "plan"),
+        ],
+    )
+}
+
+fn capsules(snapshot: &FleetSnapshot) -> Vec<(&str, &str, &str)> {
+    (snapshot.sessions.iter())
+        .map(|s| {
+            let text = |field: &str| s.session[field].as_str().unwrap_or("");
+            (s.host_id.as_str(), text("session_id"), text("capsule_name"))
+        })
+        .collect()
+}
+
+/// A forged entry under this host's id (another capsule, pid 1), put in etcd by anyone.
+fn forged(session_id: &str) -> (Vec<u8>, Vec<u8>) {
+    let (key, value) = sample::session("z", session_id, 9, "live", "plan");
+    let mut value: serde_json::Value = serde_json::from_slice(&value).expect("a sample");
+    value["capsule_name"] = "scratch-test (safe to stop)".into();
+    value["pid"] = 1.into();
+    (key, value.to_string().into_bytes())
+}
+
+#[test]
+fn own_host_comes_from_its_publisher_never_from_etcd() {
+    let view = FleetView::new(own());
+    view.read(sample::cache(
+        7,
+        &[
+            sample::host("a"),
+            sample::host("z"),
+            forged("ses_1"),
+            forged("ses_9"),
+        ],
+    ));
+    // No lease held yet: this host is not shown at all, whatever etcd holds under its id.
+    let picture = view.current().expect("current");
+    assert!(picture.sessions.is_empty(), "{:?}", capsules(&picture));
+    let hosts: Vec<&str> = picture.hosts.iter().map(|h| h.host_id.as_str()).collect();
+    assert_eq!(hosts, ["a"]);
+    let (_, mut listener) = view.subscribe().expect("current");
+    view.own(Some(own_published()));
+    let picture = view.current().expect("current");
+    assert_eq!(capsules(&picture), [("z", "ses_1", "c")]);
+    assert!(matches!(
+        next_now(&mut listener).map(|n| match n {
+            FleetNext::Event(e) => e.change.clone(),
+            FleetNext::Snapshot(_) => panic!("an event"),
+        }),
+        Ok(FleetChange::HostJoined(_))
+    ));
+    event_id(next_now(&mut listener));
+    // Forged again while held: no event, and the picture keeps what the publisher published.
+    let again = forged("ses_1");
+    view.apply([
+        put(8, &again),
+        (
+            8,
+            WatchChange::Delete {
+                key: &sample::host("z").0,
+            },
+        ),
+    ]);
+    assert_eq!(
+        capsules(&view.current().expect("current")),
+        [("z", "ses_1", "c")]
+    );
+    // The lease lost: the session leaves, then the host.
+    view.own(None);
+    let removed = next_now(&mut listener).expect("an event");
+    let left = next_now(&mut listener).expect("an event");
+    let change = |next: FleetNext| match next {
+        FleetNext::Event(event) => event.change.clone(),
+        FleetNext::Snapshot(_) => panic!("an event"),
+    };
+    assert!(matches!(
+        change(removed),
+        FleetChange::SessionRemoved { .. }
+    ));
+    assert!(matches!(change(left), FleetChange::HostLeft { .. }));
+    assert!(view.current().expect("current").sessions.is_empty());
+}
+
+#[test]
+fn with_etcd_away_the_fleet_is_unavailable_even_with_its_own_picture() {
+    let view = FleetView::new(own());
+    view.own(Some(own_published()));
+    assert!(matches!(
+        view.current(),
+        Err(FleetUnavailable::Unavailable(_))
+    ));
+    view.read(sample::cache(7, &[sample::host("a")]));
+    assert_eq!(view.current().expect("current").sessions.len(), 1);
+    view.unavailable("etcd refused the connection".to_owned());
+    assert!(matches!(
+        view.current(),
+        Err(FleetUnavailable::Unavailable(_))
+    ));
 }

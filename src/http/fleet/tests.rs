@@ -61,19 +61,32 @@ fn json(body: &str) -> Value {
     serde_json::from_str(body).expect("JSON")
 }
 
+/// Host `a` (this registry's own: shown as its publisher published it, never from etcd) and
+/// host `b`.
 fn fleet_of_two() -> FleetView {
     let view = FleetView::new("a".parse().expect("a host id"));
+    // Before the first read: its picture goes out with the first snapshot, no event of its own.
+    view.own(Some(own_a()));
     view.read(sample::cache(
         42,
         &[
-            sample::host("a"),
             sample::host("b"),
-            sample::session("a", "ses_a1", 1, "live", "plan"),
-            sample::session("a", "ses_a2", 2, "gone", "plan"),
             sample::session("b", "ses_b1", 3, "live", "summarize"),
         ],
     ));
     view
+}
+
+/// Host `a` as its own publisher published it.
+fn own_a() -> crate::fleet::cache::FleetCache {
+    sample::cache(
+        0,
+        &[
+            sample::host("a"),
+            sample::session("a", "ses_a1", 1, "live", "plan"),
+            sample::session("a", "ses_a2", 2, "gone", "plan"),
+        ],
+    )
 }
 
 /// [`fleet_of_two`] with a third session, of capsule `d`, live on host `b`.
@@ -83,13 +96,11 @@ fn fleet_of_two_capsules() -> FleetView {
     let mut value: Value = serde_json::from_slice(&value).expect("a sample session");
     value["capsule_name"] = "d".into();
     let other = (key, value.to_string().into_bytes());
+    view.own(Some(own_a()));
     view.read(sample::cache(
         42,
         &[
-            sample::host("a"),
             sample::host("b"),
-            sample::session("a", "ses_a1", 1, "live", "plan"),
-            sample::session("a", "ses_a2", 2, "gone", "plan"),
             sample::session("b", "ses_b1", 3, "live", "summarize"),
             other,
         ],
