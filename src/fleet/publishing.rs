@@ -304,6 +304,9 @@ impl Driver {
                     let own = &mut self.own;
                     step(&mut self.publisher, &self.entries, &self.figures, own).await;
                 }
+                // A loop that stops completing passes takes no step, so nothing renews the
+                // lease: the view stops showing this host when etcd may drop it.
+                () = until(self.own.lapses_at()) => self.own.hide(),
             }
         }
         self.figures.set_lease_held(false);
@@ -333,6 +336,7 @@ impl Driver {
                         _ = &mut *stopped => return false,
                         // Paces the retries: nothing renews the lease meanwhile, on purpose.
                         () = tokio::time::sleep(self.retry) => {}
+                        () = until(self.own.lapses_at()) => self.own.hide(),
                     }
                 }
             }
@@ -413,10 +417,24 @@ impl Own {
         }
     }
 
+    /// When the lease may lapse, as far as this publisher renewed it, while the view shows
+    /// this host.
+    fn lapses_at(&self) -> Option<Instant> {
+        self.shown_since_renewal.map(|renewed| renewed + self.ttl)
+    }
+
     fn hide(&mut self) {
         if self.shown_since_renewal.take().is_some() {
             self.view.own(None);
         }
+    }
+}
+
+/// Sleep until `deadline`; without one, never wake.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -693,5 +711,26 @@ mod tests {
             "{refused}"
         );
         assert!(check_ttl(Duration::MAX, Duration::MAX).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_own_view_lapses_a_ttl_after_the_last_renewal_when_no_step_comes() {
+        let ttl = Duration::from_millis(20);
+        let view = FleetView::new("a".parse().expect("a host id"));
+        let mut own = Own::new(view, FleetKeys::new("/p"), ttl);
+        // Nothing shown: no deadline, and the wait for one never ends.
+        assert_eq!(own.lapses_at(), None);
+        let waited = tokio::time::timeout(ttl * 2, until(own.lapses_at())).await;
+        assert!(waited.is_err(), "no deadline must never wake");
+        let renewed = Instant::now();
+        own.shown_since_renewal = Some(renewed);
+        assert_eq!(own.lapses_at(), Some(renewed + ttl));
+        until(own.lapses_at()).await;
+        assert!(
+            renewed.elapsed() >= ttl,
+            "woke before the lease could lapse"
+        );
+        own.hide();
+        assert_eq!(own.lapses_at(), None, "hidden: nothing left to lapse");
     }
 }
