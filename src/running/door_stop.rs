@@ -8,6 +8,9 @@
 //! - One connection straight to the socket address whose answer just verified the session (the
 //!   record's name is not resolved again), the whole ask within [`STOP_ASK_DEADLINE`], at most
 //!   [`MAX_STOP_ANSWER_BYTES`] read; the door's own error message is never quoted.
+//! - The ask's connection is checked like the probe's (`door_exchange`): unless a process of
+//!   the records' owner accepted it, nothing is sent (the token least of all) and the door is
+//!   not asked ([`DoorStop::NotLive`]).
 //! - What the door answers is only reported: it never decides whether signals are sent. Every
 //!   string in it has the record's secrets replaced before it leaves this module.
 
@@ -64,7 +67,8 @@ pub enum DoorStop {
         /// Which session it named.
         reason: String,
     },
-    /// Not asked: the fresh verification did not show the door answering as this session.
+    /// Not asked: the fresh verification did not show the door answering as this session, or
+    /// the connection for the ask was not held by a process of the records' owner.
     NotLive {
         /// What the verification found.
         reason: String,
@@ -101,7 +105,11 @@ pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> Door
             return DoorStop::NotLive { reason };
         }
     };
-    let answer = tokio::time::timeout(STOP_ASK_DEADLINE, send_stop_session(record, at)).await;
+    let answer = tokio::time::timeout(
+        STOP_ASK_DEADLINE,
+        send_stop_session(record, at, probe.door_owner()),
+    )
+    .await;
     let stop = match answer {
         Err(_) => DoorStop::NoAnswer {
             reason: format!(
@@ -111,6 +119,7 @@ pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> Door
         },
         Ok(Err(AskFailure::Refused(reason))) => DoorStop::Refused { reason },
         Ok(Err(AskFailure::NoAnswer(reason))) => DoorStop::NoAnswer { reason },
+        Ok(Err(AskFailure::NotAsked(reason))) => DoorStop::NotLive { reason },
         Ok(Ok(body)) => read_stop_answer(&body, record),
     };
     redacted(stop, record)
@@ -120,13 +129,19 @@ pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> Door
 enum AskFailure {
     Refused(String),
     NoAnswer(String),
+    /// Nothing was sent: the connection was not the records' owner's.
+    NotAsked(String),
 }
 
 /// One `POST /` carrying `murmur.StopSession` to the socket at `at`, the very one whose answer
 /// just verified the session (the record's name is not resolved again: it could name another
 /// socket by now), with the record's door token as bearer if it has one; the body of a 2xx
-/// answer.
-async fn send_stop_session(record: &RunningRecord, at: SocketAddr) -> Result<Bytes, AskFailure> {
+/// answer. Sent only once `owner`'s process has accepted the connection.
+async fn send_stop_session(
+    record: &RunningRecord,
+    at: SocketAddr,
+    owner: u32,
+) -> Result<Bytes, AskFailure> {
     let url = record.url.as_deref().unwrap_or_default();
     let address = door_address(url).map_err(AskFailure::NoAnswer)?;
     let stream = TcpStream::connect(at).await.map_err(|e| {
@@ -135,9 +150,10 @@ async fn send_stop_session(record: &RunningRecord, at: SocketAddr) -> Result<Byt
     let request =
         DoorRequest::post_json(&address, STOP_SESSION_REQUEST, record.door_token.as_ref())
             .map_err(|why| AskFailure::NoAnswer(format!("the door could not be asked: {why}")))?;
-    exchange(stream, &request, MAX_STOP_ANSWER_BYTES)
+    exchange(stream, &request, MAX_STOP_ANSWER_BYTES, owner)
         .await
         .map_err(|failure| match failure {
+            ExchangeFailure::Withheld { .. } => AskFailure::NotAsked(format!("the door {failure}")),
             ExchangeFailure::Status(_) => {
                 AskFailure::Refused(format!("the door {failure} to murmur.StopSession"))
             }
