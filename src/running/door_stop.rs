@@ -342,6 +342,35 @@ mod tests {
         ));
     }
 
+    #[tokio::test]
+    async fn an_ask_on_a_connection_another_user_holds_sends_nothing() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        let door = tokio::spawn(async move {
+            let (mut accepted, _) = listener.accept().await.expect("accepted");
+            let mut received = Vec::new();
+            accepted.read_to_end(&mut received).await.map(|_| received)
+        });
+        let mut record = record(Some("s3cret"));
+        record.url = Some(at.to_string());
+        // The listener is ours: as another owner's door, it must be sent nothing.
+        let me = rustix::process::geteuid().as_raw();
+        let other = me.wrapping_add(1);
+        let Err(AskFailure::NotAsked(reason)) = send_stop_session(&record, at, other).await else {
+            panic!("asked on a connection of another owner");
+        };
+        assert_eq!(
+            reason,
+            format!(
+                "the door is held by uid {me}, not by the records' owner (uid {other}); \
+                 the token was not sent"
+            )
+        );
+        let received = door.await.unwrap().expect("read to the end");
+        assert!(received.is_empty(), "{received:?}");
+    }
+
     #[test]
     fn secrets_are_redacted_from_lists_and_reasons() {
         let record = record(Some("s3cret"));
