@@ -125,8 +125,15 @@ fn ends_of_two_families_are_refused_before_the_kernel_is_asked() {
 
 #[test]
 fn a_connection_the_kernel_does_not_hold_has_no_far_end() {
-    // Ports nobody connected from: no socket at all, or only a listener, which is not taken.
+    // A port nobody connected from: the kernel answers with the listener, which is not taken.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let to_listener = far_end(addr(9), listener.local_addr().unwrap()).expect("an answer");
     assert_eq!(to_listener, FarEnd::Absent);
+    // No socket at all on that port now: the kernel says there is none, which is no error.
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    assert_eq!(
+        far_end(addr(9), addr(port)).expect("an answer"),
+        FarEnd::Absent
+    );
 }
