@@ -11,6 +11,8 @@
 //!   directory on a local filesystem excepted, and the token file's one `lstat` per request);
 //!   door probes of one record are shared by concurrent callers.
 //! - [`private_fs`]: private directories, atomic writes, and removal only of the file judged.
+//! - `socket_owner`: who holds the far end of one of our TCP connections, asked of the kernel
+//!   (bottom floor, beside `private_fs`: the doors ask it before a secret is written).
 //! - [`token`]: the bearer token file, created private and checked in constant time.
 //! - [`monitor`]: the live view behind `/events`: one verification loop publishing every change
 //!   to any number of listeners.
@@ -31,6 +33,7 @@ pub mod monitor;
 pub mod private_fs;
 pub mod registry;
 pub mod running;
+mod socket_owner;
 #[cfg(test)]
 mod test_records;
 pub mod token;

@@ -10,9 +10,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::server::TestServer;
 use common::{
     CARD_PATH, CapsuleProcess, DEADLINE, DoorMode, DoorServer, ExitedChild, RecordJson, Rejection,
-    TestProcess, Zombie, refused_url, session_id, spec_card, wire_word, wrong_start_token,
+    SquattingDoor, TestProcess, Zombie, refused_url, session_id, spec_card, wire_word,
+    wrong_start_token,
 };
 use murmur_registry::http::wire::SessionState;
 use murmur_registry::registry::Registry;
@@ -582,4 +584,70 @@ async fn the_door_token_never_shows_in_debug_output_or_reasons() {
         let reason = unreachable_reason(&verdict.liveness);
         assert!(!reason.contains(TOKEN), "{reason}");
     }
+}
+
+/// The reason `liveness` gives, which must say that a door held by uid 65534 was sent nothing.
+fn assert_withheld_from_nobody(liveness: &Liveness, url: &str, withheld: &str) {
+    let reason = unreachable_reason(liveness);
+    assert!(
+        reason.starts_with(&format!(
+            "door at {url} is held by uid 65534, not by the records' owner"
+        )),
+        "{reason}"
+    );
+    assert!(reason.ends_with(withheld), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs root: the squatter runs as uid 65534 (setpriv)"]
+async fn a_door_port_held_by_another_user_gets_no_byte_and_the_session_is_unreachable() {
+    let id = session_id();
+    let squatter = SquattingDoor::start(&id);
+    let with_token = RecordJson::new(&id)
+        .url(squatter.url())
+        .door_token(TOKEN)
+        .parse();
+    let without_token = RecordJson::new(&id).url(squatter.url()).parse();
+    for (record, withheld) in [
+        (with_token, "; the token was not sent"),
+        (without_token, "; nothing was sent"),
+    ] {
+        // The squatter answers as this session's door would: only the check keeps it out.
+        let liveness = verify(&record, &quick_probe()).await;
+        assert_withheld_from_nobody(&liveness, &squatter.url(), withheld);
+        assert_eq!(squatter.connections(), [""], "the squatter got bytes");
+    }
+}
+
+/// `GET path` of `server` with its token: a 200's JSON body.
+async fn get_json(server: &TestServer, path: &str) -> Value {
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let url = format!("{}{path}", server.base());
+    let answer = client.get(url).bearer_auth(server.token()).send().await;
+    let answer = answer.expect("the registry answers");
+    assert_eq!(answer.status(), 200, "{path}");
+    serde_json::from_str(&answer.text().await.unwrap()).expect("JSON")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs root: the squatter runs as uid 65534 (setpriv)"]
+async fn sessions_and_liveness_over_http_send_a_squatter_nothing() {
+    let id = session_id();
+    let squatter = SquattingDoor::start(&id);
+    let server = TestServer::builder().probe(quick_probe()).start().await;
+    RecordJson::new(&id)
+        .url(squatter.url())
+        .door_token(TOKEN)
+        .write_in(server.dir());
+    let listed = get_json(&server, "/sessions").await;
+    let liveness = &listed["sessions"][0]["liveness"];
+    assert_eq!(liveness["state"], "unreachable", "{listed}");
+    let reason = liveness["reason"].as_str().unwrap_or_default().to_owned();
+    let said = Liveness::Unreachable { reason };
+    assert_withheld_from_nobody(&said, &squatter.url(), "; the token was not sent");
+    let one = get_json(&server, &format!("/sessions/{id}/liveness")).await;
+    assert_eq!(one["state"], "unreachable", "{one}");
+    assert_eq!(one["reason"], liveness["reason"], "{one}");
+    let received = squatter.connections();
+    assert!(received.iter().all(String::is_empty), "{received:?}");
 }

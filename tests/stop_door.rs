@@ -320,6 +320,36 @@ async fn an_answer_over_the_size_cap_is_not_read() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: the squatter runs as uid 65534 (setpriv)"]
+async fn a_door_port_held_by_another_user_is_sent_nothing_and_the_signals_go_on() {
+    let registry = Registry::start().await;
+    let id = session_id();
+    // It would answer the probe and the ask as this session's door: only the check keeps the
+    // token from it.
+    let squatter = SquattingDoor::start(&id);
+    let mut process = TestProcess::sleeping();
+    let record = RecordJson::new(&id)
+        .process(process.pid(), &process.start_token())
+        .url(squatter.url())
+        .set("door_token", "stop-token-SECRET-77aa");
+    record.write_in(registry.server.dir());
+    let answer = registry.stop(&id, "").await;
+    // Layers 1–2 still confirm our process: the stop goes on to SIGTERM as without a door.
+    assert_stopped_by_sigterm(&answer, &mut process, "not_live");
+    let reason = answer.body["door"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!(
+            "door at {} is held by uid 65534, not by the records' owner",
+            squatter.url()
+        )),
+        "{reason}"
+    );
+    assert!(reason.ends_with("; the token was not sent"), "{reason}");
+    let received = squatter.connections();
+    assert!(received.iter().all(String::is_empty), "{received:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_door_that_does_not_answer_as_this_session_is_never_asked() {
     let registry = Registry::start().await;
     let id = session_id();

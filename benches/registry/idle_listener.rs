@@ -51,6 +51,16 @@ impl IdleCost {
         format!("{:.1} %", self.cpu_percent)
     }
 
+    /// The registry's CPU per door probe, in µs: what a probe costs it, all in (the
+    /// connection, the owner lookup before the request, the answer, the loop around them).
+    fn cpu_per_probe_us(&self) -> f64 {
+        self.cpu_percent / 100.0 / self.probes_per_second.max(0.01) * 1e6
+    }
+
+    fn per_probe(&self) -> String {
+        format!("{:.0} µs", self.cpu_per_probe_us())
+    }
+
     fn probes(&self) -> String {
         format!(
             "{:.0}/s, busiest second {}",
@@ -94,6 +104,19 @@ pub async fn idle_with_one_listener(rows: &mut Vec<Row>, binaries: &Binaries) {
                 format!("{:.1}x", b.cpu_percent / new.cpu_percent.max(0.01))
             }),
             met: new.cpu_percent <= TARGET_CPU_PERCENT,
+        },
+    );
+    add(
+        rows,
+        Row {
+            scenario: format!("idle, {IDLE} live: registry CPU per door probe"),
+            measured: new.per_probe(),
+            target: "-".to_owned(),
+            baseline: baseline_cell(baseline.as_ref().map(IdleCost::per_probe)),
+            ratio: baseline.as_ref().map_or("-".to_owned(), |b| {
+                format!("{:+.0} µs", new.cpu_per_probe_us() - b.cpu_per_probe_us())
+            }),
+            met: true,
         },
     );
     add(

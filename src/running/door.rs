@@ -7,7 +7,10 @@
 //!   [`MAX_CARD_BYTES`], so no door can hold a verification hostage or exhaust memory; many
 //!   records are verified concurrently, so one slow door delays no other.
 //! - A door is probed only on loopback, over plain HTTP, without proxies or redirects: a
-//!   record's `door_token` is sent to the address the record names and nowhere else.
+//!   record's `door_token` is sent to the address the record names and nowhere else, and only
+//!   over a connection whose far end a process of the records' owner accepted (checked in
+//!   `door_exchange`, for every probe: a door held by another user is `Unreachable`, sent
+//!   nothing).
 //! - Reasons never quote a secret, and quote a door's own words only briefly and sanitised.
 
 use std::net::{IpAddr, SocketAddr};
@@ -120,6 +123,9 @@ pub struct DoorProbe {
     max_in_flight: usize,
     in_flight: Arc<Semaphore>,
     observer: Option<VisitObserver>,
+    /// The uid a door's accepted socket must belong to: the records' owner, which is this
+    /// process's effective uid (a record of any other owner is never read).
+    owner: u32,
 }
 
 /// Told of every visit to a door: whether it confirmed the session, and how long the door took
@@ -176,6 +182,7 @@ impl DoorProbe {
             max_in_flight,
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
             observer: None,
+            owner: rustix::process::geteuid().as_raw(),
         }
     }
 
@@ -191,6 +198,12 @@ impl DoorProbe {
     /// How many probes may hold a socket at once.
     pub fn max_in_flight(&self) -> usize {
         self.max_in_flight
+    }
+
+    /// The uid whose process must hold the far end of a door connection before anything is
+    /// written on it: the records' owner.
+    pub(crate) fn door_owner(&self) -> u32 {
+        self.owner
     }
 
     /// Probe the door of `record`: `Ok` when it names the record's session, else why not.
@@ -288,7 +301,7 @@ impl DoorProbe {
             })?;
         let body = tokio::time::timeout(
             self.answer_deadline,
-            fetch_card(stream, address, record.door_token.as_ref()),
+            fetch_card(stream, address, record.door_token.as_ref(), self.owner),
         )
         .await
         .map_err(|_| {
@@ -371,18 +384,20 @@ async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<(TcpStre
     }))
 }
 
-/// Ask for the card over `stream`; the body of a 2xx answer, at most [`MAX_CARD_BYTES`] of it.
+/// Ask for the card over `stream`, once its far end is `owner`'s; the body of a 2xx answer, at
+/// most [`MAX_CARD_BYTES`] of it.
 async fn fetch_card(
     stream: TcpStream,
     address: &DoorAddress<'_>,
     door_token: Option<&Secret>,
+    owner: u32,
 ) -> Result<Bytes, String> {
     let request = match door_token {
         Some(token) => DoorRequest::post_json(address, EXTENDED_CARD_REQUEST, Some(token))
             .map_err(|why| format!("could not be asked: {why}"))?,
         None => DoorRequest::get(address, "/.well-known/agent-card.json"),
     };
-    exchange(stream, &request, MAX_CARD_BYTES)
+    exchange(stream, &request, MAX_CARD_BYTES, owner)
         .await
         .map_err(|failure| failure.to_string())
 }

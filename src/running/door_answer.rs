@@ -34,6 +34,15 @@ pub(crate) enum ExchangeFailure {
     /// HTTP/1.1.
     #[error("{0}")]
     Broken(String),
+    /// Nothing was sent: the connection's far end is not a socket of the records' owner
+    /// (`why` says whose it is, or why that could not be told).
+    #[error("{why}; {}", if *token { "the token was not sent" } else { "nothing was sent" })]
+    Withheld {
+        /// Who holds the far end, or why that is unknown.
+        why: String,
+        /// Whether the request withheld carried the door token.
+        token: bool,
+    },
 }
 
 pub(crate) fn broken(text: impl Into<String>) -> ExchangeFailure {

@@ -8,6 +8,9 @@
 //! - One connection straight to the socket address whose answer just verified the session (the
 //!   record's name is not resolved again), the whole ask within [`STOP_ASK_DEADLINE`], at most
 //!   [`MAX_STOP_ANSWER_BYTES`] read; the door's own error message is never quoted.
+//! - The ask's connection is checked like the probe's (`door_exchange`): unless a process of
+//!   the records' owner accepted it, nothing is sent (the token least of all) and the door is
+//!   not asked ([`DoorStop::NotLive`]).
 //! - What the door answers is only reported: it never decides whether signals are sent. Every
 //!   string in it has the record's secrets replaced before it leaves this module.
 
@@ -65,7 +68,8 @@ pub enum DoorStop {
         /// Which session it named.
         reason: String,
     },
-    /// Not asked: the fresh verification did not show the door answering as this session.
+    /// Not asked: the fresh verification did not show the door answering as this session, or
+    /// the connection for the ask was not held by a process of the records' owner.
     NotLive {
         /// What the verification found.
         reason: String,
@@ -102,7 +106,11 @@ pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> Door
             return DoorStop::NotLive { reason };
         }
     };
-    let answer = tokio::time::timeout(STOP_ASK_DEADLINE, send_stop_session(record, at)).await;
+    let answer = tokio::time::timeout(
+        STOP_ASK_DEADLINE,
+        send_stop_session(record, at, probe.door_owner()),
+    )
+    .await;
     let stop = match answer {
         Err(_) => DoorStop::NoAnswer {
             reason: format!(
@@ -112,6 +120,7 @@ pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> Door
         },
         Ok(Err(AskFailure::Refused(reason))) => DoorStop::Refused { reason },
         Ok(Err(AskFailure::NoAnswer(reason))) => DoorStop::NoAnswer { reason },
+        Ok(Err(AskFailure::NotAsked(reason))) => DoorStop::NotLive { reason },
         Ok(Ok(body)) => read_stop_answer(&body, record),
     };
     redacted(stop, record)
@@ -121,13 +130,19 @@ pub async fn ask_door_to_stop(record: &RunningRecord, probe: &DoorProbe) -> Door
 enum AskFailure {
     Refused(String),
     NoAnswer(String),
+    /// Nothing was sent: the connection was not the records' owner's.
+    NotAsked(String),
 }
 
 /// One `POST /` carrying `murmur.StopSession` to the socket at `at`, the very one whose answer
 /// just verified the session (the record's name is not resolved again: it could name another
 /// socket by now), with the record's door token as bearer if it has one; the body of a 2xx
-/// answer.
-async fn send_stop_session(record: &RunningRecord, at: SocketAddr) -> Result<Bytes, AskFailure> {
+/// answer. Sent only once `owner`'s process has accepted the connection.
+async fn send_stop_session(
+    record: &RunningRecord,
+    at: SocketAddr,
+    owner: u32,
+) -> Result<Bytes, AskFailure> {
     let url = record.url.as_deref().unwrap_or_default();
     let address = door_address(url).map_err(AskFailure::NoAnswer)?;
     let stream = TcpStream::connect(at).await.map_err(|e| {
@@ -136,9 +151,10 @@ async fn send_stop_session(record: &RunningRecord, at: SocketAddr) -> Result<Byt
     let request =
         DoorRequest::post_json(&address, STOP_SESSION_REQUEST, record.door_token.as_ref())
             .map_err(|why| AskFailure::NoAnswer(format!("the door could not be asked: {why}")))?;
-    exchange(stream, &request, MAX_STOP_ANSWER_BYTES)
+    exchange(stream, &request, MAX_STOP_ANSWER_BYTES, owner)
         .await
         .map_err(|failure| match failure {
+            ExchangeFailure::Withheld { .. } => AskFailure::NotAsked(format!("the door {failure}")),
             ExchangeFailure::Status(_) => {
                 AskFailure::Refused(format!("the door {failure} to murmur.StopSession"))
             }
@@ -325,6 +341,35 @@ mod tests {
             read_stop_answer(b"<html>", &record(None)),
             DoorStop::NoAnswer { .. }
         ));
+    }
+
+    #[tokio::test]
+    async fn an_ask_on_a_connection_another_user_holds_sends_nothing() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = listener.local_addr().unwrap();
+        let door = tokio::spawn(async move {
+            let (mut accepted, _) = listener.accept().await.expect("accepted");
+            let mut received = Vec::new();
+            accepted.read_to_end(&mut received).await.map(|_| received)
+        });
+        let mut record = record(Some("s3cret"));
+        record.url = Some(at.to_string());
+        // The listener is ours: as another owner's door, it must be sent nothing.
+        let me = rustix::process::geteuid().as_raw();
+        let other = me.wrapping_add(1);
+        let Err(AskFailure::NotAsked(reason)) = send_stop_session(&record, at, other).await else {
+            panic!("asked on a connection of another owner");
+        };
+        assert_eq!(
+            reason,
+            format!(
+                "the door is held by uid {me}, not by the records' owner (uid {other}); \
+                 the token was not sent"
+            )
+        );
+        let received = door.await.unwrap().expect("read to the end");
+        assert!(received.is_empty(), "{received:?}");
     }
 
     #[test]

@@ -552,3 +552,78 @@ fn stoppable_answer(
         _ => reply("error", method_not_found),
     }
 }
+
+/// `tests/fixtures/squatter.py`: a listener of another user answering as a door would.
+const SQUATTER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/squatter.py");
+
+/// A squatter on a door's port: `python3 tests/fixtures/squatter.py` run as uid/gid 65534
+/// (`setpriv`, so the test must run as root) on `127.0.0.1:<ephemeral>`, answering as the door
+/// of its session would (card, extended card, `murmur.StopSession`) to whoever connects, and
+/// telling what each connection brought. Killed when dropped.
+pub struct SquattingDoor {
+    child: std::process::Child,
+    port: u16,
+    /// One JSON line per accepted connection: `{"bytes", "request"}`.
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl SquattingDoor {
+    /// A squatter answering as the door of `session_id`.
+    pub fn start(session_id: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            // The system's interpreter: a version manager's shim under root's home is out of
+            // uid 65534's reach.
+            .args(["/usr/bin/python3", SQUATTER, session_id])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("setpriv python3 (the test needs root)");
+        let stdout = child.stdout.take().expect("its stdout");
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let first = lines
+            .recv_timeout(super::DEADLINE)
+            .expect("the squatter names its port");
+        let port = first.trim().parse().expect("a port");
+        Self { child, port, lines }
+    }
+
+    /// Its address as a record's `url`.
+    pub fn url(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// What every connection accepted so far brought (the requests' text), once at least one
+    /// was accepted and closed.
+    pub fn connections(&self) -> Vec<String> {
+        let first = self
+            .lines
+            .recv_timeout(super::DEADLINE)
+            .expect("a connection reached the squatter");
+        std::iter::once(first)
+            .chain(self.lines.try_iter())
+            .map(|line| {
+                let seen: Value = serde_json::from_str(&line).expect("a JSON line");
+                seen["request"].as_str().expect("its text").to_owned()
+            })
+            .collect()
+    }
+}
+
+impl Drop for SquattingDoor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
