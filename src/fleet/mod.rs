@@ -22,12 +22,14 @@ mod figures;
 mod host_id;
 pub mod keys;
 pub mod model;
+#[cfg(feature = "fleet")]
+mod own_host;
 pub mod plan;
 #[cfg(feature = "fleet")]
 pub mod publisher;
 #[cfg(feature = "fleet")]
 pub mod publishing;
-pub mod refusals;
+pub(crate) mod refusals;
 #[cfg(test)]
 pub(crate) mod sample;
 pub mod view;

@@ -26,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::mem::Discriminant;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -34,9 +34,8 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::cache::FleetCache;
 use super::etcd::{self, EtcdSettings};
-use super::keys::FleetKeys;
+use super::own_host::{Own, until};
 pub use super::publisher::PublishOptions;
 use super::publisher::{PublishError, Publisher};
 use super::view::FleetView;
@@ -367,77 +366,6 @@ async fn step(
     }
 }
 
-/// This host in this registry's own fleet view: what its publisher published, while it holds
-/// its lease.
-struct Own {
-    view: FleetView,
-    keys: FleetKeys,
-    ttl: Duration,
-    /// When a step last renewed the lease, while the view shows this host.
-    shown_since_renewal: Option<Instant>,
-    /// A step failed since the view was last handed the picture: it may have written part of
-    /// what it wanted before failing, so the next step that renews hands the picture again.
-    stale: bool,
-}
-
-impl Own {
-    fn new(view: FleetView, keys: FleetKeys, ttl: Duration) -> Self {
-        Self {
-            view,
-            keys,
-            ttl,
-            shown_since_renewal: None,
-            stale: false,
-        }
-    }
-
-    /// A step renewed the lease; `wrote` if it wrote anything (or took a new lease).
-    fn renewed(&mut self, publisher: &Publisher, wrote: bool) {
-        if wrote || self.stale || self.shown_since_renewal.is_none() {
-            self.stale = false;
-            let (published, skipped) =
-                FleetCache::read(self.keys.clone(), 0, publisher.published());
-            for skipped in skipped {
-                tracing::warn!(key = %skipped.key, why = %skipped.why, "fleet: an own entry is not shown");
-            }
-            self.view.own(Some(published));
-        }
-        self.shown_since_renewal = Some(Instant::now());
-    }
-
-    /// A step failed; `lost` if etcd said the lease is gone. A lease not renewed for a TTL is
-    /// gone too, whatever the step said.
-    fn failed(&mut self, lost: bool) {
-        self.stale = true;
-        let lapsed = self
-            .shown_since_renewal
-            .is_some_and(|renewed| renewed.elapsed() >= self.ttl);
-        if lost || lapsed {
-            self.hide();
-        }
-    }
-
-    /// When the lease may lapse, as far as this publisher renewed it, while the view shows
-    /// this host.
-    fn lapses_at(&self) -> Option<Instant> {
-        self.shown_since_renewal.map(|renewed| renewed + self.ttl)
-    }
-
-    fn hide(&mut self) {
-        if self.shown_since_renewal.take().is_some() {
-            self.view.own(None);
-        }
-    }
-}
-
-/// Sleep until `deadline`; without one, never wake.
-async fn until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
 fn now() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
@@ -711,26 +639,5 @@ mod tests {
             "{refused}"
         );
         assert!(check_ttl(Duration::MAX, Duration::MAX).is_err());
-    }
-
-    #[tokio::test]
-    async fn the_own_view_lapses_a_ttl_after_the_last_renewal_when_no_step_comes() {
-        let ttl = Duration::from_millis(20);
-        let view = FleetView::new("a".parse().expect("a host id"));
-        let mut own = Own::new(view, FleetKeys::new("/p"), ttl);
-        // Nothing shown: no deadline, and the wait for one never ends.
-        assert_eq!(own.lapses_at(), None);
-        let waited = tokio::time::timeout(ttl * 2, until(own.lapses_at())).await;
-        assert!(waited.is_err(), "no deadline must never wake");
-        let renewed = Instant::now();
-        own.shown_since_renewal = Some(renewed);
-        assert_eq!(own.lapses_at(), Some(renewed + ttl));
-        until(own.lapses_at()).await;
-        assert!(
-            renewed.elapsed() >= ttl,
-            "woke before the lease could lapse"
-        );
-        own.hide();
-        assert_eq!(own.lapses_at(), None, "hidden: nothing left to lapse");
     }
 }
