@@ -102,9 +102,7 @@ fn judged(ours: SocketAddr, theirs: SocketAddr, seen: Option<&Seen>) -> FarEnd {
     let Some(seen) = seen else {
         return FarEnd::Absent;
     };
-    let is_ours = seen.local == (theirs.ip(), theirs.port())
-        && seen.remote == (ours.ip(), ours.port())
-        && ours != theirs;
+    let is_ours = names(seen.local, theirs) && names(seen.remote, ours) && ours != theirs;
     match seen.state {
         _ if !is_ours => FarEnd::Absent,
         TCP_SYN_RECV => FarEnd::NotYetAccepted,
@@ -112,6 +110,13 @@ fn judged(ours: SocketAddr, theirs: SocketAddr, seen: Option<&Seen>) -> FarEnd {
         TCP_ESTABLISHED => FarEnd::Accepted { uid: seen.uid },
         _ => FarEnd::Absent,
     }
+}
+
+/// Whether the end the kernel described is `end`. A dual-stack IPv6 socket (`[::]` with
+/// IPv6-only off, the default of Go, Node and Java) serves an IPv4 connection, and the kernel
+/// describes it in IPv6 words (`::ffff:127.0.0.1`): the same address, compared canonical.
+fn names((ip, port): (IpAddr, u16), end: SocketAddr) -> bool {
+    ip.to_canonical() == end.ip().to_canonical() && port == end.port()
 }
 
 /// The kernel's `inet_diag_msg` header for the socket whose local end is `theirs` and whose

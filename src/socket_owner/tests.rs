@@ -137,3 +137,19 @@ fn a_connection_the_kernel_does_not_hold_has_no_far_end() {
         FarEnd::Absent
     );
 }
+
+#[test]
+fn a_door_on_a_dual_stack_socket_reached_over_ipv4_is_told_by_its_owner() {
+    // `[::]` with IPv6-only off is what Go, Node and Java listen on by default: the kernel
+    // describes its accepted socket in IPv6 words (`::ffff:127.0.0.1`) for an IPv4 connection.
+    let Ok(listener) = TcpListener::bind((Ipv6Addr::UNSPECIFIED, 0)) else {
+        return; // no IPv6 on this host: no dual-stack door either
+    };
+    let port = listener.local_addr().unwrap().port();
+    let Ok(stream) = TcpStream::connect(addr(port)) else {
+        return; // IPv6-only sockets by the host's default (net.ipv6.bindv6only = 1)
+    };
+    assert_eq!(far_end_of(&stream), FarEnd::NotYetAccepted);
+    let (_accepted, _) = listener.accept().unwrap();
+    assert_eq!(far_end_of(&stream), FarEnd::Accepted { uid: me() });
+}
