@@ -5,36 +5,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
-
 use common::server::TestServer;
 use common::*;
 use serde_json::{Value, json};
-
-/// A door on `127.0.0.1:0` answering every request with `body` as a `200` JSON card, on its own
-/// thread until the test process ends.
-fn door_answering(body: String) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    let url = listener.local_addr().expect("an address").to_string();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
-                head.push(byte[0]);
-            }
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-                 Connection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(answer.as_bytes());
-        }
-    });
-    url
-}
 
 /// GET `path` with the token: the status and the body as text.
 async fn get(server: &TestServer, path: &str) -> (u16, String) {
@@ -64,7 +37,8 @@ async fn an_all_digit_credential_a_door_echoes_as_a_number_never_reaches_a_card(
             "pin": {PIN}, "pins": [{PIN}, -{PIN}, 42], "fraction": 0.{ZEROED},
             "long": {LONG}, "said": "pin {PIN}"}}"#
     );
-    let record = record.url(door_answering(card)).set(
+    let door = DoorServer::start(DoorMode::CardText(card));
+    let record = record.url(door.url()).set(
         "credentials",
         json!({"pin": PIN, "zeroed": ZEROED, "long": LONG}),
     );

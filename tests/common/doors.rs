@@ -105,6 +105,9 @@ pub enum DoorMode {
     Chunked(String),
     /// Answers the [`spec_card`] as HTTP/1.0 with no length: the body ends when the door closes.
     CloseDelimited(String),
+    /// `GET /.well-known/agent-card.json` answers these very bytes as JSON (a card whose
+    /// numbers must reach the registry as written, which a [`Value`] would print again).
+    CardText(String),
     /// Reads the request and closes the connection without a word.
     ClosesUnanswered,
     /// Reads the request and resets the connection (`SO_LINGER` 0) without a word.
@@ -444,7 +447,8 @@ fn answer(mode: &DoorMode, request: &Received) -> Option<Vec<u8>> {
             spec_card(id)
         )
         .into_bytes(),
-        DoorMode::Chunked(_) | DoorMode::CloseDelimited(_) => not_found(),
+        DoorMode::CardText(text) if is_card_get => http("200 OK", text.as_bytes()),
+        DoorMode::Chunked(_) | DoorMode::CloseDelimited(_) | DoorMode::CardText(_) => not_found(),
         DoorMode::ClosesUnanswered | DoorMode::ResetsUnanswered => Vec::new(),
         DoorMode::Authenticated { .. } if is_card_get => ok_json(&public_card_without_session()),
         DoorMode::Authenticated {
