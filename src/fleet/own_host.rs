@@ -2,8 +2,9 @@
 //! the publisher holds its lease.
 //!
 //! Invariant: the view is handed this host's picture only after a step that renewed the lease,
-//! and takes it back when etcd says the lease is lost, or a TTL after the last renewal (whether
-//! a step failed or none came at all: a loop that stops completing passes renews nothing).
+//! and takes it back when etcd says the lease is lost, or a TTL after the last renewal was sent
+//! (whether a step failed or none came at all: a loop that stops completing passes renews
+//! nothing). Counting from the sending, not the answer, errs on the side of hiding.
 
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,8 @@ pub(super) struct Own {
     view: FleetView,
     keys: FleetKeys,
     ttl: Duration,
-    /// When a step last renewed the lease, while the view shows this host.
+    /// When the renewal of the last step that renewed the lease was sent, while the view shows
+    /// this host.
     shown_since_renewal: Option<Instant>,
     /// A step failed since the view was last handed the picture: it may have written part of
     /// what it wanted before failing, so the next step that renews hands the picture again.
@@ -38,6 +40,11 @@ impl Own {
 
     /// A step renewed the lease; `wrote` if it wrote anything (or took a new lease).
     pub(super) fn renewed(&mut self, publisher: &Publisher, wrote: bool) {
+        // A step that succeeded holds a lease; were it not so, nothing proves one is held.
+        let Some(renewed_at) = publisher.renewed_at() else {
+            self.hide();
+            return;
+        };
         if wrote || self.stale || self.shown_since_renewal.is_none() {
             self.stale = false;
             let (published, skipped) =
@@ -47,7 +54,7 @@ impl Own {
             }
             self.view.own(Some(published));
         }
-        self.shown_since_renewal = Some(Instant::now());
+        self.shown_since_renewal = Some(renewed_at);
     }
 
     /// A step failed; `lost` if etcd said the lease is gone. A lease not renewed for a TTL is

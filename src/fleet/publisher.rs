@@ -128,6 +128,9 @@ pub struct StepReport {
 struct Lease {
     id: i64,
     keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    /// When the last grant or keepalive etcd acknowledged was sent: etcd counts the TTL from
+    /// its own reading, which is later, so the lease holds at least a TTL from here.
+    renewed_at: Instant,
 }
 
 /// This registry's publisher: claims its host id, then keeps its keys equal to each picture.
@@ -224,6 +227,12 @@ impl Publisher {
     /// The lease this publisher holds, while it holds one.
     pub fn lease_id(&self) -> Option<i64> {
         self.lease.as_ref().map(|lease| lease.id)
+    }
+
+    /// When the lease was last granted or renewed, as sent: it holds for at least a TTL from
+    /// then. `None` while no lease is held.
+    pub(crate) fn renewed_at(&self) -> Option<Instant> {
+        self.lease.as_ref().map(|lease| lease.renewed_at)
     }
 
     /// Make etcd hold `sessions` (session id → its [`SessionEntry`](super::SessionEntry) as JSON) and the host key,
@@ -394,10 +403,12 @@ impl Publisher {
         } else {
             seconds
         };
+        let sent = Instant::now();
         let granted = self.client.lease_grant(seconds.max(1), None).await?;
         self.lease = Some(Lease {
             id: granted.id(),
             keeper: None,
+            renewed_at: sent,
         });
         Ok(granted.id())
     }
@@ -452,12 +463,14 @@ impl Publisher {
         let deadline = request_deadline(self.ttl);
         let lease = self.lease.as_mut().ok_or(PublishError::LeaseLost(0))?;
         let id = lease.id;
+        let sent = Instant::now();
         let Some((mut keeper, mut responses)) = lease.keeper.take() else {
             // Opening the stream sends the first keepalive and reads its answer.
             let opened = tokio::time::timeout(deadline, self.client.lease_keep_alive(id))
                 .await
                 .map_err(|_| PublishError::Silent(deadline))??;
             lease.keeper = Some(opened);
+            lease.renewed_at = sent;
             return Ok(());
         };
         keeper.keep_alive().await?;
@@ -471,6 +484,7 @@ impl Publisher {
             Ok(Ok(Some(answer))) if answer.ttl() <= 0 => Err(PublishError::LeaseLost(id)),
             Ok(Ok(Some(_))) => {
                 lease.keeper = Some((keeper, responses));
+                lease.renewed_at = sent;
                 Ok(())
             }
         }
