@@ -66,6 +66,15 @@ pub enum FleetChange {
     },
 }
 
+/// What one watch event did to a [`FleetCache`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// What a listener hears, if anything changed.
+    pub change: Option<FleetChange>,
+    /// The value put, when it was refused (what the key held before has then left).
+    pub refused: Option<Skipped>,
+}
+
 /// An entry under the prefix that the cache does not hold, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
@@ -182,32 +191,36 @@ impl FleetCache {
         self.revision = self.revision.max(revision);
     }
 
-    /// Apply one watch event that happened at `revision`; what it changed (nothing for a put
-    /// of the value already held, or a delete of a key not held), or why it was skipped.
-    pub fn apply(
-        &mut self,
-        revision: i64,
-        change: WatchChange<'_>,
-    ) -> Result<Option<FleetChange>, Skipped> {
+    /// Apply one watch event that happened at `revision`: what it changed (nothing for a put
+    /// of the value already held, or a delete of a key not held), and the value it refused.
+    pub fn apply(&mut self, revision: i64, change: WatchChange<'_>) -> Applied {
         self.advance(revision);
         match change {
             WatchChange::Put { key, value } => match self.parse(key, value) {
                 Ok(parsed) => {
                     refusals::forget(&String::from_utf8_lossy(key));
-                    Ok(match parsed {
+                    let change = match parsed {
                         Parsed::Host(id, entry) => self.put_host(id, entry),
                         Parsed::Session(host, id, entry) => self.put_session(host, id, entry),
-                    })
+                    };
+                    Applied {
+                        change,
+                        refused: None,
+                    }
                 }
-                Err(skip) => {
-                    // What etcd holds under this key is no longer the entry we had: drop it.
-                    self.delete(key);
-                    Err(skip)
-                }
+                // What etcd holds under this key is no longer the entry we had: it leaves,
+                // and a listener hears so.
+                Err(refused) => Applied {
+                    change: self.delete(key),
+                    refused: Some(refused),
+                },
             },
             WatchChange::Delete { key } => {
                 refusals::forget(&String::from_utf8_lossy(key));
-                Ok(self.delete(key))
+                Applied {
+                    change: self.delete(key),
+                    refused: None,
+                }
             }
         }
     }

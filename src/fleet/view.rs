@@ -260,13 +260,16 @@ impl FleetView {
         let Ok(cache) = &mut state.cache else { return };
         let mut changes = Vec::new();
         for (revision, event) in events {
-            match cache.apply(revision, event) {
-                Ok(change) => changes.extend(
-                    (change.filter(|change| !is_about(change, &shared.own)))
-                        .map(|change| (revision, change)),
-                ),
-                Err(skipped) => super::refusals::report(&skipped),
+            let applied = cache.apply(revision, event);
+            if let Some(refused) = &applied.refused {
+                super::refusals::report(refused);
             }
+            changes.extend(
+                (applied
+                    .change
+                    .filter(|change| !is_about(change, &shared.own)))
+                .map(|change| (revision, change)),
+            );
         }
         // A lease's keys go in one revision, in key order (`hosts/` before `sessions/`): a
         // host leaves after its sessions, so no listener holds a session of a host gone.

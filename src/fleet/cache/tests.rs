@@ -36,9 +36,9 @@ fn read(entries: &[(Vec<u8>, Vec<u8>)]) -> (FleetCache, Vec<Skipped>) {
 }
 
 fn put(cache: &mut FleetCache, revision: i64, key: &[u8], value: &[u8]) -> Option<FleetChange> {
-    cache
-        .apply(revision, WatchChange::Put { key, value })
-        .expect("a valid entry")
+    let applied = cache.apply(revision, WatchChange::Put { key, value });
+    assert_eq!(applied.refused, None, "a valid entry");
+    applied.change
 }
 
 /// A short name for each change, to compare sequences.
@@ -111,11 +111,7 @@ fn watch_events_add_change_and_remove_and_a_repeat_changes_nothing() {
     let gone = session_value("a", "ses_1", "gone");
     changes.extend(put(&mut cache, 14, &session_key("a", "ses_1"), &gone));
     for key in [session_key("a", "ses_1"), host_key("a")] {
-        changes.extend(
-            cache
-                .apply(15, WatchChange::Delete { key: &key })
-                .expect("a delete"),
-        );
+        changes.extend(cache.apply(15, WatchChange::Delete { key: &key }).change);
     }
     assert_eq!(
         names(&changes),
@@ -135,40 +131,35 @@ fn watch_events_add_change_and_remove_and_a_repeat_changes_nothing() {
     assert_eq!(cache.revision(), 15);
     assert_eq!(cache.hosts().count() + cache.sessions().count(), 0);
     // A delete of what is not held (or not a fleet key) changes nothing.
-    assert_eq!(
-        cache.apply(
-            16,
-            WatchChange::Delete {
-                key: &host_key("z")
-            }
-        ),
-        Ok(None)
-    );
-    assert_eq!(
-        cache.apply(16, WatchChange::Delete { key: b"/q/x" }),
-        Ok(None)
-    );
+    let nothing = Applied {
+        change: None,
+        refused: None,
+    };
+    let key = host_key("z");
+    assert_eq!(cache.apply(16, WatchChange::Delete { key: &key }), nothing);
+    let key = b"/q/x";
+    assert_eq!(cache.apply(16, WatchChange::Delete { key }), nothing);
 }
 
 #[test]
-fn a_key_overwritten_with_a_bad_value_leaves_the_cache() {
+fn a_key_overwritten_with_a_bad_value_leaves_the_cache_and_a_listener_hears_so() {
     let (mut cache, _) = read(&[(
         session_key("a", "ses_1"),
         session_value("a", "ses_1", "live"),
     )]);
     let key = session_key("a", "ses_1");
-    let skipped = cache
-        .apply(
-            11,
-            WatchChange::Put {
-                key: &key,
-                value: b"[]",
-            },
-        )
-        .expect_err("skipped");
-    assert_eq!(skipped.key, "/p/sessions/a/ses_1");
+    let value = b"[]";
+    let applied = cache.apply(11, WatchChange::Put { key: &key, value });
+    let refused = applied.refused.expect("refused");
+    assert_eq!(refused.key, "/p/sessions/a/ses_1");
+    assert_eq!(names(&Vec::from_iter(applied.change)), ["removed ses_1"]);
     assert_eq!(cache.sessions().count(), 0, "not what etcd holds any more");
     assert_eq!(cache.revision(), 11, "the revision still moves");
+    // A bad value under a key not held refuses, and removes nothing.
+    let key = session_key("a", "ses_2");
+    let applied = cache.apply(12, WatchChange::Put { key: &key, value });
+    assert!(applied.refused.is_some());
+    assert_eq!(applied.change, None);
 }
 
 #[test]

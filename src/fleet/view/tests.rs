@@ -104,6 +104,30 @@ fn a_listener_gets_the_snapshot_then_each_change_with_growing_ids() {
 }
 
 #[test]
+fn a_session_overwritten_with_a_refused_value_is_removed_for_listeners_too() {
+    let view = current_view();
+    let (_, mut listener) = view.subscribe().expect("current");
+    let (key, _) = sample::session("a", "ses_1", 1, "live", "plan");
+    view.apply([(
+        8,
+        WatchChange::Put {
+            key: &key,
+            value: b"{}",
+        },
+    )]);
+    match next_now(&mut listener) {
+        Ok(FleetNext::Event(event)) => assert!(
+            matches!(&event.change, FleetChange::SessionRemoved { session_id, .. } if session_id == "ses_1"),
+            "{:?}",
+            event.change
+        ),
+        other => panic!("a removal: {other:?}"),
+    }
+    let served = view.current().expect("current");
+    assert_eq!(served.sessions.len(), 0, "not served either");
+}
+
+#[test]
 fn a_re_read_while_current_sends_the_differences() {
     let view = current_view();
     let (_, mut listener) = view.subscribe().expect("current");
