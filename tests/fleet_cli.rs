@@ -71,6 +71,37 @@ fn serve_refuses_fleet_files_it_cannot_use() {
     assert!(done.stderr.contains(&named), "{}", done.stderr);
 }
 
+/// An `--advertise-url` readers could not use as written refuses the start at once, saying
+/// why: not http(s), no host, a space or control character, or longer than a URL is kept.
+#[cfg(feature = "fleet")]
+#[test]
+fn serve_refuses_an_advertise_url_readers_could_not_use() {
+    let home = Home::new();
+    let long = format!("http://h/{}", "a".repeat(3000));
+    let cases = [
+        ("ftp://h/", "http:// or https://"),
+        ("http://", "not a URL"),
+        ("http://h/a b", "space or control"),
+        ("http://h/\u{1b}[2J", "space or control"),
+        (long.as_str(), "over the 2048"),
+    ];
+    for (url, why) in cases {
+        let mut cmd = registry(home.path(), User::Me);
+        cmd.args(["serve", "--bind", "127.0.0.1:0"])
+            .args(["--fleet-etcd", "http://127.0.0.1:9", "--host-id", "h1"])
+            .args(["--advertise-url", url]);
+        let done = run(cmd);
+        done.assert_failure();
+        assert!(done.stderr.contains(why), "{url:?}: {}", done.stderr);
+        assert!(!done.stderr.contains('\u{1b}'), "{}", done.stderr);
+        assert!(
+            done.stderr.len() < 1024,
+            "echoed whole: {}",
+            done.stderr.len()
+        );
+    }
+}
+
 #[cfg(feature = "fleet")]
 mod with_etcd {
     use super::*;

@@ -50,9 +50,9 @@ impl FleetConfig {
             bail!(why);
         }
         if let Some(url) = &args.advertise_url
-            && !(url.starts_with("http://") || url.starts_with("https://"))
+            && let Err(why) = crate::fleet::check_advertise_url(url)
         {
-            bail!("--advertise-url {url:?} must be an http:// or https:// URL");
+            bail!(why);
         }
         let settings = etcd.settings(endpoints);
         if let Err(why) = crate::fleet::etcd::check_files(&settings) {

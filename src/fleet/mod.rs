@@ -41,7 +41,7 @@ pub mod watcher;
 
 pub use figures::PublishFigures;
 pub use host_id::{HOST_ID_RULE, HostId, InvalidHostId};
-pub use model::{DoorScope, HostEntry, SessionEntry};
+pub use model::{DoorScope, HostEntry, MAX_ADVERTISE_URL, SessionEntry, check_advertise_url};
 pub use view::{FleetUnavailable, FleetView};
 
 use std::time::Duration;

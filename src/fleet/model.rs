@@ -31,6 +31,39 @@ pub fn check_value_size(len: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The longest `--advertise-url` taken: URLs longer than this are not links a browser or proxy
+/// keeps whole, and the host entry that carries it must stay far below [`MAX_VALUE_BYTES`].
+pub const MAX_ADVERTISE_URL: usize = 2048;
+
+/// Whether `url` may be advertised in this host's entry: an absolute `http://` or `https://`
+/// URL with a host, at most [`MAX_ADVERTISE_URL`] bytes, nothing a URL parser would rewrite
+/// (spaces, control characters), since readers show it as it was written.
+pub fn check_advertise_url(url: &str) -> Result<(), String> {
+    if url.len() > MAX_ADVERTISE_URL {
+        return Err(format!(
+            "--advertise-url is {} bytes, over the {MAX_ADVERTISE_URL} taken",
+            url.len()
+        ));
+    }
+    // The operator's own value, shown escaped (`{:?}`); its length is already bounded.
+    let shown = format!("{url:?}");
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!(
+            "--advertise-url {shown} must be an http:// or https:// URL"
+        ));
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "--advertise-url {shown} holds a space or control character"
+        ));
+    }
+    match url.parse::<axum::http::Uri>() {
+        Ok(parsed) if parsed.host().is_some_and(|host| !host.is_empty()) => Ok(()),
+        Ok(_) => Err(format!("--advertise-url {shown} names no host")),
+        Err(error) => Err(format!("--advertise-url {shown} is not a URL: {error}")),
+    }
+}
+
 /// `<prefix>/hosts/<host_id>`: one registry process taking part in the fleet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct HostEntry {
