@@ -28,6 +28,7 @@ pub mod cli;
 pub mod control_chars;
 pub mod fleet;
 mod heap;
+pub mod host_load;
 pub mod http;
 pub mod monitor;
 pub mod private_fs;

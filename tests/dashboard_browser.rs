@@ -1458,6 +1458,7 @@ mod fleet {
         let mut s = step!(set_up_fleet());
         step!(the_switch_shows_the_fleet_with_a_host_column(&mut s));
         step!(a_capsule_started_on_b_appears_live_without_actions(&mut s));
+        step!(the_host_strip_shows_each_hosts_sessions_and_load(&mut s));
         step!(data_from_another_host_is_text_never_markup(&mut s));
         step!(a_capsule_killed_on_b_disappears_live(&mut s));
         step!(kill_on_an_own_row_in_the_fleet_view_ends_the_capsule(
@@ -1637,6 +1638,58 @@ mod fleet {
             .await;
         shots.push(browser.screenshot("dashboard-fleet-narrow.png").await);
         browser.resize(1280, 800).await;
+    }
+
+    /// Above the table, a card per host: its sessions, load and memory as it published them,
+    /// this host's marked; a rewritten host entry (`host.changed`) replaces its card, and what
+    /// a host wrote is text.
+    async fn the_host_strip_shows_each_hosts_sessions_and_load(s: &mut FleetScene) {
+        let FleetScene { browser, .. } = s;
+        let cards = "const strip = document.getElementById('host-strip');
+             const cards = [...strip.querySelectorAll('.host-card')];
+             if (strip.hidden || cards.length !== 2) return null;
+             return cards.map((c) => [c.dataset.host, c.innerText.replace(/\\s+/g, ' ')]);";
+        let shown = browser.wait_for("a card per host", cards, json!([])).await;
+        let shown: Vec<(String, String)> = serde_json::from_value(shown).expect("cards");
+        let hosts: Vec<&str> = shown.iter().map(|(host, _)| host.as_str()).collect();
+        assert_eq!(hosts, ["a", "b"], "{shown:?}");
+        let (a, b) = (&shown[0].1, &shown[1].1);
+        assert!(
+            a.contains("this host") && !b.contains("this host"),
+            "{shown:?}"
+        );
+        for (_, text) in &shown {
+            assert!(text.contains("1 session"), "{text}");
+            assert!(text.contains("load ") && text.contains(" CPU"), "{text}");
+            assert!(text.contains(" free"), "{text}");
+        }
+        browser
+            .js(
+                "dispatch('host.changed', JSON.stringify({ host_id: 'b', host: { host_id: 'b',
+                     load: { cpus: 64, load_1m: 7.5, load_5m: 1, load_15m: 1,
+                             memory_total_bytes: 1073741824, memory_available_bytes: 536870912,
+                             measured_at: '<b>now</b>' } } }));",
+                json!([]),
+            )
+            .await;
+        let b = browser
+            .wait_for(
+                "b's card follows its rewritten entry",
+                "const card = document.querySelector(\"#host-strip [data-host='b']\");
+                 const text = card && card.innerText.replace(/\\s+/g, ' ');
+                 return text && text.includes('load 7.50 on 64 CPUs') ? text : null;",
+                json!([]),
+            )
+            .await;
+        let b = b.as_str().unwrap_or_default();
+        assert!(b.contains("512.0 MiB of 1.0 GiB free"), "{b}");
+        let markup = browser
+            .js(
+                "return document.querySelectorAll('#host-strip b').length;",
+                json!([]),
+            )
+            .await;
+        assert_eq!(markup, 0);
     }
 
     /// What another host publishes is shown as text: a capsule name that is markup stays text.

@@ -591,6 +591,13 @@ async fn three_hosts_converge_follow_each_other_live_and_publish_no_secret() {
         .filter_map(|h| h["host_id"].as_str())
         .collect();
     assert_eq!((status, served), (200, vec!["a", "b", "c"]));
+    for host in body["hosts"].as_array().expect("hosts") {
+        let cpus = host["load"]["cpus"].as_u64();
+        assert!(
+            cpus.is_some_and(|n| n >= 1),
+            "each host says its load: {host}"
+        );
+    }
 
     let mut on_a = FleetEvents::open(&hosts[0]).await;
     let started = Instant::now();

@@ -436,6 +436,18 @@ async fn the_driver_publishes_a_running_directory_as_it_changes_with_nobody_list
     let host: Value = serde_json::from_str(&values[&format!("{PREFIX}/hosts/h1")]).expect("JSON");
     assert_eq!(host["host_id"], "h1");
     assert_eq!(host["registry_url"], Value::Null);
+    let load = &host["load"];
+    let number = |name: &str| {
+        load[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name}: {load}"))
+    };
+    assert!(number("cpus") >= 1.0, "{load}");
+    for name in ["load_1m", "load_5m", "load_15m"] {
+        assert!(number(name) >= 0.0, "{load}");
+    }
+    assert!(number("memory_available_bytes") <= number("memory_total_bytes"));
+    assert!(number("memory_total_bytes") > 0.0, "{load}");
     // The driver is the only listener, and the loop runs for it.
     assert_eq!(monitor.listeners(), 1);
 

@@ -622,6 +622,38 @@ async fn the_sessions_gauge_follows_the_live_view_without_a_listing() {
     drop(stream);
 }
 
+/// This host's own figures are gauges, sane, and agree with the kernel's own files.
+#[tokio::test]
+async fn the_hosts_load_and_memory_are_gauges_read_at_the_scrape() {
+    let api = Scraper::start(TestServer::builder()).await;
+    let (figures, _) = api.scrape().await;
+    let gauge = |name: &str| {
+        let name = format!("murmur_registry_{name}");
+        assert_eq!(figures.type_of(&name), Some("gauge"), "{name}");
+        figures.value(&name, &[])
+    };
+    let cpus = gauge("host_cpus");
+    let online = std::thread::available_parallelism().map_or(1, usize::from);
+    assert!(
+        cpus >= online as f64,
+        "{cpus} CPUs, fewer than this process may use"
+    );
+    for load in ["host_load1", "host_load5", "host_load15"] {
+        let value = gauge(load);
+        assert!(value.is_finite() && value >= 0.0, "{load} {value}");
+    }
+    let total = gauge("host_memory_total_bytes");
+    let available = gauge("host_memory_available_bytes");
+    assert!(available <= total && total > 0.0, "{available} of {total}");
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .expect("MemTotal");
+    assert_eq!(total, kib * 1024.0, "the kernel's MemTotal");
+}
+
 /// Scrape `api` until `done` holds of its exposition, failing after [`DEADLINE`].
 async fn scrape_until_local(
     api: &Scraper,

@@ -41,8 +41,10 @@ pub enum WatchChange<'a> {
 /// What changed in the fleet.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FleetChange {
-    /// A host entered the fleet (or its entry was rewritten).
+    /// A host entered the fleet.
     HostJoined(Arc<HostEntry>),
+    /// A host's entry was rewritten (its load read again, say).
+    HostChanged(Arc<HostEntry>),
     /// A host's entry left (its registry left, or its lease lapsed).
     HostLeft {
         /// The host.
@@ -246,8 +248,12 @@ impl FleetCache {
             }
         }
         for (host, entry) in &newer.hosts {
-            if self.hosts.get(host) != Some(entry) {
-                changes.push(FleetChange::HostJoined(Arc::clone(entry)));
+            match self.hosts.get(host) {
+                None => changes.push(FleetChange::HostJoined(Arc::clone(entry))),
+                Some(old) if old != entry => {
+                    changes.push(FleetChange::HostChanged(Arc::clone(entry)));
+                }
+                Some(_) => {}
             }
         }
         for (key, cached) in &newer.sessions {
@@ -268,7 +274,8 @@ impl FleetCache {
     fn put_host(&mut self, id: HostId, entry: Arc<HostEntry>) -> Option<FleetChange> {
         match self.hosts.insert(id, Arc::clone(&entry)) {
             Some(old) if old == entry => None,
-            _ => Some(FleetChange::HostJoined(entry)),
+            Some(_) => Some(FleetChange::HostChanged(entry)),
+            None => Some(FleetChange::HostJoined(entry)),
         }
     }
 

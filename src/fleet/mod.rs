@@ -50,3 +50,6 @@ use std::time::Duration;
 pub const DEFAULT_PREFIX: &str = "/murmur/registry/v1";
 /// How long a host's keys outlive its last renewal unless `--fleet-ttl` says otherwise.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// How often a host's entry is written again with its load read afresh: a fleet at rest
+/// writes one small put per host this often, beside the renewals.
+pub const HOST_LOAD_REFRESH: Duration = Duration::from_secs(30);

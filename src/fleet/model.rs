@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::host_load::HostLoad;
 use crate::running::{MAX_SKILLS, MAX_TAGS, Skill};
 
 /// The most bytes a fleet value may hold. The largest honest entry is a session with a card of
@@ -65,7 +66,7 @@ pub fn check_advertise_url(url: &str) -> Result<(), String> {
 }
 
 /// `<prefix>/hosts/<host_id>`: one registry process taking part in the fleet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct HostEntry {
     /// The host's id (`--host-id`).
     pub host_id: String,
@@ -75,6 +76,10 @@ pub struct HostEntry {
     pub started_at: String,
     /// Where the registry serves its own API, when it said (`--advertise-url`).
     pub registry_url: Option<String>,
+    /// How loaded the host is, read again every 30 s; absent when it could not be read, or
+    /// from a registry that predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<HostLoad>,
 }
 
 /// From where a session's door can be reached.

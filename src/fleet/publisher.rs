@@ -32,6 +32,7 @@ use super::etcd::request_deadline;
 use super::keys::FleetKeys;
 use super::plan::{self, KeyValues, Published, TxnLimits, Write, Written};
 use super::{HostEntry, HostId};
+use crate::host_load::HostLoad;
 
 /// How late etcd may be in revoking a lapsed lease: it looks for expired leases on a tick
 /// (500 ms in etcd 3.4), so a holder killed just before a claim may outlive its TTL by that.
@@ -139,6 +140,8 @@ pub struct Publisher {
     keys: FleetKeys,
     host_id: HostId,
     ttl: Duration,
+    /// The host entry as published, and its encoding.
+    host: HostEntry,
     host_value: Bytes,
     limits: TxnLimits,
     /// `None` once the lease is known gone, until a step replaces it.
@@ -178,6 +181,7 @@ impl Publisher {
             version: options.version.clone(),
             started_at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             registry_url: options.advertise_url.clone(),
+            load: HostLoad::read(),
         };
         let mut publisher = Self {
             client,
@@ -185,6 +189,7 @@ impl Publisher {
             host_id: options.host_id.clone(),
             ttl: options.ttl,
             host_value: serde_json::to_vec(&host)?.into(),
+            host,
             limits: TxnLimits::default(),
             lease: None,
             published: Published::new(),
@@ -216,6 +221,13 @@ impl Publisher {
                 return Err(error);
             }
         }
+    }
+
+    /// Read the host's load afresh into the host entry, which the next step writes.
+    pub fn refresh_load(&mut self) -> Result<(), PublishError> {
+        self.host.load = HostLoad::read();
+        self.host_value = serde_json::to_vec(&self.host)?.into();
+        Ok(())
     }
 
     /// Every key this registry wrote and etcd holds as it wrote it, with its value: after a

@@ -39,7 +39,7 @@ use super::own_host::{Own, until};
 pub use super::publisher::PublishOptions;
 use super::publisher::{PublishError, Publisher};
 use super::view::FleetView;
-use super::{DoorScope, PublishFigures, SessionEntry};
+use super::{DoorScope, HOST_LOAD_REFRESH, PublishFigures, SessionEntry};
 use crate::monitor::{EventKind, Monitor, Next, SubscribeError, Subscription};
 use crate::registry::Reading;
 use crate::running::{Liveness, Skill};
@@ -281,6 +281,10 @@ impl Driver {
     async fn run(mut self, mut stopped: oneshot::Receiver<()>) -> Result<(), PublishError> {
         let mut steps = self.monitor.steps();
         steps.borrow_and_update();
+        // The claim read the load; the first refresh is a period later.
+        let first = tokio::time::Instant::now() + HOST_LOAD_REFRESH;
+        let mut load_refresh = tokio::time::interval_at(first, HOST_LOAD_REFRESH);
+        load_refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = &mut stopped => break,
@@ -306,6 +310,12 @@ impl Driver {
                 // A loop that stops completing passes takes no step, so nothing renews the
                 // lease: the view stops showing this host when etcd may drop it.
                 () = until(self.own.lapses_at()) => self.own.hide(),
+                // Written by the next step, so a loop that hangs publishes no fresh load.
+                _ = load_refresh.tick() => {
+                    if let Err(error) = self.publisher.refresh_load() {
+                        tracing::warn!(%error, "fleet: the host's load could not be encoded");
+                    }
+                }
             }
         }
         self.figures.set_lease_held(false);

@@ -421,7 +421,7 @@ fn snapshot_of(
 /// Whether `change` is about host `host`.
 fn is_about(change: &FleetChange, host: &HostId) -> bool {
     let about = match change {
-        FleetChange::HostJoined(entry) => entry.host_id.as_str(),
+        FleetChange::HostJoined(entry) | FleetChange::HostChanged(entry) => entry.host_id.as_str(),
         FleetChange::SessionAdded(entry) | FleetChange::SessionChanged { now: entry, .. } => {
             entry.host_id.as_str()
         }

@@ -31,6 +31,8 @@ pub enum EventName {
     HostJoined,
     /// A host left the fleet (`/fleet/events` only).
     HostLeft,
+    /// A host's entry was rewritten (`/fleet/events` only).
+    HostChanged,
 }
 
 impl EventName {
@@ -44,6 +46,7 @@ impl EventName {
             Self::Resources => "resources",
             Self::HostJoined => "host.joined",
             Self::HostLeft => "host.left",
+            Self::HostChanged => "host.changed",
         }
     }
 }

@@ -137,6 +137,8 @@ fn json_response(body: &impl Serialize) -> Result<Response, ApiError> {
 ///   `host_id`.
 /// - `host.joined` (`HostJoined`) / `host.left` (`HostLeft`): a registry joined or left (its
 ///   lease lapsed: it stopped renewing within `--fleet-ttl`); its sessions' removals come first.
+/// - `host.changed` (`HostJoined`, its data): a host's entry was rewritten (its load is read
+///   again every 30 s); replace the host.
 ///
 /// When etcd cannot be reached the stream ends with a comment saying why, and a reconnect gets
 /// the 503. A client more than 1,024 events or 8 MiB behind is disconnected at once, reading or
@@ -212,6 +214,7 @@ fn event_frame(event: Arc<FleetEvent>) -> Frame {
         FleetChange::SessionChanged { .. } => EventName::SessionChanged,
         FleetChange::SessionRemoved { .. } => EventName::SessionRemoved,
         FleetChange::HostJoined(_) => EventName::HostJoined,
+        FleetChange::HostChanged(_) => EventName::HostChanged,
         FleetChange::HostLeft { .. } => EventName::HostLeft,
     };
     let id = event.id;
@@ -243,7 +246,7 @@ fn encode_change(change: &FleetChange) -> String {
             session_id,
             host_id: host_id.as_str(),
         }),
-        FleetChange::HostJoined(host) => encode(&HostJoined {
+        FleetChange::HostJoined(host) | FleetChange::HostChanged(host) => encode(&HostJoined {
             host_id: &host.host_id,
             host,
         }),

@@ -47,6 +47,7 @@ fn names(changes: &[FleetChange]) -> Vec<String> {
         .iter()
         .map(|change| match change {
             FleetChange::HostJoined(h) => format!("joined {}", h.host_id),
+            FleetChange::HostChanged(h) => format!("host changed {}", h.host_id),
             FleetChange::HostLeft { host_id } => format!("left {host_id}"),
             FleetChange::SessionAdded(s) => format!("added {}", s.session["session_id"]),
             FleetChange::SessionChanged { now, .. } => {
@@ -110,6 +111,11 @@ fn watch_events_add_change_and_remove_and_a_repeat_changes_nothing() {
     assert_eq!(put(&mut cache, 13, &host_key("a"), &host_value("a")), None);
     let gone = session_value("a", "ses_1", "gone");
     changes.extend(put(&mut cache, 14, &session_key("a", "ses_1"), &gone));
+    // A host entry rewritten (its load read again) is a change of the host, not a join.
+    let reloaded = String::from_utf8(host_value("a"))
+        .expect("UTF-8")
+        .replace(r#""registry_url":null"#, r#""registry_url":null,"load":{"cpus":2,"load_1m":0.5,"load_5m":0.25,"load_15m":0.0,"memory_total_bytes":100,"memory_available_bytes":50,"measured_at":"2026-12-02T18:00:00Z"}"#);
+    changes.extend(put(&mut cache, 14, &host_key("a"), reloaded.as_bytes()));
     for key in [session_key("a", "ses_1"), host_key("a")] {
         changes.extend(cache.apply(15, WatchChange::Delete { key: &key }).change);
     }
@@ -119,10 +125,15 @@ fn watch_events_add_change_and_remove_and_a_repeat_changes_nothing() {
             "joined a",
             r#"added "ses_1""#,
             r#"changed "ses_1""#,
+            "host changed a",
             "removed ses_1",
             "left a"
         ]
     );
+    let FleetChange::HostChanged(host) = &changes[3] else {
+        panic!("a host change");
+    };
+    assert_eq!(host.load.as_ref().map(|load| load.cpus), Some(2));
     let FleetChange::SessionChanged { old, now } = &changes[2] else {
         panic!("a change");
     };

@@ -56,6 +56,7 @@ const ui = {
   scopeHost: $('scope-host'),
   scopeFleet: $('scope-fleet'),
   scopeNote: $('scope-note'),
+  hostStrip: $('host-strip'),
   filter: $('filter'),
   outcome: $('outcome'),
   rows: $('rows'),
@@ -383,6 +384,7 @@ function dispatch(name, text) {
       render();
       break;
     case 'host.joined':
+    case 'host.changed':
       if (model.view === 'fleet' && typeof payload.host_id === 'string') {
         model.hosts.set(payload.host_id, payload.host || { host_id: payload.host_id });
         renderSummary();
@@ -772,6 +774,56 @@ function renderSummary(shown) {
   if (shown !== undefined && ui.filter.value !== 'all') parts.push(`${shown} shown`);
   if (!model.live && total > 0) parts.push('last known state');
   ui.summary.textContent = parts.join(' · ');
+  renderHosts();
+}
+
+// The fleet view's strip of hosts, in id order: each host's sessions here, its load average
+// over a minute against its CPUs, and its memory available. Rebuilt only when its text changes.
+let shownHosts = '';
+function renderHosts() {
+  const hosts = model.view === 'fleet' ? [...model.hosts.values()] : [];
+  hosts.sort((a, b) => (a.host_id < b.host_id ? -1 : a.host_id > b.host_id ? 1 : 0));
+  const sessions = new Map();
+  for (const session of model.sessions.values()) {
+    sessions.set(session.host_id, (sessions.get(session.host_id) || 0) + 1);
+  }
+  const items = hosts.map((host) => hostFacts(host, sessions.get(host.host_id) || 0));
+  const text = JSON.stringify(items);
+  if (text === shownHosts) return;
+  shownHosts = text;
+  ui.hostStrip.hidden = items.length === 0;
+  ui.hostStrip.replaceChildren(...items.map((facts) => {
+    const li = document.createElement('li');
+    li.className = 'host-card';
+    li.dataset.host = facts.id;
+    const head = el('span', 'host-head');
+    head.append(el('strong', '', facts.id));
+    if (facts.own) head.append(el('span', 'host-tag', 'this host'));
+    li.append(head);
+    for (const fact of facts.lines) {
+      const span = document.createElement('span');
+      span.className = 'host-fact';
+      span.textContent = fact;
+      li.append(span);
+    }
+    return li;
+  }));
+}
+
+// What the strip says of `host`: untrusted values (another host wrote them) go out as text.
+function hostFacts(host, sessions) {
+  const lines = [`${sessions} ${sessions === 1 ? 'session' : 'sessions'}`];
+  const load = host.load;
+  const number = (value) => typeof value === 'number' && Number.isFinite(value) && value >= 0;
+  if (load && number(load.load_1m) && number(load.cpus)) {
+    lines.push(`load ${load.load_1m.toFixed(2)} on ${load.cpus} ${load.cpus === 1 ? 'CPU' : 'CPUs'}`);
+  } else {
+    lines.push('load not reported');
+  }
+  if (load && number(load.memory_available_bytes) && number(load.memory_total_bytes)) {
+    lines.push(`${formatBytes(load.memory_available_bytes)} of ${formatBytes(load.memory_total_bytes)} free`);
+  }
+  return { id: String(host.host_id), own: host.host_id === model.ownHost, lines };
 }
 
 // Uptime, ticking: "42s", "12m 05s", "3h 07m", "2d 4h". A gone process has none.

@@ -110,7 +110,7 @@ pub struct FleetSessionRemoved<'a> {
     pub host_id: &'a str,
 }
 
-/// Data of a `host.joined` event.
+/// Data of a `host.joined` or `host.changed` event.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HostJoined<'a> {
     /// The host.
@@ -216,7 +216,7 @@ pub(super) fn state_of(entry: &SessionEntry) -> SessionState {
 pub struct FleetStreamEvent;
 
 impl FleetStreamEvent {
-    fn events() -> [(EventName, Cow<'static, str>); 6] {
+    fn events() -> [(EventName, Cow<'static, str>); 7] {
         [
             (EventName::Snapshot, FleetSessions::name()),
             (EventName::SessionAdded, FleetSessionAdded::name()),
@@ -224,6 +224,7 @@ impl FleetStreamEvent {
             (EventName::SessionRemoved, FleetSessionRemoved::name()),
             (EventName::HostJoined, HostJoined::name()),
             (EventName::HostLeft, HostLeft::name()),
+            (EventName::HostChanged, HostJoined::name()),
         ]
     }
 }

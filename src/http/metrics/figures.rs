@@ -2,9 +2,10 @@
 //!
 //! Invariant: every label value is a wire word of the enum that names it to clients
 //! ([`SessionState`], [`Outcome`], [`RemovalCause`]), a signal's name, or a [`ShedCause`]; the
-//! series are the same at every scrape (zeros included), so rates never start mid-way. Two
-//! exceptions: the `fleet_*` series exist only in a fleet, and `fleet_hosts` only while the
-//! fleet view can be read (a 0 would claim an empty fleet).
+//! series are the same at every scrape (zeros included), so rates never start mid-way. Three
+//! exceptions: the `fleet_*` series exist only in a fleet, `fleet_hosts` only while the
+//! fleet view can be read (a 0 would claim an empty fleet), and `host_*` only while the
+//! host's figures read whole and sane (always, on Linux).
 
 use std::time::UNIX_EPOCH;
 
@@ -18,6 +19,7 @@ use serde::Serialize;
 use crate::fleet::cache::Refusal;
 use crate::fleet::refusals::refused;
 use crate::fleet::{FleetView, PublishFigures};
+use crate::host_load::HostLoad;
 use crate::http::AppState;
 use crate::http::server::ShedCause;
 use crate::http::wire::{Outcome, SessionState};
@@ -212,6 +214,55 @@ fn load(encoder: &mut DescriptorEncoder, state: &AppState) -> Fmt {
     )
 }
 
+/// The host's own load, read at the scrape (a few `/proc` reads); nothing when it cannot be
+/// read whole and sane.
+fn host(encoder: &mut DescriptorEncoder) -> Fmt {
+    let Some(load) = HostLoad::read() else {
+        return Ok(());
+    };
+    let figures = [
+        (
+            "host_cpus",
+            "Logical CPUs of this host.",
+            f64::from(load.cpus),
+        ),
+        (
+            "host_load1",
+            "This host's load average over 1 minute.",
+            load.load_1m,
+        ),
+        (
+            "host_load5",
+            "This host's load average over 5 minutes.",
+            load.load_5m,
+        ),
+        (
+            "host_load15",
+            "This host's load average over 15 minutes.",
+            load.load_15m,
+        ),
+    ];
+    for (name, help, value) in figures {
+        single(encoder, name, help, value)?;
+    }
+    let memory = [
+        (
+            "host_memory_total_bytes",
+            "This host's physical memory.",
+            load.memory_total_bytes,
+        ),
+        (
+            "host_memory_available_bytes",
+            "Memory available to new work on this host without swapping (MemAvailable).",
+            load.memory_available_bytes,
+        ),
+    ];
+    for (name, help, value) in memory {
+        series::<0>(encoder, name, help, MetricType::Gauge, [([], value)])?;
+    }
+    Ok(())
+}
+
 /// The fleet's figures, for a registry started with `--fleet-etcd`: its publishing always, the
 /// hosts once the view has been read from etcd.
 fn fleet(encoder: &mut DescriptorEncoder, fleet: &FleetView, publishing: &PublishFigures) -> Fmt {
@@ -262,6 +313,7 @@ impl Collector for Figures {
         )?;
         registry_counts(&mut encoder, self.state.registry())?;
         load(&mut encoder, &self.state)?;
+        host(&mut encoder)?;
         let publishing = self.state.metrics().fleet_publishing();
         fleet(&mut encoder, self.state.fleet(), publishing)
     }
