@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, GetOptions};
+use murmur_registry::fleet::HOST_LOAD_REFRESH;
 use serde_json::Value;
 
 use crate::door_host::Doors;
@@ -88,8 +89,12 @@ async fn steady_passes(rows: &mut Vec<Row>, client: &mut Client, etcd: &Etcd) {
         revision(client).await - first,
         renewals(etcd).await - renewed,
     );
-    let passes = opened.elapsed().as_secs_f64() / INTERVAL.as_secs_f64();
+    let elapsed = opened.elapsed();
+    let passes = elapsed.as_secs_f64() / INTERVAL.as_secs_f64();
     let per_pass = keepalives as f64 / passes;
+    // The host entry is written again with its load every HOST_LOAD_REFRESH, wherever that
+    // falls: at most one such put in a window shorter than the refresh.
+    let load_puts = elapsed.as_secs().div_ceil(HOST_LOAD_REFRESH.as_secs()) as i64;
     add(
         rows,
         Row {
@@ -97,10 +102,10 @@ async fn steady_passes(rows: &mut Vec<Row>, client: &mut Client, etcd: &Etcd) {
             measured: format!(
                 "{puts} puts, {per_pass:.2} keepalives ({keepalives} in {passes:.1})"
             ),
-            target: "0 puts, 1 keepalive".to_owned(),
+            target: "0 puts (but the host load's, 1 per 30 s), 1 keepalive".to_owned(),
             baseline: "-".to_owned(),
             ratio: "-".to_owned(),
-            met: puts == 0 && (0.8..=1.2).contains(&per_pass),
+            met: puts <= load_puts && (0.8..=1.2).contains(&per_pass),
         },
     );
 }
