@@ -250,7 +250,7 @@ fn quarantine_owner() -> &'static str {
     static OWNER: OnceLock<String> = OnceLock::new();
     OWNER.get_or_init(|| {
         let pid = std::process::id();
-        let start = crate::running::process_start_token(pid).unwrap_or_default();
+        let start = crate::process_identity::process_start_token(pid).unwrap_or_default();
         format!("{pid}-{start}")
     })
 }
@@ -578,10 +578,10 @@ impl<'a> QuarantinedName<'a> {
         }
         match self.start {
             Some(start) => !matches!(
-                crate::running::state_of(self.pid, start),
-                crate::running::ProcessState::Gone { .. }
+                crate::process_identity::state_of(self.pid, start),
+                crate::process_identity::ProcessState::Gone { .. }
             ),
-            None => crate::running::checked_pid(self.pid).is_some_and(|pid| {
+            None => crate::process_identity::checked_pid(self.pid).is_some_and(|pid| {
                 matches!(
                     rustix::process::test_kill_process(pid),
                     Ok(()) | Err(Errno::PERM)
@@ -746,7 +746,8 @@ mod tests {
         let dir_fd = open_dir(dir.path()).expect("open");
         let child = Sleeper::spawn();
         let pid = child.0.id();
-        let token = crate::running::process_start_token(pid).expect("the child's start token");
+        let token =
+            crate::process_identity::process_start_token(pid).expect("the child's start token");
         let mut reaped = std::process::Command::new("true")
             .spawn()
             .expect("spawn true");

@@ -26,8 +26,9 @@ use super::door_exchange::{DoorRequest, exchange};
 use super::door_json::parse_door_json;
 use super::skills::{Skill, skills_of};
 
-use super::process::{ProcessState, process_state};
+use super::process::process_state;
 use super::{RunningRecord, Secret};
+use crate::process_identity::ProcessState;
 
 /// How long a door may take to accept a connection (the spec's 2 s).
 pub const CONNECT_DEADLINE: Duration = Duration::from_secs(2);

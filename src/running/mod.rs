@@ -25,6 +25,10 @@ mod record;
 mod signal;
 mod skills;
 
+pub use crate::process_identity::{
+    ProcessState, process_start_token, reason_exited, reason_no_process, reason_pid_reused,
+};
+pub(crate) use crate::process_identity::{checked_pid, process_usage, start_ticks};
 pub use dir::{
     MAX_RECORD_BYTES, Pruned, RecordCache, Scan, SharedScan, Unreadable, UnreadableEntry, list,
     prune, read_record, running_dir, running_dir_in, scan, scan_cached, scan_shared,
@@ -43,11 +47,7 @@ pub use door_stop::{
     DOOR_STOP_DEADLINE, DoorStop, MAX_STOP_ANSWER_BYTES, STOP_ASK_DEADLINE, STOP_PROBE_DEADLINE,
     ask_door_to_stop,
 };
-pub use process::{
-    ProcessState, has_controlling_terminal, process_start_token, process_state, reason_exited,
-    reason_no_process, reason_pid_reused,
-};
-pub(crate) use process::{checked_pid, process_usage, start_ticks, state_of};
+pub use process::{has_controlling_terminal, process_state};
 pub use record::{
     CONTROL_SUFFIX, FormationLauncher, RECORD_SUFFIX, RunningGuard, RunningRecord, Secret,
     is_murmur_session_id, is_valid_session_id,
