@@ -30,7 +30,7 @@ use common::{
 };
 use murmur_registry::registry::{PruneReport, Registry};
 use murmur_registry::running::{
-    DoorProbe, Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RecordCache, RunningError,
+    DoorProbe, FileFate, Liveness, MAX_RECORD_BYTES, ProcessState, RecordCache, RunningError,
     RunningGuard, RunningRecord, Secret, Unreadable, UnreadableEntry, list, process_state, prune,
     read_record, running_dir_in, scan, scan_cached, still_the_file_read,
 };
@@ -1617,14 +1617,14 @@ fn prune_removes_a_gone_record_and_its_control_file_only() {
         panic!("a reaped child's record must be gone");
     };
     let reading = Liveness::Gone { reason };
-    assert_eq!(prune(&read, &reading).unwrap(), Pruned::Removed);
+    assert_eq!(prune(&read, &reading).unwrap(), FileFate::Removed);
     assert_absent(&path);
     assert_absent(&control);
     assert!(neighbour_path.exists());
     assert!(neighbour_control.exists());
 
     // Again: the file is gone already.
-    assert_eq!(prune(&read, &reading).unwrap(), Pruned::AlreadyGone);
+    assert_eq!(prune(&read, &reading).unwrap(), FileFate::AlreadyGone);
 }
 
 #[test]
@@ -1635,7 +1635,7 @@ fn prune_removes_a_gone_record_without_a_control_file() {
     let read = read_record(dir.path(), &record.session_id())
         .unwrap()
         .unwrap();
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Removed);
     assert_absent(&path);
 }
 
@@ -1651,7 +1651,7 @@ fn prune_leaves_a_record_replaced_since_it_was_read() {
     let replacement = record.clone().set("capsule_version", "2.0.0").to_bytes();
     let path = replace_by_rename(dir.path(), &record.file_name(), &replacement);
 
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::AlreadyGone);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Replaced);
     assert_eq!(std::fs::read(&path).unwrap(), replacement);
     assert!(
         control.exists(),
@@ -1672,7 +1672,7 @@ fn prune_leaves_a_control_file_re_created_since_the_record_was_read() {
     // A writer re-creating the session puts a new control token in place.
     let control = replace_by_rename(dir.path(), &control_name, "new-token");
 
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Removed);
     assert_absent(&path);
     assert_eq!(std::fs::read(&control).unwrap(), b"new-token");
 }
@@ -1693,7 +1693,7 @@ fn prune_leaves_a_control_file_of_another_user() {
         .unwrap()
         .unwrap();
 
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Removed);
     assert_absent(&path);
     assert_eq!(std::fs::read(&control).unwrap(), b"their-token");
 }
@@ -1714,7 +1714,7 @@ fn prune_never_follows_a_record_replaced_by_a_symlink() {
     std::os::unix::fs::symlink(&target, &staged_link).unwrap();
     std::fs::rename(&staged_link, &path).unwrap();
 
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::AlreadyGone);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Replaced);
     assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
     assert!(target.exists());
 }

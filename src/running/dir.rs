@@ -34,7 +34,7 @@ use super::record::{
 };
 use super::{Liveness, RunningError};
 use crate::private_fs::{
-    FileIdentity, Unlinked, WiderMode, hold_private_dir, open_dir, unlink_checked,
+    FileFate, FileIdentity, WiderMode, hold_private_dir, open_dir, unlink_checked,
 };
 
 /// The most of a record file that is read. murmur sets no limit: a record is a few KiB, and one
@@ -595,7 +595,7 @@ pub(crate) fn remove_unreadable(
             )
         };
         if unlink_checked(&dir_fd, &entry.file_name, still_unreadable).map_err(&io_err)?
-            == Unlinked::Removed
+            == FileFate::Removed
         {
             removed.push(entry.clone());
         }
@@ -791,16 +791,6 @@ fn describe_parse_error(error: &serde_json::Error) -> String {
     }
 }
 
-/// What [`prune`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pruned {
-    /// The record's file was unlinked (and its `.control`, if still the one read beside it).
-    Removed,
-    /// The file was already gone, or had been replaced by another since it was read; nothing
-    /// was unlinked.
-    AlreadyGone,
-}
-
 /// Unlink one record. For a [`Liveness::Gone`] reading only.
 ///
 /// Unlinks exactly the file `record` was read from (checked by identity at the moment of
@@ -808,7 +798,11 @@ pub enum Pruned {
 /// is still the same file. Any other reading is
 /// refused with [`RunningError::NotGone`] and nothing is touched; so is a record that was not
 /// read from disk.
-pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, RunningError> {
+///
+/// [`FileFate::Removed`] when the record's file was unlinked (and its `.control`, if still the
+/// one read beside it); [`FileFate::AlreadyGone`] when no file was under its name, and
+/// [`FileFate::Replaced`] when another had replaced it since it was read: nothing was unlinked.
+pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<FileFate, RunningError> {
     if !matches!(reading, Liveness::Gone { .. }) {
         return Err(RunningError::NotGone(record.session_id.clone()));
     }
@@ -821,8 +815,9 @@ pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, Runni
         FileIdentity::at(dir_fd, quarantined).is_ok_and(|now| now == origin.identity)
     };
     match unlink_checked(&dir_fd, &origin.file_name, same_file).map_err(io_at(&path))? {
-        Unlinked::Removed => {}
-        Unlinked::Missing | Unlinked::Kept => return Ok(Pruned::AlreadyGone),
+        FileFate::Removed => {}
+        // Already gone or replaced; a failed unlink is the `Err` above.
+        fate => return Ok(fate),
     }
     // The control token goes too, but only the very file seen beside the record when it was
     // read: one created since belongs to a writer re-creating the session. Failing is worth a
@@ -840,7 +835,7 @@ pub fn prune(record: &RunningRecord, reading: &Liveness) -> Result<Pruned, Runni
             );
         }
     }
-    Ok(Pruned::Removed)
+    Ok(FileFate::Removed)
 }
 
 /// Whether the file `record` was read from is still the entry under its name: the same device,

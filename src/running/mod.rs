@@ -25,14 +25,14 @@ mod record;
 mod signal;
 mod skills;
 
+pub use crate::private_fs::FileFate;
 pub use crate::process_identity::{
     ProcessState, process_start_token, reason_exited, reason_no_process, reason_pid_reused,
 };
 pub(crate) use crate::process_identity::{checked_pid, process_usage, start_ticks};
 pub use dir::{
-    MAX_RECORD_BYTES, Pruned, RecordCache, Scan, SharedScan, Unreadable, UnreadableEntry, list,
-    prune, read_record, running_dir, running_dir_in, scan, scan_cached, scan_shared,
-    still_the_file_read,
+    MAX_RECORD_BYTES, RecordCache, Scan, SharedScan, Unreadable, UnreadableEntry, list, prune,
+    read_record, running_dir, running_dir_in, scan, scan_cached, scan_shared, still_the_file_read,
 };
 pub(crate) use dir::{recover_quarantined, remove_unreadable};
 pub use door::{
