@@ -113,7 +113,7 @@ impl Registry {
         let (notes, stops) = (self.removals.clone(), Arc::clone(&self.stopping));
         blocking(move || {
             running::recover_quarantined(&dir)?;
-            let scan = running::scan(&dir)?;
+            let scan = running::scan(&dir, None)?;
             let mut report = PruneReport::default();
             for record in &scan.records {
                 if let Some(PruneOutcome::Pruned { reason }) =

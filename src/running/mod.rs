@@ -31,8 +31,8 @@ pub use crate::process_identity::{
 };
 pub(crate) use crate::process_identity::{checked_pid, process_usage, start_ticks};
 pub use dir::{
-    MAX_RECORD_BYTES, RecordCache, Scan, SharedScan, Unreadable, UnreadableEntry, list, prune,
-    read_record, running_dir, running_dir_in, scan, scan_cached, scan_shared, still_the_file_read,
+    MAX_RECORD_BYTES, RecordCache, Scan, Unreadable, UnreadableEntry, list, prune, read_record,
+    running_dir, running_dir_in, scan, still_the_file_read,
 };
 pub(crate) use dir::{recover_quarantined, remove_unreadable};
 pub use door::{
