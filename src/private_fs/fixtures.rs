@@ -6,9 +6,10 @@ use std::path::Path;
 
 use rustix::fs::AtFlags;
 
+use super::file_identity::FileIdentity;
+use super::private_dir::open_dir;
 use super::put_back::Mtime;
 use super::quarantine::quarantine_name;
-use super::{FileIdentity, open_dir};
 
 /// A live `sleep`, killed and reaped on drop, also when an assertion fails before.
 pub(super) struct Sleeper(pub(super) std::process::Child);

@@ -18,11 +18,6 @@
 //!   removal that failed halfway, this process's own included) is put back by the next pruning
 //!   pass (`recovery`).
 
-use std::os::fd::OwnedFd;
-use std::path::Path;
-
-use rustix::fs::{Mode, OFlags};
-
 mod fate;
 mod file_identity;
 #[cfg(test)]
@@ -37,21 +32,9 @@ mod write_whole;
 
 pub use fate::FileFate;
 pub(crate) use file_identity::FileIdentity;
+pub(crate) use private_dir::open_dir;
 pub use private_dir::{PrivateDirError, WiderMode, hold_private_dir};
 pub(crate) use private_file::{PrivateFileProblem, read_private_file};
 pub(crate) use recovery::recover_quarantined;
 pub(crate) use unlink::unlink_checked;
 pub(crate) use write_whole::{create_atomically, fill_random, write_atomically};
-
-/// Open a directory for `*at` calls, refusing to follow a symlink at its last component.
-pub(crate) fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
-    Ok(open_dir_errno(path)?)
-}
-
-fn open_dir_errno(path: &Path) -> rustix::io::Result<OwnedFd> {
-    rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-}

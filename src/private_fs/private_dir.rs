@@ -2,12 +2,24 @@
 //! directory of ours, then narrowed to 0700 or refused when wider, as the caller says. Checked
 //! and fixed through one `O_NOFOLLOW` descriptor, so what is checked is what is fixed.
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use rustix::fs::{FileType, Mode};
+use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use super::open_dir_errno;
+/// Open a directory for `*at` calls, refusing to follow a symlink at its last component.
+pub(crate) fn open_dir(path: &Path) -> std::io::Result<OwnedFd> {
+    Ok(open_dir_errno(path)?)
+}
+
+fn open_dir_errno(path: &Path) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
 
 /// How [`hold_private_dir`] treats a directory that others may enter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

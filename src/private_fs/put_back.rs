@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, Stat};
 use rustix::io::Errno;
 
-use super::FileIdentity;
+use super::file_identity::FileIdentity;
 use super::quarantine::HeldQuarantine;
 
 /// How many other files one [`put_back`] may meet under the name before it leaves what it still

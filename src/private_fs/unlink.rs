@@ -6,7 +6,7 @@ use std::os::fd::OwnedFd;
 use rustix::fs::{AtFlags, FileType};
 use rustix::io::Errno;
 
-use super::FileFate;
+use super::fate::FileFate;
 use super::put_back::put_back;
 use super::quarantine::HeldQuarantine;
 

@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use super::FileIdentity;
+use super::file_identity::FileIdentity;
 
 /// `bytes.len()` bytes from the OS's random source.
 pub(crate) fn fill_random(bytes: &mut [u8]) -> std::io::Result<()> {
