@@ -15,15 +15,18 @@
 //!   memory ([`Secret`]).
 
 mod dir;
-mod door;
+mod door_address;
 mod door_answer;
 mod door_exchange;
 mod door_json;
+mod door_probe;
+mod door_redaction;
 mod door_stop;
 mod process;
 mod record;
 mod signal;
 mod skills;
+mod verdict;
 
 pub use crate::private_fs::FileFate;
 pub use crate::process_identity::{
@@ -35,14 +38,10 @@ pub use dir::{
     running_dir, running_dir_in, scan, still_the_file_read,
 };
 pub(crate) use dir::{recover_quarantined, remove_unreadable};
-pub use door::{
-    ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MURMUR_CAPSULE_EXTENSION, RedactedCard,
-    verify,
-};
-pub(crate) use door::{
-    MAX_CONCURRENT_PROBES, Verdict, decided_by_process, process_check_failed, redact_secrets,
-    settled_without_door,
-};
+pub(crate) use door_probe::MAX_CONCURRENT_PROBES;
+pub use door_probe::{ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, MURMUR_CAPSULE_EXTENSION};
+pub use door_redaction::RedactedCard;
+pub(crate) use door_redaction::redact_secrets;
 pub use door_stop::{
     DOOR_STOP_DEADLINE, DoorStop, MAX_STOP_ANSWER_BYTES, STOP_ASK_DEADLINE, STOP_PROBE_DEADLINE,
     ask_door_to_stop,
@@ -54,6 +53,8 @@ pub use record::{
 };
 pub use signal::{SignalOutcome, signal_kill, signal_term};
 pub use skills::{MAX_SKILL_TEXT, MAX_SKILLS, MAX_TAGS, Skill, skills_of};
+pub use verdict::{Liveness, verify};
+pub(crate) use verdict::{Verdict, decided_by_process, process_check_failed, settled_without_door};
 
 use std::path::PathBuf;
 
