@@ -12,7 +12,7 @@ use crate::running::RunningRecord;
 
 /// Records already parsed, by file name, with the identity of the file each was read from.
 ///
-/// Shared by concurrent scans of one directory; see [`super::scan`] for what it may skip.
+/// Shared by concurrent scans of one directory; see [`super::scan()`] for what it may skip.
 /// A cache built for one directory is never used for another: scanning another directory
 /// starts it afresh.
 #[derive(Default)]

@@ -9,14 +9,14 @@
 //!   refuses it, untouched, while it is not ours or lets group or others in.
 //! - Only `*.json` entries are records, read through `O_NOFOLLOW | O_NONBLOCK` only when they
 //!   are regular files we own, and never past [`MAX_RECORD_BYTES`].
-//! - [`scan`] and [`list`] change nothing. Pruning passes remove only files named like a murmur
+//! - [`scan()`] and [`list`] change nothing. Pruning passes remove only files named like a murmur
 //!   record that what was read proves can never be one ([`UnreadableEntry::is_removable`]);
 //!   size is never such proof, so a file over the cap is counted and kept.
-//!   [`prune`] removes a record only for a `Gone` reading, only the very file it was read from,
+//!   [`prune()`] removes a record only for a `Gone` reading, only the very file it was read from,
 //!   and with it only the `.control` seen beside it then.
 //! - An entry gone (`ENOENT`) by the time it is read is skipped, neither a record nor
 //!   unreadable; any other failure to read is [`Unreadable::Io`].
-//! - A [`scan`] through a [`RecordCache`] reuses a parse only while `lstat` shows the very file
+//! - A [`scan()`] through a [`RecordCache`] reuses a parse only while `lstat` shows the very file
 //!   read before, unchanged, and that file had not changed for a second before it was read; the
 //!   records it hands out are shared with the cache, never changed after they are parsed.
 
