@@ -1,8 +1,7 @@
 //! murmur-registry: the verified picture of which murmur capsules run on this machine.
 //!
 //! The crate is layered so each part can be tested alone; arrows point down
-//! (`cli` → `http` → `monitor` → `registry` → `running` → `private_fs`), with one exception:
-//! `private_fs` asks `running` for start times, to name its quarantined entries by owner.
+//! (`cli` → `http` → `monitor` → `registry` → `running` → `private_fs`, `process_identity`).
 //!
 //! - [`running`]: the records murmur leaves in `~/.murmur/running/` and the three layers that
 //!   verify them. Knows nothing of HTTP.
@@ -11,6 +10,8 @@
 //!   directory on a local filesystem excepted, and the token file's one `lstat` per request);
 //!   door probes of one record are shared by concurrent callers.
 //! - [`private_fs`]: private directories, atomic writes, and removal only of the file judged.
+//! - `process_identity`: what `/proc` says of a pid (held, by which process, in what state):
+//!   bottom floor, beside `private_fs`, which names its quarantined entries by owner with it.
 //! - `socket_owner`: who holds the far end of one of our TCP connections, asked of the kernel
 //!   (bottom floor, beside `private_fs`: the doors ask it before a secret is written).
 //! - [`token`]: the bearer token file, created private and checked in constant time.
@@ -32,6 +33,7 @@ pub mod host_load;
 pub mod http;
 pub mod monitor;
 pub mod private_fs;
+mod process_identity;
 pub mod registry;
 pub mod running;
 mod socket_owner;

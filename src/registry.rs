@@ -48,7 +48,7 @@ pub use listing::{INLINE_SCAN_ENTRIES, Listing};
 pub use prune::{PruneOutcome, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
 pub use resources::{CPU_BASELINE_FRESH, CPU_SPAN_MIN, Resources};
-pub use signal::{RecordFate, SignalKind, SignalReport};
+pub use signal::{SignalKind, SignalReport};
 pub use stop::{
     AskDoor, DEFAULT_STOP_TIMEOUT, LONGEST_STOP, MAX_STOP_TIMEOUT, StopOutcome, StopReport,
 };

@@ -383,7 +383,7 @@ async fn verifying_one_record_joins_the_listing_probe_in_flight() {
         gate.requests(&id) == 1
     })
     .await;
-    let scanned = murmur_registry::running::scan(dir.path())
+    let scanned = murmur_registry::running::scan(dir.path(), None)
         .expect("scan")
         .records
         .remove(0);
@@ -439,7 +439,7 @@ async fn an_answer_is_never_handed_to_a_caller_who_came_after_it() {
         },
     )
     .await;
-    let scanned = murmur_registry::running::scan(dir.path())
+    let scanned = murmur_registry::running::scan(dir.path(), None)
         .expect("scan")
         .records
         .into_iter()

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{RecordJson, temp_dir, thread_bytes_read, wait_until};
-use murmur_registry::running::{RecordCache, Unreadable, scan_cached};
+use murmur_registry::running::{RecordCache, Unreadable, scan};
 
 fn settled(path: &Path) -> bool {
     let now = SystemTime::now()
@@ -33,11 +33,11 @@ fn unchanged_records_are_not_read_again_and_every_change_is_seen() {
         settled(&a_path) && settled(&b_path)
     });
     let cache = RecordCache::default();
-    let first = scan_cached(dir.path(), &cache).expect("scan");
+    let first = scan(dir.path(), Some(&cache)).expect("scan");
     assert_eq!(first.records.len(), 2);
 
     let before = thread_bytes_read();
-    let second = scan_cached(dir.path(), &cache).expect("scan");
+    let second = scan(dir.path(), Some(&cache)).expect("scan");
     let read = thread_bytes_read() - before;
     assert_eq!(second.records, first.records);
     // Only the directory listing itself was read, not a record's bytes.
@@ -60,14 +60,14 @@ fn unchanged_records_are_not_read_again_and_every_change_is_seen() {
     std::fs::remove_file(&b_path).expect("remove");
     std::os::unix::fs::symlink(&target, &b_path).expect("symlink");
 
-    let third = scan_cached(dir.path(), &cache).expect("scan");
+    let third = scan(dir.path(), Some(&cache)).expect("scan");
     assert_eq!(third.records.len(), 1);
     assert_eq!(third.records[0].url.as_deref(), Some("127.0.0.1:1009"));
     assert_eq!(third.unreadable.len(), 1);
     assert_eq!(third.unreadable[0].why, Unreadable::Symlink);
 
     std::fs::remove_file(&a_path).expect("remove");
-    let fourth = scan_cached(dir.path(), &cache).expect("scan");
+    let fourth = scan(dir.path(), Some(&cache)).expect("scan");
     assert!(fourth.records.is_empty());
 }
 
@@ -81,11 +81,11 @@ fn a_cache_is_never_used_for_another_directory() {
     });
     let cache = RecordCache::default();
     assert_eq!(
-        scan_cached(one.path(), &cache).expect("scan").records.len(),
+        scan(one.path(), Some(&cache)).expect("scan").records.len(),
         1
     );
     assert!(
-        scan_cached(two.path(), &cache)
+        scan(two.path(), Some(&cache))
             .expect("scan")
             .records
             .is_empty()

@@ -30,9 +30,9 @@ use common::{
 };
 use murmur_registry::registry::{PruneReport, Registry};
 use murmur_registry::running::{
-    DoorProbe, Liveness, MAX_RECORD_BYTES, ProcessState, Pruned, RecordCache, RunningError,
+    DoorProbe, FileFate, Liveness, MAX_RECORD_BYTES, ProcessState, RecordCache, RunningError,
     RunningGuard, RunningRecord, Secret, Unreadable, UnreadableEntry, list, process_state, prune,
-    read_record, running_dir_in, scan, scan_cached, still_the_file_read,
+    read_record, running_dir_in, scan, still_the_file_read,
 };
 use serde_json::{Value, json};
 
@@ -40,8 +40,11 @@ fn formation_id() -> String {
     format!("frm_{}", &session_id()[4..])
 }
 
-fn names_of(records: &[RunningRecord]) -> Vec<String> {
-    records.iter().map(|r| r.session_id.clone()).collect()
+fn names_of<R: std::borrow::Borrow<RunningRecord>>(records: &[R]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| r.borrow().session_id.clone())
+        .collect()
 }
 
 /// One pruning pass over `dir`, as `DELETE /sessions` and `murmur-registry prune` run it.
@@ -254,7 +257,7 @@ fn a_record_with_odd_later_keys_is_listed_and_never_removed() {
         paths.push(RecordJson::fresh().set(key, value).write_in(dir.path()));
     }
     paths.push(all_at_once.write_in(dir.path()));
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
     assert_eq!(found.records.len(), paths.len());
     assert_eq!(list(dir.path()).unwrap().len(), paths.len());
@@ -313,7 +316,7 @@ fn why_a_record_does_not_parse_never_quotes_its_values() {
         .write_in(dir.path());
     ids.push(missing.clone());
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert!(found.records.is_empty(), "{:?}", names_of(&found.records));
     assert_eq!(found.unreadable.len(), ids.len(), "{:?}", found.unreadable);
     let mut shown = vec![format!("{found:?}")];
@@ -376,7 +379,7 @@ fn list_keeps_valid_records_of_every_generation() {
         .map(|r| r.write_in(dir.path()))
         .collect();
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
     let listed = list(dir.path()).unwrap();
     assert_eq!(listed.len(), 3);
@@ -403,7 +406,10 @@ fn records_come_newest_session_first() {
         RecordJson::new(&ids[i]).write_in(dir.path());
     }
     let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
-    assert_eq!(names_of(&scan(dir.path()).unwrap().records), newest_first);
+    assert_eq!(
+        names_of(&scan(dir.path(), None).unwrap().records),
+        newest_first
+    );
     assert_eq!(names_of(&list(dir.path()).unwrap()), newest_first);
 }
 
@@ -416,7 +422,7 @@ fn truncated_json_is_reported_by_scan_and_unlinked_by_a_pruning_pass() {
     let bytes = broken.to_bytes();
     let broken_path = write_raw(dir.path(), &broken.file_name(), &bytes[..bytes.len() / 2]);
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert_eq!(names_of(&found.records), [good.session_id()]);
     assert_eq!(found.unreadable.len(), 1);
     assert_eq!(found.unreadable[0].file_name, broken.file_name());
@@ -449,7 +455,7 @@ fn an_oversized_record_is_too_large_not_read_past_the_cap_and_kept_by_a_pruning_
     drop(big_bytes);
 
     let before = thread_bytes_read();
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     let read = thread_bytes_read() - before;
     assert!(found.records.is_empty());
     assert_eq!(
@@ -492,7 +498,7 @@ fn a_record_of_forty_long_credentials_reads_as_a_record() {
         "{size} bytes"
     );
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
     assert_eq!(names_of(&found.records), [record.session_id()]);
     assert_eq!(found.records[0].credentials.len(), 40);
@@ -516,7 +522,7 @@ fn a_record_of_exactly_the_cap_is_read_and_one_byte_more_is_too_large() {
     assert_eq!(over.to_bytes().len(), cap + 1);
     over.write_in(dir.path());
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert_eq!(names_of(&found.records), [at_cap.session_id()]);
     assert_eq!(
         unreadable_kinds(&found.unreadable),
@@ -535,7 +541,7 @@ fn a_symlinked_record_is_never_followed_and_pruning_removes_only_the_link() {
     let link = dir.path().join(record.file_name());
     std::os::unix::fs::symlink(&target, &link).unwrap();
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert!(found.records.is_empty(), "a symlink was followed");
     assert_eq!(
         unreadable_kinds(&found.unreadable),
@@ -564,7 +570,7 @@ fn a_directory_named_like_a_record_is_reported_and_never_removed() {
     std::fs::create_dir(&record_dir).unwrap();
     let inside = write_raw(&record_dir, "keep.txt", "not ours to judge");
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert_eq!(
         unreadable_kinds(&found.unreadable),
         [("x.json".to_owned(), Unreadable::Directory)]
@@ -576,7 +582,7 @@ fn a_directory_named_like_a_record_is_reported_and_never_removed() {
     assert!(record_dir.is_dir());
     assert!(inside.exists());
     // Still reported on the next pass.
-    assert_eq!(scan(dir.path()).unwrap().unreadable.len(), 1);
+    assert_eq!(scan(dir.path(), None).unwrap().unreadable.len(), 1);
 }
 
 #[test]
@@ -587,7 +593,7 @@ fn a_fifo_named_like_a_record_does_not_block_and_is_removed_by_a_pruning_pass() 
     make_fifo(&fifo);
     let path = dir.path().to_path_buf();
     let found = within("scan of a directory holding a FIFO", DEADLINE, move || {
-        scan(&path).unwrap()
+        scan(&path, None).unwrap()
     });
     assert!(found.records.is_empty());
     assert_eq!(
@@ -614,7 +620,7 @@ fn a_record_whose_session_id_disagrees_with_its_file_name_is_reported_and_unlink
     let outer_name = format!("{}.json", session_id());
     let path = inner.write_as(dir.path(), &outer_name);
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert!(found.records.is_empty());
     assert_eq!(
         unreadable_kinds(&found.unreadable),
@@ -641,7 +647,7 @@ fn names_that_are_not_session_ids_are_reported_and_never_removed() {
     paths.push(valid_inside.write_as(dir.path(), "with.dot.json"));
     let before = dir_snapshot(dir.path());
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert!(found.records.is_empty(), "{:?}", names_of(&found.records));
     let mut expected: Vec<(String, Unreadable)> = names
         .iter()
@@ -679,7 +685,7 @@ fn entries_nothing_read_proves_no_record_are_kept_by_a_pruning_pass() {
     std::os::unix::fs::chown(&foreign_path, Some(65534), Some(65534)).expect("chown to nobody");
     let before = dir_snapshot(dir.path());
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert_eq!(found.unreadable.len(), 3, "{:?}", found.unreadable);
     for entry in &found.unreadable {
         assert!(!entry.is_removable(), "{entry:?}");
@@ -786,7 +792,7 @@ fn staging_control_and_hidden_files_are_not_records() {
     let notes = write_raw(dir.path(), "notes.txt", "{");
     let before = dir_snapshot(dir.path());
 
-    let found = scan(dir.path()).unwrap();
+    let found = scan(dir.path(), None).unwrap();
     assert_eq!(names_of(&found.records), [id]);
     assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
 
@@ -838,7 +844,7 @@ fn scan_changes_nothing_on_disk() {
     let before = dir_snapshot(dir.path());
     let dir_mode = mode_of(dir.path());
     let path = dir.path().to_path_buf();
-    let found = within("scan", DEADLINE, move || scan(&path).unwrap());
+    let found = within("scan", DEADLINE, move || scan(&path, None).unwrap());
     assert_eq!(found.records.len(), 4);
     assert_eq!(found.unreadable.len(), 6, "{:?}", found.unreadable);
     assert_eq!(dir_snapshot(dir.path()), before);
@@ -857,7 +863,7 @@ fn a_running_dir_opened_to_group_or_others_is_refused_untouched_until_it_is_priv
     for wider in [0o755, 0o710, 0o701, 0o777, 0o1777] {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(wider)).unwrap();
         let before = dir_snapshot(dir.path());
-        let error = scan(dir.path()).expect_err("a directory others may enter is refused");
+        let error = scan(dir.path(), None).expect_err("a directory others may enter is refused");
         assert!(
             matches!(&error, RunningError::DirUnavailable { why, .. }
                 if why.contains(&format!("{wider:04o}")) && why.contains("chmod 700")),
@@ -873,7 +879,7 @@ fn a_running_dir_opened_to_group_or_others_is_refused_untouched_until_it_is_priv
         );
     }
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    let found = scan(dir.path()).expect("private again: read");
+    let found = scan(dir.path(), None).expect("private again: read");
     assert_eq!(found.records.len(), 1);
 }
 
@@ -881,7 +887,7 @@ fn a_running_dir_opened_to_group_or_others_is_refused_untouched_until_it_is_priv
 fn entries_removed_between_the_listing_and_their_reading_are_neither_records_nor_unreadable() {
     // Writers churn whole records in and out (staged, renamed into place, unlinked soon after),
     // so a scan keeps listing entries that are gone by the time it reads them. Each one must
-    // simply be skipped, by `scan` and `scan_cached` alike, never reported as unreadable.
+    // simply be skipped, by a `scan` with a cache and without alike, never reported as unreadable.
     const WRITERS: usize = 4;
     const KEPT_PER_WRITER: usize = 16;
     const SCANS: usize = 300;
@@ -922,9 +928,9 @@ fn entries_removed_between_the_listing_and_their_reading_are_neither_records_nor
     let mut listed = 0usize;
     for round in 0..SCANS {
         let found = if round % 2 == 0 {
-            scan(dir.path())
+            scan(dir.path(), None)
         } else {
-            scan_cached(dir.path(), &cache)
+            scan(dir.path(), Some(&cache))
         }
         .unwrap_or_else(|e| panic!("scan {round}: {e}"));
         assert!(
@@ -1428,7 +1434,7 @@ fn a_guard_never_writes_or_prints_the_door_secrets() {
         format!("{guard:?}"),
         serde_json::to_string(&record).unwrap(),
         format!("{:?}", read_record(dir.path(), &record.session_id)),
-        format!("{:?}", scan(dir.path()).unwrap()),
+        format!("{:?}", scan(dir.path(), None).unwrap()),
     ];
     for text in shown {
         assert!(!text.contains("DOOR-SECRET"), "door token leaked: {text}");
@@ -1517,10 +1523,10 @@ fn a_reader_racing_a_thousand_staged_writes_never_sees_a_partial_record() {
     loop {
         let finished = done.load(Ordering::SeqCst);
         let record = if reads % 4 == 3 {
-            let found = scan(dir.path()).unwrap();
+            let found = scan(dir.path(), None).unwrap();
             assert!(found.unreadable.is_empty(), "{:?}", found.unreadable);
             assert_eq!(found.records.len(), 1);
-            found.records.into_iter().next().unwrap()
+            Arc::unwrap_or_clone(found.records.into_iter().next().unwrap())
         } else {
             read_record(dir.path(), &id)
                 .unwrap_or_else(|e| panic!("read {reads}: {e}"))
@@ -1617,14 +1623,14 @@ fn prune_removes_a_gone_record_and_its_control_file_only() {
         panic!("a reaped child's record must be gone");
     };
     let reading = Liveness::Gone { reason };
-    assert_eq!(prune(&read, &reading).unwrap(), Pruned::Removed);
+    assert_eq!(prune(&read, &reading).unwrap(), FileFate::Removed);
     assert_absent(&path);
     assert_absent(&control);
     assert!(neighbour_path.exists());
     assert!(neighbour_control.exists());
 
     // Again: the file is gone already.
-    assert_eq!(prune(&read, &reading).unwrap(), Pruned::AlreadyGone);
+    assert_eq!(prune(&read, &reading).unwrap(), FileFate::AlreadyGone);
 }
 
 #[test]
@@ -1635,7 +1641,7 @@ fn prune_removes_a_gone_record_without_a_control_file() {
     let read = read_record(dir.path(), &record.session_id())
         .unwrap()
         .unwrap();
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Removed);
     assert_absent(&path);
 }
 
@@ -1651,7 +1657,7 @@ fn prune_leaves_a_record_replaced_since_it_was_read() {
     let replacement = record.clone().set("capsule_version", "2.0.0").to_bytes();
     let path = replace_by_rename(dir.path(), &record.file_name(), &replacement);
 
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::AlreadyGone);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Replaced);
     assert_eq!(std::fs::read(&path).unwrap(), replacement);
     assert!(
         control.exists(),
@@ -1672,7 +1678,7 @@ fn prune_leaves_a_control_file_re_created_since_the_record_was_read() {
     // A writer re-creating the session puts a new control token in place.
     let control = replace_by_rename(dir.path(), &control_name, "new-token");
 
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Removed);
     assert_absent(&path);
     assert_eq!(std::fs::read(&control).unwrap(), b"new-token");
 }
@@ -1693,7 +1699,7 @@ fn prune_leaves_a_control_file_of_another_user() {
         .unwrap()
         .unwrap();
 
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::Removed);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Removed);
     assert_absent(&path);
     assert_eq!(std::fs::read(&control).unwrap(), b"their-token");
 }
@@ -1714,7 +1720,7 @@ fn prune_never_follows_a_record_replaced_by_a_symlink() {
     std::os::unix::fs::symlink(&target, &staged_link).unwrap();
     std::fs::rename(&staged_link, &path).unwrap();
 
-    assert_eq!(prune(&read, &gone()).unwrap(), Pruned::AlreadyGone);
+    assert_eq!(prune(&read, &gone()).unwrap(), FileFate::Replaced);
     assert!(std::fs::symlink_metadata(&path).unwrap().is_symlink());
     assert!(target.exists());
 }
@@ -1741,7 +1747,7 @@ fn entries_a_crashed_removal_left_in_quarantine_are_put_back_by_the_next_pruning
     );
     in_progress.write_as(dir.path(), &busy);
     assert!(
-        scan(dir.path()).unwrap().records.is_empty(),
+        scan(dir.path(), None).unwrap().records.is_empty(),
         "hidden names are not read"
     );
 

@@ -121,7 +121,7 @@ async fn sequential_pollers(dir: &Path) -> Vec<Duration> {
                 let began = Instant::now();
                 let dir = dir.clone();
                 let records: Vec<RunningRecord> =
-                    tokio::task::spawn_blocking(move || running::scan(&dir).expect("scan").records)
+                    tokio::task::spawn_blocking(move || running::list(&dir).expect("scan"))
                         .await
                         .expect("scan");
                 let door = DoorProbe::new();

@@ -10,10 +10,10 @@ use murmur_registry::running::{self, DoorProbe, Liveness};
 
 /// Upstream's `GET /sessions`: scan, then all three layers record after record.
 pub async fn sequential_verify(dir: &Path, records: Option<usize>) -> Vec<(String, Liveness)> {
-    let scan = running::scan(dir).expect("scan");
+    let listed = running::list(dir).expect("scan");
     let door = DoorProbe::new();
     let mut verdicts = Vec::new();
-    for record in scan.records.iter().take(records.unwrap_or(usize::MAX)) {
+    for record in listed.iter().take(records.unwrap_or(usize::MAX)) {
         verdicts.push((
             record.session_id.clone(),
             running::verify(record, &door).await,
@@ -24,8 +24,8 @@ pub async fn sequential_verify(dir: &Path, records: Option<usize>) -> Vec<(Strin
 
 /// Upstream's `probe=false`: scan, then layers 1–2 record after record.
 pub fn sequential_layers_1_2(dir: &Path) -> usize {
-    let scan = running::scan(dir).expect("scan");
-    scan.records
+    running::list(dir)
+        .expect("scan")
         .iter()
         .map(running::process_state)
         .filter(|state| *state == running::ProcessState::Alive)

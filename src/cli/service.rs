@@ -27,7 +27,7 @@ use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
 use super::{Cli, Command};
-use crate::private_fs::{Unlinked, unlink_checked, write_atomically};
+use crate::private_fs::{FileFate, unlink_checked, write_atomically};
 
 /// The unit's file name, and the name `systemctl --user` knows it by.
 const UNIT_NAME: &str = "murmur-registry.service";
@@ -181,7 +181,7 @@ fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
     match unlink_checked(&dir_fd, UNIT_NAME, judged)
         .with_context(|| format!("cannot remove {}", path.display()))?
     {
-        Unlinked::Removed => {
+        FileFate::Removed => {
             writeln!(out, "removed {}", super::shown(&path))?;
             writeln!(
                 out,
@@ -190,14 +190,16 @@ fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Unlinked::Missing => {
+        FileFate::AlreadyGone => {
             writeln!(out, "no unit at {}: nothing to remove", super::shown(&path))?;
             Ok(ExitCode::SUCCESS)
         }
-        Unlinked::Kept => bail!(
+        FileFate::Replaced => bail!(
             "{} changed while it was being removed; left as it is: run uninstall again",
             path.display()
         ),
+        // A failed unlink is the `Err` above; named here so every fate has its words.
+        FileFate::Kept { error } => bail!("cannot remove {}: {error}", path.display()),
     }
 }
 

@@ -41,7 +41,7 @@ use super::rescan::{Rescans, SinceLastRead};
 use super::session_records::SessionRecords;
 use super::watch::DirectoryWatch;
 use crate::registry::{ExitedProcess, ProcessExits, PruneOutcome, Registry, RegistryError};
-use crate::running::{Liveness, RECORD_SUFFIX, RunningRecord, SharedScan, UnreadableEntry};
+use crate::running::{Liveness, RECORD_SUFFIX, RunningRecord, Scan, UnreadableEntry};
 
 /// How many periodic passes in a row (one interval apart) must fail to read the running
 /// directory before the loop ends every stream.
@@ -353,7 +353,7 @@ impl Looper {
     }
 
     /// Read the directory, and keep what it found for the passes that do not read it.
-    async fn scan(&mut self) -> Result<SharedScan, RegistryError> {
+    async fn scan(&mut self) -> Result<Scan, RegistryError> {
         let scanned = self.registry().scan().await;
         self.last_read_succeeded = scanned.is_ok();
         self.last_scan = None;
@@ -369,7 +369,7 @@ impl Looper {
 
     /// The last read's findings, less the records pruned since (every other change since has
     /// nudged a pass that read the directory); `None` before any read.
-    fn kept_scan(&self) -> Option<SharedScan> {
+    fn kept_scan(&self) -> Option<Scan> {
         let last = self.last_scan.as_ref()?;
         let records = if last.pruned_since {
             let still_on_disk = |record: &&Arc<RunningRecord>| {
@@ -381,7 +381,7 @@ impl Looper {
         } else {
             last.records.clone()
         };
-        Some(SharedScan {
+        Some(Scan {
             records,
             unreadable: last.unreadable.clone(),
         })
@@ -401,7 +401,7 @@ impl Looper {
 
     /// Read layers 1–2 (and the doors, on the first pass) of every record `scan` found, and
     /// layers 1–2 again of the record last read for each file that failed to read.
-    async fn read(&self, pass: Pass, scan: SharedScan) -> PassRead {
+    async fn read(&self, pass: Pass, scan: Scan) -> PassRead {
         let first = matches!(pass, Pass::First);
         let readings = self.registry().verify_records(scan.records, first).await;
         // A file nobody can read must not hide its process's death (nor a pid turned

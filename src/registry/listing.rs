@@ -143,16 +143,23 @@ impl PassReader {
         }
     }
 
+    /// The registry's one scan of its directory: through its cache, once the pins of processes
+    /// that exited are swept. Blocking: the blocking pool's, or the calling task's for a small
+    /// directory on a local filesystem.
+    fn scan(&self) -> Result<running::Scan, RegistryError> {
+        self.pins.sweep();
+        Ok(running::scan(&self.dir, Some(&self.cache))?)
+    }
+
     /// One pass: scan the directory and read layers 1–2 for every record, in one trip to the
     /// blocking pool if it takes one; the `probe=false` listing of what it read.
     async fn pass(self) -> PassResult {
         let inline = self.inline_scans
             && self.last_scan_entries.load(Ordering::Relaxed) <= INLINE_SCAN_ENTRIES;
-        let (dir, cache, pins) = (self.dir, self.cache, self.pins);
+        let last_scan_entries = Arc::clone(&self.last_scan_entries);
         let read = move || {
-            pins.sweep();
-            let scan = running::scan_shared(&dir, &cache)?;
-            let states = pins.states(&scan.records);
+            let scan = self.scan()?;
+            let states = self.pins.states(&scan.records);
             Ok::<_, RegistryError>((scan, states))
         };
         let read = if inline {
@@ -161,7 +168,7 @@ impl PassReader {
             blocking(read).await.and_then(|read| read)
         };
         let (scan, states) = read.map_err(Arc::new)?;
-        self.last_scan_entries.store(
+        last_scan_entries.store(
             scan.records.len() + scan.unreadable.len(),
             Ordering::Relaxed,
         );
@@ -260,18 +267,11 @@ impl Registry {
     }
 
     /// Every entry of the directory, read but not verified, for a caller that verifies them all
-    /// next (the live view's pass); records shared with the registry's cache. Changes nothing
-    /// on disk.
-    pub async fn scan(&self) -> Result<running::SharedScan, RegistryError> {
-        let dir = self.reader.dir.clone();
-        let cache = Arc::clone(&self.reader.cache);
-        let pins = Arc::clone(&self.reader.pins);
-        blocking(move || {
-            pins.sweep();
-            running::scan_shared(&dir, &cache)
-        })
-        .await?
-        .map_err(Into::into)
+    /// next (the live view's pass): the same scan as a listing's pass, through the same cache,
+    /// on the blocking pool. Changes nothing on disk.
+    pub(crate) async fn scan(&self) -> Result<running::Scan, RegistryError> {
+        let reader = self.reader.clone();
+        blocking(move || reader.scan()).await?
     }
 
     /// The records among `records` whose file is still the very one each was read from

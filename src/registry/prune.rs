@@ -8,7 +8,7 @@ use super::stop::{StopsInProgress, is_stopping};
 use super::verify::Reading;
 use super::{Registry, RegistryError, RemovalCause, RemovalNotes, blocking};
 use crate::running::{
-    self, Liveness, ProcessState, Pruned, RunningError, RunningRecord, UnreadableEntry,
+    self, FileFate, Liveness, ProcessState, RunningError, RunningRecord, UnreadableEntry,
 };
 
 /// What a prune of one session did.
@@ -60,8 +60,8 @@ fn prune_if_gone(
                 RemovalCause::Pruned
             };
             Ok(match unlink_gone(record, &reason, notes, cause)? {
-                Pruned::Removed => Some(PruneOutcome::Pruned { reason }),
-                Pruned::AlreadyGone => None,
+                FileFate::Removed => Some(PruneOutcome::Pruned { reason }),
+                FileFate::AlreadyGone | FileFate::Replaced | FileFate::Kept { .. } => None,
             })
         }
         process => Ok(Some(PruneOutcome::Kept { process })),
@@ -74,7 +74,7 @@ pub(super) fn unlink_gone(
     reason: &str,
     notes: &RemovalNotes,
     cause: RemovalCause,
-) -> Result<Pruned, RunningError> {
+) -> Result<FileFate, RunningError> {
     // Noted before the unlink: the live view, woken by the unlink itself, must find the note
     // when it sees the file gone. Taken back if this call did not remove the file.
     let note = notes.note(&record.session_id, cause, reason);
@@ -84,7 +84,7 @@ pub(super) fn unlink_gone(
             reason: reason.to_owned(),
         },
     );
-    if matches!(pruned, Ok(Pruned::Removed)) {
+    if matches!(pruned, Ok(FileFate::Removed)) {
         notes.made(cause, 1);
     } else {
         notes.take_back(&record.session_id, note);
@@ -113,7 +113,7 @@ impl Registry {
         let (notes, stops) = (self.removals.clone(), Arc::clone(&self.stopping));
         blocking(move || {
             running::recover_quarantined(&dir)?;
-            let scan = running::scan(&dir)?;
+            let scan = running::scan(&dir, None)?;
             let mut report = PruneReport::default();
             for record in &scan.records {
                 if let Some(PruneOutcome::Pruned { reason }) =

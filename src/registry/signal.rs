@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::prune::unlink_gone;
 use super::{Registry, RegistryError, RemovalCause, RemovalNotes, blocking};
-use crate::running::{self, Pruned, RunningRecord, SignalOutcome};
+use crate::running::{self, FileFate, RunningRecord, SignalOutcome};
 
 /// Which signal to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,32 +44,7 @@ pub struct SignalReport {
     /// The record the signal was meant for.
     pub record: RunningRecord,
     /// For `AlreadyGone`, what the prune that followed did to the record.
-    pub pruned: Option<RecordFate>,
-}
-
-/// What the prune after a signal or stop found the process gone did to its record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordFate {
-    /// The record read was unlinked.
-    Removed,
-    /// Nothing was unlinked: the file was already gone, or another had replaced it.
-    AlreadyGone,
-    /// Unlinking failed; the record stays for the next prune.
-    Kept {
-        /// Why it could not be removed.
-        error: String,
-    },
-}
-
-impl RecordFate {
-    /// What happened, as the end of a sentence: `the record was removed`, ….
-    pub fn sentence(&self) -> String {
-        match self {
-            Self::Removed => "the record was removed".to_owned(),
-            Self::AlreadyGone => "the record had already been removed or replaced".to_owned(),
-            Self::Kept { error } => format!("the record could not be removed: {error}"),
-        }
-    }
+    pub pruned: Option<FileFate>,
 }
 
 fn send_signal(record: &RunningRecord, kind: SignalKind) -> SignalOutcome {
@@ -87,17 +62,16 @@ pub(super) fn prune_after_the_fact(
     reason: &str,
     notes: &RemovalNotes,
     cause: RemovalCause,
-) -> RecordFate {
+) -> FileFate {
     match unlink_gone(record, reason, notes, cause) {
-        Ok(Pruned::Removed) => RecordFate::Removed,
-        Ok(Pruned::AlreadyGone) => RecordFate::AlreadyGone,
+        Ok(fate) => fate,
         Err(error) => {
             tracing::warn!(
                 session_id = %record.session_id,
                 %error,
                 "could not prune a gone session's record"
             );
-            RecordFate::Kept {
+            FileFate::Kept {
                 error: error.to_string(),
             }
         }
@@ -131,7 +105,7 @@ impl Registry {
         record: &RunningRecord,
         kind: SignalKind,
         cause: RemovalCause,
-    ) -> Result<(SignalOutcome, Option<RecordFate>), RegistryError> {
+    ) -> Result<(SignalOutcome, Option<FileFate>), RegistryError> {
         let record = record.clone();
         let notes = self.removals.clone();
         let tally = Arc::clone(&self.tally);

@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::signal::{RecordFate, SignalKind, prune_after_the_fact};
+use super::signal::{SignalKind, prune_after_the_fact};
 use super::{Registry, RegistryError, RemovalCause, blocking};
-use crate::running::{self, DoorStop, ProcessState, RunningRecord, SignalOutcome};
+use crate::running::{self, DoorStop, FileFate, ProcessState, RunningRecord, SignalOutcome};
 
 /// The longest a stop may wait between SIGTERM and SIGKILL.
 pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(300);
@@ -74,7 +74,7 @@ pub struct StopReport {
     /// How long the stop waited for the process to go.
     pub waited: Duration,
     /// Once the process was found gone, what the prune that followed did to the record.
-    pub pruned: Option<RecordFate>,
+    pub pruned: Option<FileFate>,
     /// What asking the door came to, before any signal.
     pub door: DoorStop,
 }
@@ -251,7 +251,7 @@ impl Registry {
         &self,
         record: &RunningRecord,
         limit: Duration,
-    ) -> Result<Option<RecordFate>, RegistryError> {
+    ) -> Result<Option<FileFate>, RegistryError> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let probe = record.clone();

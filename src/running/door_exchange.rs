@@ -26,7 +26,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::Secret;
-use super::door::DoorAddress;
+use super::door_address::DoorAddress;
 pub(crate) use super::door_answer::ExchangeFailure;
 use super::door_answer::{AnswerReader, Progress, broken};
 use crate::socket_owner::{FarEnd, far_end};

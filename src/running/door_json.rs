@@ -1,6 +1,6 @@
 //! A door's JSON answer, read so that no secret of the record can hide in a number: a number
 //! whose source text holds one of the record's secrets is read as a string of that very text,
-//! which the redaction of strings ([`super::door::redact_secrets_in`]) then covers. A door may
+//! which the redaction of strings ([`super::door_redaction::redact_secrets_in`]) then covers. A door may
 //! echo an all-digit credential (`8675309`) unquoted, in a card as anywhere else.
 //!
 //! Invariants kept here:

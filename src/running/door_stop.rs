@@ -21,9 +21,11 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
-use super::door::{door_address, quote_briefly, redact_secrets, redact_secrets_in, verified_at};
+use super::door_address::door_address;
 use super::door_exchange::{DoorRequest, ExchangeFailure, exchange};
 use super::door_json::parse_door_json;
+use super::door_redaction::{quote_briefly, redact_secrets, redact_secrets_in};
+use super::verdict::verified_at;
 use super::{ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, RunningRecord};
 
 /// The longest the ask may take, connecting included (`mur stop`'s answer deadline).

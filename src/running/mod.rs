@@ -15,45 +15,46 @@
 //!   memory ([`Secret`]).
 
 mod dir;
-mod door;
+mod door_address;
 mod door_answer;
 mod door_exchange;
 mod door_json;
+mod door_probe;
+mod door_redaction;
 mod door_stop;
 mod process;
 mod record;
 mod signal;
 mod skills;
+mod verdict;
 
+pub use crate::private_fs::FileFate;
+pub use crate::process_identity::{
+    ProcessState, process_start_token, reason_exited, reason_no_process, reason_pid_reused,
+};
+pub(crate) use crate::process_identity::{checked_pid, process_usage, start_ticks};
 pub use dir::{
-    MAX_RECORD_BYTES, Pruned, RecordCache, Scan, SharedScan, Unreadable, UnreadableEntry, list,
-    prune, read_record, running_dir, running_dir_in, scan, scan_cached, scan_shared,
-    still_the_file_read,
+    MAX_RECORD_BYTES, RecordCache, Scan, Unreadable, UnreadableEntry, list, prune, read_record,
+    running_dir, running_dir_in, scan, still_the_file_read,
 };
 pub(crate) use dir::{recover_quarantined, remove_unreadable};
-pub use door::{
-    ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, Liveness, MURMUR_CAPSULE_EXTENSION, RedactedCard,
-    verify,
-};
-pub(crate) use door::{
-    MAX_CONCURRENT_PROBES, Verdict, decided_by_process, process_check_failed, redact_secrets,
-    settled_without_door,
-};
+pub(crate) use door_probe::MAX_CONCURRENT_PROBES;
+pub use door_probe::{ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, MURMUR_CAPSULE_EXTENSION};
+pub use door_redaction::RedactedCard;
+pub(crate) use door_redaction::redact_secrets;
 pub use door_stop::{
     DOOR_STOP_DEADLINE, DoorStop, MAX_STOP_ANSWER_BYTES, STOP_ASK_DEADLINE, STOP_PROBE_DEADLINE,
     ask_door_to_stop,
 };
-pub use process::{
-    ProcessState, has_controlling_terminal, process_start_token, process_state, reason_exited,
-    reason_no_process, reason_pid_reused,
-};
-pub(crate) use process::{checked_pid, process_usage, start_ticks, state_of};
+pub use process::{has_controlling_terminal, process_state};
 pub use record::{
     CONTROL_SUFFIX, FormationLauncher, RECORD_SUFFIX, RunningGuard, RunningRecord, Secret,
     is_murmur_session_id, is_valid_session_id,
 };
 pub use signal::{SignalOutcome, signal_kill, signal_term};
 pub use skills::{MAX_SKILL_TEXT, MAX_SKILLS, MAX_TAGS, Skill, skills_of};
+pub use verdict::{Liveness, verify};
+pub(crate) use verdict::{Verdict, decided_by_process, process_check_failed, settled_without_door};
 
 use std::path::PathBuf;
 

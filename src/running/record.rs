@@ -23,8 +23,9 @@ use std::time::SystemTime;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::RunningError;
-use super::process::{has_controlling_terminal, process_start_token};
+use super::process::has_controlling_terminal;
 use crate::private_fs::{FileIdentity, open_dir, unlink_checked, write_atomically};
+use crate::process_identity::process_start_token;
 
 /// The suffix that makes a directory entry a record; nothing else is one.
 pub const RECORD_SUFFIX: &str = ".json";

@@ -18,7 +18,7 @@ use rustix::io::Errno;
 use rustix::process::{PidfdFlags, Signal};
 
 use super::RunningRecord;
-use super::process::{ProcessState, checked_pid, reason_no_process, state_of};
+use crate::process_identity::{ProcessState, checked_pid, reason_no_process, state_of};
 
 /// What sending one signal to a record's process did.
 #[derive(Debug, Clone, PartialEq, Eq)]

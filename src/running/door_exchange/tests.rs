@@ -4,7 +4,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::{DoorRequest, ExchangeFailure, Holder, exchange, holder};
 use crate::running::Secret;
-use crate::running::door::door_address;
+use crate::running::door_address::door_address;
 use crate::socket_owner::FarEnd;
 
 #[test]

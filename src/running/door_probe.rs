@@ -1,8 +1,9 @@
-//! Layer 3: the door answers and names the record's session; and the verdict of all three layers.
+//! Layer 3: the door answers and names the record's session.
 //!
 //! Invariants kept here:
-//! - A door that is silent, slow, wrong or garbled makes a record `Unreachable`, never `Gone`:
-//!   the process behind it passed layers 1 and 2 and may be mid-turn.
+//! - A door that is silent, slow, wrong or garbled fails the probe with a reason, which the
+//!   verdict ([`super::verdict`]) makes `Unreachable`, never `Gone`: the process behind it
+//!   passed layers 1 and 2 and may be mid-turn.
 //! - The probe keeps to its deadlines (connect, then answer) and reads at most
 //!   [`MAX_CARD_BYTES`], so no door can hold a verification hostage or exhaust memory; many
 //!   records are verified concurrently, so one slow door delays no other.
@@ -11,9 +12,10 @@
 //!   over a connection whose far end a process of the records' owner accepted (checked in
 //!   `door_exchange`, for every probe: a door held by another user is `Unreachable`, sent
 //!   nothing).
-//! - Reasons never quote a secret, and quote a door's own words only briefly and sanitised.
+//! - Reasons never quote a secret, and quote a door's own words only briefly and sanitised
+//!   (`door_redaction`).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,11 +24,10 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
+use super::door_address::{DoorAddress, connect_loopback, door_address};
 use super::door_exchange::{DoorRequest, exchange};
 use super::door_json::parse_door_json;
-use super::skills::{Skill, skills_of};
-
-use super::process::{ProcessState, process_state};
+use super::door_redaction::{RedactedCard, quote_briefly, redact_secrets, redact_secrets_in};
 use super::{RunningRecord, Secret};
 
 /// How long a door may take to accept a connection (the spec's 2 s).
@@ -40,76 +41,6 @@ pub const MURMUR_CAPSULE_EXTENSION: &str =
     "https://docs.murmur.nexus/reference/agent-card/#murmur-capsule-v1";
 /// The most door probes in flight at once, to stay far below the open-files limit.
 pub const MAX_CONCURRENT_PROBES: usize = 256;
-
-/// What all three layers say about a record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Liveness {
-    /// The process is the writer and its door answers for this session (or it has no door).
-    Live,
-    /// The process passed layers 1–2 (or could not be verified) but the door did not confirm
-    /// the session. The record is kept.
-    Unreachable {
-        /// What failed, for a person.
-        reason: String,
-    },
-    /// Layers 1–2 found evidence the session is over; the record may be pruned.
-    Gone {
-        /// The evidence.
-        reason: String,
-    },
-}
-
-impl Liveness {
-    /// The reason, for anything but `Live`.
-    pub fn reason(&self) -> Option<&str> {
-        match self {
-            Self::Live => None,
-            Self::Unreachable { reason } | Self::Gone { reason } => Some(reason),
-        }
-    }
-}
-
-/// Both readings of one verification: layers 1–2 alone, and the verdict of all three.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    /// What layers 1 and 2 said.
-    pub(crate) process: ProcessState,
-    /// What all three layers say.
-    pub(crate) liveness: Liveness,
-}
-
-/// What layers 1–2 decide alone: `gone`, and `live` for a record with no door.
-///
-/// `None` for an alive process with a door (only the probe can tell) and for an unverified
-/// process (nothing can tell).
-pub fn decided_by_process(record: &RunningRecord, process: &ProcessState) -> Option<Liveness> {
-    match process {
-        ProcessState::Gone { reason } => Some(Liveness::Gone {
-            reason: reason.clone(),
-        }),
-        ProcessState::Alive if record.url.is_none() => Some(Liveness::Live),
-        _ => None,
-    }
-}
-
-/// The verdict without a probe where one would prove nothing, or `Err` handing the process
-/// state back when only the probe can tell.
-///
-/// An unverified process is unreachable and never probed: whatever answers on its door, the
-/// pid's holder is not confirmed as the writer.
-pub(crate) fn settled_without_door(
-    record: &RunningRecord,
-    process: ProcessState,
-) -> Result<Verdict, ProcessState> {
-    let liveness = match (decided_by_process(record, &process), &process) {
-        (Some(liveness), _) => liveness,
-        (None, ProcessState::Unverified { reason }) => Liveness::Unreachable {
-            reason: reason.clone(),
-        },
-        (None, _) => return Err(process),
-    };
-    Ok(Verdict { process, liveness })
-}
 
 /// Layer 3's prober: the deadlines it keeps and the probes it lets run at once.
 ///
@@ -137,15 +68,6 @@ impl std::fmt::Debug for VisitObserver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("VisitObserver")
     }
-}
-
-/// The door's address, split for connecting and for the `Host` header.
-pub(crate) struct DoorAddress<'a> {
-    /// The host as it is resolved (`localhost`, `127.0.0.1`, `::1`).
-    host: &'a str,
-    port: u16,
-    /// `host:port` as the record wrote it (brackets around an IPv6 literal), for `Host`.
-    pub(crate) authority: &'a str,
 }
 
 impl Default for DoorProbe {
@@ -331,59 +253,6 @@ impl DoorProbe {
     }
 }
 
-/// A card that verified its session, with every secret of its record replaced by `[redacted]`:
-/// fit to show to anyone allowed to list sessions.
-///
-/// Made only by the probe, after redaction. It is the door's data, so its `Debug` names its
-/// kind and nothing of its content: a card never reaches a log.
-pub struct RedactedCard(Value);
-
-impl RedactedCard {
-    /// `card` with every secret of `record` replaced, in every string (keys included).
-    pub(crate) fn redacted(mut card: Value, record: &RunningRecord) -> Self {
-        redact_secrets_in(&mut card, record);
-        Self(card)
-    }
-
-    /// The card as JSON.
-    pub fn json(&self) -> &Value {
-        &self.0
-    }
-
-    /// The skills it lists (ids and tags, bounded: [`skills_of`]).
-    pub fn skills(&self) -> Vec<Skill> {
-        skills_of(&self.0)
-    }
-}
-
-impl std::fmt::Debug for RedactedCard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RedactedCard(..)")
-    }
-}
-
-/// Connect to the door, on loopback addresses only: `localhost` is resolved by the system,
-/// and a door token must not follow a hosts file that points it elsewhere. With the stream, the
-/// address it is connected to.
-async fn connect_loopback(address: &DoorAddress<'_>) -> std::io::Result<(TcpStream, SocketAddr)> {
-    let mut last_error = None;
-    for addr in tokio::net::lookup_host((address.host, address.port)).await? {
-        if !addr.ip().is_loopback() {
-            continue;
-        }
-        match TcpStream::connect(addr).await {
-            Ok(stream) => return Ok((stream, addr)),
-            Err(error) => last_error = Some(error),
-        }
-    }
-    Err(last_error.unwrap_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::AddrNotAvailable,
-            "the name resolves to no loopback address",
-        )
-    }))
-}
-
 /// Ask for the card over `stream`, once its far end is `owner`'s; the body of a 2xx answer, at
 /// most [`MAX_CARD_BYTES`] of it.
 async fn fetch_card(
@@ -404,81 +273,6 @@ async fn fetch_card(
 
 const EXTENDED_CARD_REQUEST: &[u8] =
     br#"{"jsonrpc":"2.0","id":1,"method":"GetExtendedAgentCard","params":{}}"#;
-
-/// A record's `host:port`, if it is a door on loopback.
-pub(crate) fn door_address(url: &str) -> Result<DoorAddress<'_>, String> {
-    let refuse = || {
-        format!(
-            "door address {} is not host:port on loopback; not probed",
-            quote_briefly(url)
-        )
-    };
-    let (host, port) = url.rsplit_once(':').ok_or_else(refuse)?;
-    let port = port
-        .parse::<u16>()
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or_else(refuse)?;
-    let bare_host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    let loopback = bare_host.eq_ignore_ascii_case("localhost")
-        || bare_host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
-    if !loopback || (bare_host.contains(':') && !host.starts_with('[')) {
-        return Err(refuse());
-    }
-    Ok(DoorAddress {
-        host: bare_host,
-        port,
-        authority: url,
-    })
-}
-
-/// `reason` with every secret of `record` replaced, in case a door echoed one back.
-pub(crate) fn redact_secrets(mut reason: String, record: &RunningRecord) -> String {
-    let mut secrets: Vec<&str> = (record.door_token.iter().chain(record.credentials.values()))
-        .map(|secret| secret.expose())
-        .filter(|secret| !secret.is_empty())
-        .collect();
-    // Longest first: a secret that holds another must go whole, not leave its remainder.
-    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
-    for secret in secrets {
-        reason = reason.replace(secret, "[redacted]");
-    }
-    reason
-}
-
-/// Replace every secret of `record` inside every string (keys included) of `value`. A door's
-/// answer holds any number that carries a secret as a string of its source text
-/// ([`parse_door_json`]), so this covers numbers too.
-pub(crate) fn redact_secrets_in(value: &mut Value, record: &RunningRecord) {
-    let has_secret = |text: &str| {
-        record
-            .door_token
-            .iter()
-            .chain(record.credentials.values())
-            .any(|secret| !secret.expose().is_empty() && text.contains(secret.expose()))
-    };
-    match value {
-        Value::String(text) if has_secret(text) => {
-            *text = redact_secrets(std::mem::take(text), record);
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| redact_secrets_in(v, record)),
-        Value::Object(members) => {
-            if members.keys().any(|k| has_secret(k)) {
-                *members = std::mem::take(members)
-                    .into_iter()
-                    .map(|(k, v)| (redact_secrets(k, record), v))
-                    .collect();
-            }
-            members
-                .values_mut()
-                .for_each(|v| redact_secrets_in(v, record));
-        }
-        _ => {}
-    }
-}
 
 /// The card inside a JSON-RPC answer to `GetExtendedAgentCard`.
 fn extended_card(mut answer: Value) -> Result<Value, String> {
@@ -514,56 +308,6 @@ pub fn session_id_of(card: &Value) -> Option<&str> {
         .as_str()
 }
 
-/// Someone else's text, cut short and stripped of control characters, fit for a reason string.
-pub(crate) fn quote_briefly(text: &str) -> String {
-    let cleaned: String = text.chars().filter(|c| !c.is_control()).take(80).collect();
-    if cleaned.len() < text.len() && text.chars().count() > 80 {
-        format!("{cleaned:?}…")
-    } else {
-        format!("{cleaned:?}")
-    }
-}
-
-/// All three layers, door probe included.
-///
-/// Layers 1–2 run on the blocking pool; the door is probed only for a process that passed them.
-pub async fn verify(record: &RunningRecord, door: &DoorProbe) -> Liveness {
-    match verified_at(record, door).await {
-        Ok(_) => Liveness::Live,
-        Err(liveness) => liveness,
-    }
-}
-
-/// [`verify`], with the socket address whose answer made the session live: `Err` with the
-/// verdict when it is not live through its door (a doorless live session included).
-pub(crate) async fn verified_at(
-    record: &RunningRecord,
-    door: &DoorProbe,
-) -> Result<SocketAddr, Liveness> {
-    let process = process_state_off_worker(record.clone()).await;
-    match settled_without_door(record, process) {
-        Ok(verdict) => Err(verdict.liveness),
-        Err(_) => door
-            .confirmed_at(record)
-            .await
-            .map_err(|reason| Liveness::Unreachable { reason }),
-    }
-}
-
-/// Layers 1–2 for one record, on the blocking pool.
-async fn process_state_off_worker(record: RunningRecord) -> ProcessState {
-    tokio::task::spawn_blocking(move || process_state(&record))
-        .await
-        .unwrap_or_else(|_| process_check_failed())
-}
-
-/// The state of a process whose check panicked: nothing was learnt, so nothing is decided.
-pub(crate) fn process_check_failed() -> ProcessState {
-    ProcessState::Unverified {
-        reason: "the process check failed".to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,77 +330,5 @@ mod tests {
         );
         assert_eq!(session_id_of(&json!([1, 2])), None);
         assert_eq!(session_id_of(&json!({"session_id": 7})), None);
-    }
-
-    #[test]
-    fn only_loopback_host_port_is_a_door() {
-        for ok in [
-            "127.0.0.1:4000",
-            "localhost:1",
-            "LOCALHOST:9",
-            "[::1]:80",
-            "127.3.4.5:65535",
-        ] {
-            assert!(door_address(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "10.0.0.1:80",
-            "example.com:80",
-            "127.0.0.1",
-            "127.0.0.1:0",
-            "127.0.0.1:99999",
-            "::1:80",
-            "127.0.0.1:80/x",
-            "http://127.0.0.1:80",
-            "user@127.0.0.1:80",
-            "",
-        ] {
-            assert!(door_address(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_card_shown_for_another_record_is_redacted_for_its_secrets_too() {
-        let record = |credential: &str| -> RunningRecord {
-            serde_json::from_value(json!({
-                "session_id": "ses_a", "url": "127.0.0.1:1", "pid": 1, "process_start": "7",
-                "capsule_name": "c", "capsule_version": "1", "workdir": "/w",
-                "outlives_launcher": false, "started_at": "2026-11-30T00:00:00Z",
-                "door_token": "tok", "credentials": {"peer": credential}
-            }))
-            .expect("a record")
-        };
-        let (a, b) = (record("alpha"), record("beta"));
-        let card = json!({"name": "tok alpha beta", "alpha": ["beta"]});
-        let card = Arc::new(RedactedCard::redacted(card, &a));
-        assert_eq!(
-            *card.json(),
-            json!({"name": "[redacted] [redacted] beta", "[redacted]": ["beta"]})
-        );
-        assert_eq!(
-            RedactedCard::redacted(card.json().clone(), &b).json()["name"],
-            "[redacted] [redacted] [redacted]"
-        );
-        assert_eq!(format!("{card:?}"), "RedactedCard(..)");
-    }
-
-    #[test]
-    fn a_secret_that_holds_another_is_redacted_whole() {
-        let record: RunningRecord = serde_json::from_value(serde_json::json!({
-            "session_id": "ses_a", "url": "127.0.0.1:1", "pid": 1, "process_start": "1",
-            "capsule_name": "c", "capsule_version": "1", "workdir": "/w",
-            "outlives_launcher": false, "started_at": "2026-11-30T00:00:00Z",
-            "door_token": "tok", "credentials": {"api": "tokXYZ"}
-        }))
-        .expect("a record");
-        let said = redact_secrets("sent tokXYZ and tok".to_owned(), &record);
-        assert_eq!(said, "sent [redacted] and [redacted]");
-    }
-
-    #[test]
-    fn quotes_are_short_and_clean() {
-        let quoted = quote_briefly(&format!("a\nb{}", "z".repeat(200)));
-        assert!(!quoted.contains('\n'));
-        assert!(quoted.chars().count() < 90);
     }
 }
