@@ -6,7 +6,7 @@
 
 use axum::http::Method;
 
-use super::{events, fleet, sessions};
+use super::{events, fleet, mcp, sessions};
 
 /// How the accept loop treats a request, before routing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,12 +21,14 @@ pub enum RouteClass {
 
 /// The routes that are not ordinary. `HEAD` is there because axum answers it with the `GET`
 /// handler.
-const CLASSED: [(Method, &str, RouteClass); 5] = [
+const CLASSED: [(Method, &str, RouteClass); 6] = [
     (Method::GET, events::PATH, RouteClass::EventStream),
     (Method::HEAD, events::PATH, RouteClass::EventStream),
     (Method::GET, fleet::EVENTS_PATH, RouteClass::EventStream),
     (Method::HEAD, fleet::EVENTS_PATH, RouteClass::EventStream),
     (Method::POST, sessions::STOP_PATH, RouteClass::Stop),
+    // MCP's GET opens its session's stream of server messages.
+    (Method::GET, mcp::PATH, RouteClass::EventStream),
 ];
 
 /// The class of a request for `method` on `path` (the request's path, no query).
