@@ -159,7 +159,10 @@ async fn stop_and_signal_never_reach_a_reused_pid() {
             world["reused"] = json!(reused);
             world["tool"] = json!(tool);
             run_client("reused", world).await;
-            assert!(!file.exists(), "{tool}: the gone session's record is pruned");
+            assert!(
+                !file.exists(),
+                "{tool}: the gone session's record is pruned"
+            );
         }
     }
 }
@@ -234,7 +237,9 @@ async fn mcp_keeps_the_token_host_origin_and_body_rules_of_every_route() {
     let body = initialize().to_string();
     let anonymous = http().post(&url).body(body.clone()).send().await.unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
-    let challenge = anonymous.headers()[header::WWW_AUTHENTICATE].to_str().unwrap();
+    let challenge = anonymous.headers()[header::WWW_AUTHENTICATE]
+        .to_str()
+        .unwrap();
     assert!(challenge.starts_with("Bearer "), "{challenge}");
     let wrong = http().get(&url).bearer_auth("0".repeat(64)).send().await;
     assert_eq!(wrong.unwrap().status(), StatusCode::UNAUTHORIZED);
@@ -303,8 +308,14 @@ async fn a_hundred_unclosed_mcp_sessions_keep_the_newest_32_and_events_served() 
         kept.push(session_exists(&server, id).await);
     }
     let count = kept.iter().filter(|kept| **kept).count();
-    assert_eq!(count, 32, "--max-mcp-sessions' default bounds them: {kept:?}");
-    assert!(kept[68..].iter().all(|kept| *kept), "the newest are kept: {kept:?}");
+    assert_eq!(
+        count, 32,
+        "--max-mcp-sessions' default bounds them: {kept:?}"
+    );
+    assert!(
+        kept[68..].iter().all(|kept| *kept),
+        "the newest are kept: {kept:?}"
+    );
     let events = http()
         .get(format!("{}/events", server.base()))
         .bearer_auth(server.token())

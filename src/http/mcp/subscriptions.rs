@@ -22,7 +22,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
 use super::resources::{Named, SESSIONS_URI, session_uri};
-use crate::monitor::{EventKind, Monitor, Next, SubscribeError, Subscription};
+use crate::monitor::{EventKind, Monitor, Next, Snapshot, SubscribeError, Subscription};
+use crate::running::Liveness;
 
 /// The URIs one MCP session (or one `subscriptions/listen` request) follows.
 pub(super) type Wanted = Arc<Mutex<HashSet<String>>>;
@@ -91,6 +92,12 @@ pub(super) async fn follow(
     wanted: Wanted,
     listener: Listener,
 ) {
+    // Subscribed before the live view's first picture was taken (2026-07-28 acknowledges a
+    // listen before the handler runs): a session the picture no longer holds ended meanwhile.
+    let ended = ended_before(&subscription.snapshot, &wanted);
+    if !ended.is_empty() && tell(&listener, ended, true).await.is_err() {
+        return;
+    }
     loop {
         // The picture is not kept: a notification only says what to read again.
         drop(std::mem::take(&mut subscription.snapshot));
@@ -137,6 +144,22 @@ async fn tell(listener: &Listener, uris: Vec<String>, list_changed: bool) -> Res
     Ok(())
 }
 
+/// The subscribed session URIs whose session `snapshot` does not hold, or holds as gone.
+fn ended_before(snapshot: &Snapshot, wanted: &Mutex<HashSet<String>>) -> Vec<String> {
+    let present: HashSet<String> = snapshot
+        .readings
+        .iter()
+        .filter(|reading| !matches!(reading.liveness, Some(Liveness::Gone { .. })))
+        .map(|reading| session_uri(&reading.record.session_id))
+        .collect();
+    wanted_now(wanted)
+        .iter()
+        .filter(|uri| matches!(Named::parse(uri), Some(Named::Session(_))))
+        .filter(|uri| !present.contains(*uri))
+        .cloned()
+        .collect()
+}
+
 /// The subscribed URIs an event changes, and whether the list of resources changed.
 fn affected(kind: &EventKind, wanted: &Mutex<HashSet<String>>) -> (Vec<String>, bool) {
     let list_changed = matches!(kind, EventKind::Added(_) | EventKind::Removed { .. });
@@ -166,7 +189,6 @@ impl SessionSubscriptions {
         uri: String,
         peer: Peer<RoleServer>,
     ) -> Result<(), ErrorData> {
-        debug_assert!(Named::parse(&uri).is_some());
         let mut follower = self.follower.lock().await;
         // Wanted before the follower starts: a change right after the answer is told.
         let added = wanted_now(&self.wanted).insert(uri.clone());
