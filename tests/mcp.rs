@@ -374,3 +374,31 @@ async fn events_served_again(server: &TestServer) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Shutdown ends MCP's streams with the rest: an open `GET /mcp` stream does not hold the
+/// server for its shutdown grace (30 s, beyond the deadline).
+#[tokio::test]
+async fn shutdown_ends_an_open_mcp_stream() {
+    let server = TestServer::start().await;
+    let id = open_session(&server).await;
+    let stream = http()
+        .get(format!("{}/mcp", server.base()))
+        .bearer_auth(server.token())
+        .header(header::ACCEPT, "text/event-stream")
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", LEGACY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let reading = tokio::spawn(async move { stream.text().await });
+    tokio::time::timeout(DEADLINE, server.shut_down_and_wait())
+        .await
+        .expect("shutdown waits for no MCP stream")
+        .expect("a clean shutdown");
+    // Ended by the server, cleanly or cut: either way it no longer holds the connection.
+    let _ended = tokio::time::timeout(DEADLINE, reading)
+        .await
+        .expect("the stream ended")
+        .expect("the reader's task");
+}

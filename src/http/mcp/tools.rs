@@ -218,3 +218,56 @@ fn act(
                 .open_world(false),
         )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(tools: &[Tool]) -> Vec<&str> {
+        tools.iter().map(|tool| &*tool.name).collect()
+    }
+
+    #[test]
+    fn the_fleet_tools_are_listed_only_with_a_fleet() {
+        let local = catalogue(false);
+        assert_eq!(
+            names(&local),
+            [
+                LIST_SESSIONS,
+                GET_SESSION,
+                GET_LIVENESS,
+                GET_CARD,
+                FIND_PEERS,
+                STOP_SESSION,
+                SIGNAL_SESSION,
+                PRUNE
+            ]
+        );
+        let fleet = catalogue(true);
+        assert_eq!(names(&fleet)[8..], [FLEET_SESSIONS, FLEET_HOSTS]);
+        let fleet_sessions = &fleet[8];
+        assert_eq!(
+            fleet_sessions.input_schema["properties"]["host"]["type"],
+            "array"
+        );
+        assert!(
+            fleet_sessions.input_schema["properties"]
+                .get("include")
+                .is_none()
+        );
+        assert!(fleet_sessions.annotations.as_ref().unwrap().read_only_hint == Some(true));
+    }
+
+    #[test]
+    fn every_schema_refuses_members_it_does_not_list() {
+        for tool in catalogue(true) {
+            assert_eq!(
+                tool.input_schema["additionalProperties"], false,
+                "{}",
+                tool.name
+            );
+            let output = tool.output_schema.as_ref().unwrap();
+            assert_eq!(output["type"], "object", "{}", tool.name);
+        }
+    }
+}
