@@ -17,7 +17,8 @@
 //!   `WWW-Authenticate: Bearer`), the Host and Origin gate (403), the 16 KiB limit (a 20 KiB
 //!   request refused), an invalid JSON-RPC body answered by MCP, not as a problem; a client that
 //!   opens 100 MCP sessions and never closes them (bounded: the oldest dropped, `/events`
-//!   still served); a GET stream taking an event-stream place.
+//!   still served); a GET stream taking an event-stream place; shutdown ending an open stream;
+//!   the fleet tools listed and answering as `/fleet/*` only with a fleet (JSON-RPC by hand).
 
 mod common;
 
@@ -401,4 +402,110 @@ async fn shutdown_ends_an_open_mcp_stream() {
         .await
         .expect("the stream ended")
         .expect("the reader's task");
+}
+
+/// One MCP session of the 2025-11-25 revision spoken by hand: each request's JSON-RPC answer.
+struct HandSession<'a> {
+    server: &'a TestServer,
+    id: String,
+}
+
+impl<'a> HandSession<'a> {
+    async fn open(server: &'a TestServer) -> Self {
+        let id = open_session(server).await;
+        let session = Self { server, id };
+        let note = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+        session.post(note).await;
+        session
+    }
+
+    async fn post(&self, message: Value) -> String {
+        let answer = mcp_post(self.server, message.to_string())
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", LEGACY)
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{}", answer.status());
+        answer.text().await.unwrap()
+    }
+
+    /// `method` with `params`: the JSON-RPC answer (from the response's event stream).
+    async fn call(&self, method: &str, params: Value) -> Value {
+        let request = json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params });
+        let text = self.post(request).await;
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+            .find(|message| message["id"] == 7)
+            .unwrap_or_else(|| panic!("no answer to {method} in {text:?}"))
+    }
+}
+
+async fn rest_json(server: &TestServer, path: &str) -> Value {
+    let answer = http()
+        .get(format!("{}{path}", server.base()))
+        .bearer_auth(server.token())
+        .send()
+        .await
+        .unwrap();
+    serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap()
+}
+
+fn tool_names(listing: &Value) -> Vec<String> {
+    listing["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// With a fleet the fleet tools are listed and answer what `/fleet/*` answers; without one they
+/// are neither listed nor callable.
+#[tokio::test]
+async fn the_fleet_tools_exist_only_with_a_fleet_and_answer_as_the_fleet_routes() {
+    use murmur_registry::fleet::FleetView;
+    use murmur_registry::fleet::cache::FleetCache;
+    use murmur_registry::fleet::keys::FleetKeys;
+    let view = FleetView::new("a".parse().expect("a host id"));
+    let host =
+        br#"{"host_id":"a","version":"1","started_at":"2026-12-01T00:00:00Z","registry_url":null}"#;
+    let (cache, _) = FleetCache::read(FleetKeys::new("/p"), 1, [(&b"/p/hosts/a"[..], &host[..])]);
+    view.read(cache);
+    let server = TestServer::builder().fleet(view).start().await;
+    let session = HandSession::open(&server).await;
+    let names = tool_names(&session.call("tools/list", json!({})).await);
+    assert!(
+        names.ends_with(&["fleet_sessions".to_owned(), "fleet_hosts".to_owned()]),
+        "{names:?}"
+    );
+    for (tool, arguments, path) in [
+        ("fleet_hosts", json!({}), "/fleet/hosts"),
+        (
+            "fleet_sessions",
+            json!({ "host": ["a"] }),
+            "/fleet/sessions?host=a",
+        ),
+    ] {
+        let call = json!({ "name": tool, "arguments": arguments });
+        let answer = session.call("tools/call", call).await;
+        let result = &answer["result"];
+        assert_eq!(result["isError"], false, "{answer}");
+        assert_eq!(
+            result["structuredContent"],
+            rest_json(&server, path).await,
+            "{tool}"
+        );
+    }
+    let alone = TestServer::start().await;
+    let session = HandSession::open(&alone).await;
+    let names = tool_names(&session.call("tools/list", json!({})).await);
+    assert!(
+        !names.iter().any(|name| name.starts_with("fleet_")),
+        "{names:?}"
+    );
+    let call = json!({ "name": "fleet_hosts", "arguments": {} });
+    let answer = session.call("tools/call", call).await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
 }
