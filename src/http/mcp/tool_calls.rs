@@ -257,11 +257,13 @@ async fn result_of(response: Response) -> CallToolResult {
         .unwrap_or_default();
     let text = String::from_utf8_lossy(&bytes).into_owned();
     let value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    // Built from the route's bytes: the JSON is not encoded again for the text.
+    let content = vec![ContentBlock::text(text)];
     let mut result = if succeeded {
-        CallToolResult::structured(value)
+        CallToolResult::success(content)
     } else {
-        CallToolResult::structured_error(value)
+        CallToolResult::error(content)
     };
-    result.content = vec![ContentBlock::text(text)];
+    result.structured_content = Some(value);
     result
 }
