@@ -174,9 +174,15 @@ impl ServerHandler for McpHandler {
             .flatten()
             .cloned()
             .collect();
+        let list_changed = accepted.resources_list_changed == Some(true);
+        if uris.is_empty() && !list_changed {
+            // Nothing of ours was asked for: no listener of the live view is taken.
+            context.cancelled().await;
+            return Ok(());
+        }
         let listener = Listener::Listen {
             sink: context.sink().clone(),
-            list_changed: accepted.resources_list_changed == Some(true),
+            list_changed,
         };
         let subscription = listen_to(self.state.events()).await?;
         let monitor = self.state.events().clone();

@@ -23,7 +23,11 @@ mod tools;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::middleware;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::Response;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
@@ -84,8 +88,22 @@ pub(super) fn routes(state: &AppState) -> Router<AppState> {
     );
     Router::new()
         .route_service(PATH, service)
+        .route_layer(middleware::from_fn(ended_is_no_content))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
         ))
+}
+
+/// A `DELETE` that ended its session answers `204 No Content`: rmcp says `202 Accepted`, which
+/// clients (the official Python SDK among them) take for a failed termination.
+async fn ended_is_no_content(request: Request, next: Next) -> Response {
+    let deleting = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if deleting && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        *response.body_mut() = Body::empty();
+        response.headers_mut().remove(header::CONTENT_LENGTH);
+    }
+    response
 }
