@@ -332,10 +332,11 @@ pub fn raise_open_files_limit() {
     }
 }
 
-/// Log to stderr in `format`, at `RUST_LOG`'s levels (default `info`).
+/// Log to stderr in `format`, at `RUST_LOG`'s levels (default `info`; rmcp's `warn`, as its
+/// `info` logs every MCP session's start with what its client sent).
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
