@@ -511,3 +511,40 @@ async fn the_fleet_tools_exist_only_with_a_fleet_and_answer_as_the_fleet_routes(
     let answer = session.call("tools/call", call).await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
 }
+
+/// A browser client of an origin given with `--allow-origin` may name its MCP session and read
+/// the header that gives it; CORS grants nothing to any other origin.
+#[tokio::test]
+async fn cors_lets_an_allowed_browser_origin_carry_its_mcp_session() {
+    let server = TestServer::builder()
+        .allow_origins(&["http://app.example"])
+        .start()
+        .await;
+    let preflight = http()
+        .request(reqwest::Method::OPTIONS, format!("{}/mcp", server.base()))
+        .header(header::ORIGIN, "http://app.example")
+        .header(header::ACCESS_CONTROL_REQUEST_METHOD, "POST")
+        .header(
+            header::ACCESS_CONTROL_REQUEST_HEADERS,
+            "authorization, content-type, mcp-session-id, mcp-protocol-version",
+        )
+        .send()
+        .await
+        .unwrap();
+    let allowed = preflight.headers()[header::ACCESS_CONTROL_ALLOW_HEADERS]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(allowed.contains("mcp-session-id"), "{allowed}");
+    assert!(allowed.contains("mcp-protocol-version"), "{allowed}");
+    let opened = mcp_post(&server, initialize().to_string())
+        .header(header::ORIGIN, "http://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), StatusCode::OK);
+    let exposed = opened.headers()[header::ACCESS_CONTROL_EXPOSE_HEADERS]
+        .to_str()
+        .unwrap();
+    assert!(exposed.contains("mcp-session-id"), "{exposed}");
+}

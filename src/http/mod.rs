@@ -292,7 +292,14 @@ pub fn app(state: AppState) -> Router {
                     axum::http::Method::POST,
                     axum::http::Method::DELETE,
                 ])
-                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+                // With the headers a browser MCP client at `/mcp` names its session in.
+                .allow_headers(
+                    [header::AUTHORIZATION, header::CONTENT_TYPE]
+                        .into_iter()
+                        .chain(mcp::CORS_REQUEST_HEADERS.map(HeaderName::from_static))
+                        .collect::<Vec<_>>(),
+                )
+                .expose_headers([HeaderName::from_static(mcp::SESSION_HEADER)]),
         );
     }
     router

@@ -38,6 +38,18 @@ use session_bound::BoundedSessions;
 /// Where the MCP endpoint is served.
 pub const PATH: &str = "/mcp";
 
+/// The header naming a 2025-11-25 MCP session.
+pub(super) const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The request headers a browser MCP client sends besides the API's own (granted by CORS to
+/// `--allow-origin`'s origins).
+pub(super) const CORS_REQUEST_HEADERS: [&str; 4] = [
+    SESSION_HEADER,
+    "mcp-protocol-version",
+    "mcp-method",
+    "last-event-id",
+];
+
 /// How many MCP sessions are kept at once by default (`--max-mcp-sessions`).
 pub const DEFAULT_MAX_MCP_SESSIONS: usize = 32;
 
