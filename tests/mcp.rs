@@ -18,7 +18,8 @@
 //!   request refused), an invalid JSON-RPC body answered by MCP, not as a problem; a client that
 //!   opens 100 MCP sessions and never closes them (bounded: the oldest dropped, `/events`
 //!   still served); a GET stream taking an event-stream place; shutdown ending an open stream;
-//!   the fleet tools listed and answering as `/fleet/*` only with a fleet (JSON-RPC by hand).
+//!   the fleet tools listed and answering as `/fleet/*` only with a fleet (JSON-RPC by hand);
+//!   CORS for an allowed browser origin carrying its MCP session.
 
 mod common;
 
