@@ -68,6 +68,10 @@ pub(super) struct ServeArgs {
     /// Retry-After [default: 128, or one less than --max-connections if that is lower].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_event_streams: Option<u64>,
+    /// MCP sessions (`/mcp`, protocol 2025-11-25) kept at once; a new one past it closes the
+    /// least recently used idle one.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    max_mcp_sessions: u64,
     /// How long shutdown waits for in-flight requests before dropping them.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
@@ -184,6 +188,10 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             bound,
             &args.allow_host,
             &args.allow_origin,
+        )
+        .with_mcp(
+            http::mcp::McpSettings::default()
+                .with_max_sessions(usize::try_from(args.max_mcp_sessions).unwrap_or(usize::MAX)),
         );
         state.events().set_interval(args.events_interval);
         state.events().set_door_recheck(args.door_recheck);
@@ -324,10 +332,11 @@ pub fn raise_open_files_limit() {
     }
 }
 
-/// Log to stderr in `format`, at `RUST_LOG`'s levels (default `info`).
+/// Log to stderr in `format`, at `RUST_LOG`'s levels (default `info`; rmcp's `warn`, as its
+/// `info` logs every MCP session's start with what its client sent).
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -21,6 +21,7 @@ pub mod events;
 pub mod fleet;
 mod include;
 mod list_filter;
+pub mod mcp;
 pub mod metrics;
 pub mod resource_feed;
 pub mod responses;
@@ -67,6 +68,8 @@ pub struct AppState {
     inner: Arc<Shared>,
     /// Apart from `inner` so that [`AppState::with_fleet`] can set it at any time.
     fleet: FleetView,
+    /// `/mcp`'s session bound and shutdown token ([`AppState::with_mcp`]).
+    mcp: mcp::McpSettings,
 }
 
 #[derive(Debug)]
@@ -105,7 +108,19 @@ impl AppState {
                 metrics: HttpMetrics::default(),
             }),
             fleet: FleetView::not_configured(),
+            mcp: mcp::McpSettings::default(),
         }
+    }
+
+    /// This state serving `/mcp` with `settings` (its session bound). Give it before serving.
+    pub fn with_mcp(mut self, settings: mcp::McpSettings) -> Self {
+        self.mcp = settings;
+        self
+    }
+
+    /// What `/mcp` is given: its session bound and shutdown token.
+    pub fn mcp(&self) -> &mcp::McpSettings {
+        &self.mcp
     }
 
     /// This state serving `fleet` on `/fleet/*` (without it they answer 404
@@ -259,7 +274,9 @@ pub fn app(state: AppState) -> Router {
         .merge(public)
         .fallback(unknown_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(middleware::map_response(error::problem_for_plain_errors));
+        .layer(middleware::map_response(error::problem_for_plain_errors))
+        // MCP answers its own errors as the protocol defines them: out of the rewriting's reach.
+        .merge(mcp::routes(&state));
     if !state.inner.cors_origins.is_empty() {
         let origins = state
             .inner
@@ -275,7 +292,14 @@ pub fn app(state: AppState) -> Router {
                     axum::http::Method::POST,
                     axum::http::Method::DELETE,
                 ])
-                .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE]),
+                // With the headers a browser MCP client at `/mcp` names its session in.
+                .allow_headers(
+                    [header::AUTHORIZATION, header::CONTENT_TYPE]
+                        .into_iter()
+                        .chain(mcp::CORS_REQUEST_HEADERS.map(HeaderName::from_static))
+                        .collect::<Vec<_>>(),
+                )
+                .expose_headers([HeaderName::from_static(mcp::SESSION_HEADER)]),
         );
     }
     router
@@ -320,11 +344,13 @@ pub async fn serve_with(
 ) -> std::io::Result<()> {
     let events = state.events().clone();
     let fleet = state.fleet().clone();
+    let mcp = state.mcp().clone();
     let load = std::sync::Arc::clone(state.metrics().load());
     let shutdown = async move {
         shutdown.await;
         events.close();
         fleet.close();
+        mcp.close();
     };
     server::serve_router_counting(listener, app(state), limits, load, shutdown).await
 }

@@ -6,7 +6,7 @@
 
 use axum::http::Method;
 
-use super::{events, fleet, sessions};
+use super::{events, fleet, mcp, sessions};
 
 /// How the accept loop treats a request, before routing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,12 +21,16 @@ pub enum RouteClass {
 
 /// The routes that are not ordinary. `HEAD` is there because axum answers it with the `GET`
 /// handler.
-const CLASSED: [(Method, &str, RouteClass); 5] = [
+const CLASSED: [(Method, &str, RouteClass); 7] = [
     (Method::GET, events::PATH, RouteClass::EventStream),
     (Method::HEAD, events::PATH, RouteClass::EventStream),
     (Method::GET, fleet::EVENTS_PATH, RouteClass::EventStream),
     (Method::HEAD, fleet::EVENTS_PATH, RouteClass::EventStream),
     (Method::POST, sessions::STOP_PATH, RouteClass::Stop),
+    // MCP's GET opens its session's stream of server messages.
+    (Method::GET, mcp::PATH, RouteClass::EventStream),
+    // A tool call may be a stop, whose answer (2026-07-28: the response's head) waits for it.
+    (Method::POST, mcp::PATH, RouteClass::Stop),
 ];
 
 /// The class of a request for `method` on `path` (the request's path, no query).
@@ -86,6 +90,9 @@ mod tests {
             class_of(&Method::POST, "/sessions/a/signal"),
             RouteClass::Ordinary
         );
+        assert_eq!(class_of(&Method::GET, "/mcp"), RouteClass::EventStream);
+        assert_eq!(class_of(&Method::POST, "/mcp"), RouteClass::Stop);
+        assert_eq!(class_of(&Method::DELETE, "/mcp"), RouteClass::Ordinary);
     }
 
     /// The document is what the router serves: every operation that answers a stream is classed

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
+use murmur_registry::fleet::FleetView;
 use murmur_registry::http::{AppState, ServeLimits, serve_with};
 use murmur_registry::registry::Registry;
 use murmur_registry::running::DoorProbe;
@@ -118,9 +119,16 @@ pub struct TestServerBuilder {
     allow_hosts: Vec<String>,
     allow_origins: Vec<String>,
     running_dir: Option<PathBuf>,
+    fleet: Option<FleetView>,
 }
 
 impl TestServerBuilder {
+    /// The fleet view served on `/fleet/*` and by `/mcp`'s fleet tools (default: none).
+    pub fn fleet(mut self, fleet: FleetView) -> Self {
+        self.fleet = Some(fleet);
+        self
+    }
+
     /// The door probe the registry verifies with (default [`DoorProbe::new`]).
     pub fn probe(mut self, probe: DoorProbe) -> Self {
         self.probe = probe;
@@ -187,6 +195,10 @@ impl TestServerBuilder {
             &self.allow_hosts,
             &self.allow_origins,
         );
+        let state = match self.fleet {
+            Some(fleet) => state.with_fleet(fleet),
+            None => state,
+        };
         if let Some(interval) = self.events_interval {
             state.events().set_interval(interval);
         }
@@ -219,6 +231,7 @@ impl TestServer {
             allow_hosts: Vec::new(),
             allow_origins: Vec::new(),
             running_dir: None,
+            fleet: None,
         }
     }
 
