@@ -53,8 +53,8 @@ pub use stop::{
     AskDoor, DEFAULT_STOP_TIMEOUT, LONGEST_STOP, MAX_STOP_TIMEOUT, StopOutcome, StopReport,
 };
 pub use tally::{
-    ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DURATION_BUCKETS, DurationFigures,
-    PictureFigures, ProbeEnd, StateCounts, Tally,
+    ActionEnd, COUNTED_REMOVALS, DURATION_BUCKETS, DurationFigures, PictureFigures, ProbeEnd,
+    StateCounts, Tally,
 };
 pub use verify::{ProbesInFlight, Reading};
 
