@@ -21,11 +21,13 @@ mod flights;
 mod listing;
 mod passes;
 mod pins;
+mod process_key;
 mod prune;
 mod removal;
 mod resources;
 mod signal;
 mod stop;
+mod stopping;
 mod tally;
 mod verify;
 
@@ -38,13 +40,14 @@ use listing::{PassReader, PassResult};
 use passes::SharedPasses;
 use removal::RemovalNotes;
 use resources::ResourceSampler;
-use stop::StopsInProgress;
+use stopping::StopsInProgress;
 
 pub use card::CardRefusal;
 pub use error::RegistryError;
 pub(crate) use error::copy_error;
-pub use exits::{ExitedProcess, ProcessExits};
+pub use exits::ProcessExits;
 pub use listing::{INLINE_SCAN_ENTRIES, Listing};
+pub use process_key::ExitedProcess;
 pub use prune::{PruneOutcome, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
 pub use resources::{CPU_BASELINE_FRESH, CPU_SPAN_MIN, Resources};
@@ -86,7 +89,10 @@ impl Registry {
             reader: PassReader::new(dir.into()),
             passes: Arc::default(),
             stopping: StopsInProgress::default(),
-            removals: RemovalNotes::counting_in(Arc::clone(&tally)),
+            removals: RemovalNotes::counting_by({
+                let tally = Arc::clone(&tally);
+                move |cause, n| tally.removed(cause, n)
+            }),
             tally,
             resources: Arc::default(),
         }

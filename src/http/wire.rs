@@ -13,6 +13,7 @@ mod query;
 mod session;
 mod session_list;
 mod signal;
+mod signal_problem;
 mod stop;
 
 pub use card::{AgentCard, CardProblem, CardRefusalMembers};
@@ -22,7 +23,6 @@ pub use session::{
     LivenessReport, LivenessView, ProcessStatus, ResourcesView, SessionState, SessionView,
 };
 pub use session_list::{ListMembers, SessionList};
-pub use signal::{
-    Outcome, SignalName, SignalProblem, SignalRefusal, SignalRequest, SignalResponse,
-};
+pub use signal::{Outcome, SignalName, SignalRequest, SignalResponse};
+pub use signal_problem::{SignalProblem, SignalRefusal};
 pub use stop::{DoorOutcome, DoorStopView, StopQuery, StopResponse};

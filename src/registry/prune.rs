@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::stop::{StopsInProgress, is_stopping};
+use super::stopping::{StopsInProgress, is_stopping};
 use super::verify::Reading;
 use super::{Registry, RegistryError, RemovalCause, RemovalNotes, blocking};
 use crate::running::{

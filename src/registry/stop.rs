@@ -5,8 +5,7 @@
 //! Invariant: what the door answers is reported, never consulted: the signals go out (or are
 //! refused) exactly as they would without the ask.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::signal::{RecordFate, SignalKind, prune_after_the_fact};
@@ -77,20 +76,6 @@ pub struct StopReport {
     pub pruned: Option<RecordFate>,
     /// What asking the door came to, before any signal.
     pub door: DoorStop,
-}
-
-/// The stops in progress, by session id: each stop holds its session's lock for its whole run.
-/// Shared with blocking tasks, so a prune can tell at the moment it unlinks whether a stop of
-/// that session is under way.
-pub(super) type StopsInProgress = Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
-
-/// Whether a stop of `session_id` is under way (its lock is held beyond the map's own copy).
-pub(super) fn is_stopping(stops: &StopsInProgress, session_id: &str) -> bool {
-    stops
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .get(session_id)
-        .is_some_and(|lock| Arc::strong_count(lock) > 1)
 }
 
 impl Registry {
