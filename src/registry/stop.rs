@@ -26,6 +26,10 @@ pub const LONGEST_STOP: Duration = running::DOOR_STOP_DEADLINE
 /// How often a stop re-reads layers 1–2 while it waits for the process to go.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
 
+/// How a stop ended, and what the prune that followed did to the record once the process was
+/// found gone.
+type StopEnd = (StopOutcome, Option<RecordFate>);
+
 /// Whether a stop asks the capsule's door to stop its work before the signals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AskDoor {
@@ -121,25 +125,35 @@ impl Registry {
             DoorStop::Skipped
         };
         let started = Instant::now();
+        let (outcome, pruned) = self.signal_until_gone(&record, timeout).await?;
+        Ok(StopReport {
+            outcome,
+            record,
+            waited: started.elapsed(),
+            pruned,
+            door,
+        })
+    }
+
+    /// A stop's signals: SIGTERM and up to `timeout` for the process to go, then SIGKILL (at
+    /// once when `timeout` is zero) and its grace.
+    async fn signal_until_gone(
+        &self,
+        record: &RunningRecord,
+        timeout: Duration,
+    ) -> Result<StopEnd, RegistryError> {
         let first = if timeout.is_zero() {
             SignalKind::Kill
         } else {
             SignalKind::Term
         };
-        let report = |outcome, pruned| StopReport {
-            outcome,
-            record: record.clone(),
-            waited: started.elapsed(),
-            pruned,
-            door: door.clone(),
-        };
         match self
-            .signal_record(&record, first, RemovalCause::Pruned)
+            .signal_record(record, first, RemovalCause::Pruned)
             .await?
         {
             (SignalOutcome::Sent, _) => {}
             (SignalOutcome::AlreadyGone { .. }, pruned) => {
-                return Ok(report(StopOutcome::AlreadyGone, pruned));
+                return Ok((StopOutcome::AlreadyGone, pruned));
             }
             (SignalOutcome::Refused { reason }, _) => {
                 let refused = StopOutcome::Refused {
@@ -147,48 +161,60 @@ impl Registry {
                     signal: first,
                     sent: None,
                 };
-                return Ok(report(refused, None));
+                return Ok((refused, None));
             }
         }
         if first == SignalKind::Term
-            && let Some(pruned) = self.wait_until_gone(&record, timeout).await?
+            && let Some(ended) = self.wait_then_kill(record, timeout).await?
         {
-            let stopped = StopOutcome::Stopped {
-                signal_sent: SignalKind::Term,
-            };
-            return Ok(report(stopped, Some(pruned)));
+            return Ok(ended);
         }
-        if first == SignalKind::Term {
+        self.wait_after_kill(record).await
+    }
+
+    /// After a delivered SIGTERM: wait up to `timeout` for the process to go, else SIGKILL.
+    /// `None` when the SIGKILL was sent and the stop waits for it.
+    async fn wait_then_kill(
+        &self,
+        record: &RunningRecord,
+        timeout: Duration,
+    ) -> Result<Option<StopEnd>, RegistryError> {
+        let by_term = StopOutcome::Stopped {
+            signal_sent: SignalKind::Term,
+        };
+        if let Some(pruned) = self.wait_until_gone(record, timeout).await? {
+            return Ok(Some((by_term, Some(pruned))));
+        }
+        Ok(
             match self
-                .signal_record(&record, SignalKind::Kill, RemovalCause::Stopped)
+                .signal_record(record, SignalKind::Kill, RemovalCause::Stopped)
                 .await?
             {
                 // Gone between the last poll and the SIGKILL: SIGTERM did it.
-                (SignalOutcome::AlreadyGone { .. }, pruned) => {
-                    let stopped = StopOutcome::Stopped {
-                        signal_sent: SignalKind::Term,
-                    };
-                    return Ok(report(stopped, pruned));
-                }
+                (SignalOutcome::AlreadyGone { .. }, pruned) => Some((by_term, pruned)),
                 (SignalOutcome::Refused { reason }, _) => {
                     let refused = StopOutcome::Refused {
                         reason,
                         signal: SignalKind::Kill,
                         sent: Some(SignalKind::Term),
                     };
-                    return Ok(report(refused, None));
+                    Some((refused, None))
                 }
-                (SignalOutcome::Sent, _) => {}
-            }
-        }
+                (SignalOutcome::Sent, _) => None,
+            },
+        )
+    }
+
+    /// After a delivered SIGKILL: wait [`KILL_GRACE`] for the kernel to end the process.
+    async fn wait_after_kill(&self, record: &RunningRecord) -> Result<StopEnd, RegistryError> {
         // SIGKILL cannot be ignored; the wait is only for the kernel to tear the process down.
         // A process stuck in an uninterruptible sleep can outlast it, and is not called stopped.
-        match self.wait_until_gone(&record, KILL_GRACE).await? {
+        Ok(match self.wait_until_gone(record, KILL_GRACE).await? {
             Some(pruned) => {
                 let stopped = StopOutcome::Stopped {
                     signal_sent: SignalKind::Kill,
                 };
-                Ok(report(stopped, Some(pruned)))
+                (stopped, Some(pruned))
             }
             None => {
                 let refused = StopOutcome::Refused {
@@ -200,9 +226,9 @@ impl Registry {
                     signal: SignalKind::Kill,
                     sent: Some(SignalKind::Kill),
                 };
-                Ok(report(refused, None))
+                (refused, None)
             }
-        }
+        })
     }
 
     /// Wait until every stop in progress has ended (for a graceful shutdown: a stop abandoned
