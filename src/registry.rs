@@ -48,7 +48,7 @@ pub(crate) use error::copy_error;
 pub use exits::ProcessExits;
 pub use listing::{INLINE_SCAN_ENTRIES, Listing};
 pub use process_key::ExitedProcess;
-pub use prune::{PruneOutcome, PruneReport, PrunedListing};
+pub use prune::{PruneDecision, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
 pub use resources::{CPU_BASELINE_FRESH, CPU_SPAN_MIN, Resources};
 pub use signal::{RecordFate, SignalKind, SignalReport};

@@ -3,7 +3,7 @@
 //!
 //! Invariants kept here:
 //! - An exit is a hint to read again, not a verdict: the caller re-reads the records naming the
-//!   process ([`super::Registry::verify_records`]), whose pin then reads `Gone`, and anything
+//!   process ([`super::Registry::verify`]), whose pin then reads `Gone`, and anything
 //!   removed is removed on the evidence rules of every other prune.
 //! - Each pidfd is watched one-shot: its exit is reported once, and a process pinned again
 //!   after a sweep is watched again.
