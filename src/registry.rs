@@ -21,11 +21,13 @@ mod flights;
 mod listing;
 mod passes;
 mod pins;
+mod process_key;
 mod prune;
 mod removal;
 mod resources;
 mod signal;
 mod stop;
+mod stopping;
 mod tally;
 mod verify;
 
@@ -38,14 +40,15 @@ use listing::{PassReader, PassResult};
 use passes::SharedPasses;
 use removal::RemovalNotes;
 use resources::ResourceSampler;
-use stop::StopsInProgress;
+use stopping::StopsInProgress;
 
 pub use card::CardRefusal;
 pub use error::RegistryError;
 pub(crate) use error::copy_error;
-pub use exits::{ExitedProcess, ProcessExits};
+pub use exits::ProcessExits;
 pub use listing::{INLINE_SCAN_ENTRIES, Listing};
-pub use prune::{PruneOutcome, PruneReport, PrunedListing};
+pub use process_key::ExitedProcess;
+pub use prune::{PruneDecision, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
 pub use resources::{CPU_BASELINE_FRESH, CPU_SPAN_MIN, Resources};
 pub use signal::{SignalKind, SignalReport};
@@ -53,8 +56,8 @@ pub use stop::{
     AskDoor, DEFAULT_STOP_TIMEOUT, LONGEST_STOP, MAX_STOP_TIMEOUT, StopOutcome, StopReport,
 };
 pub use tally::{
-    ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DURATION_BUCKETS, DurationFigures,
-    PictureFigures, ProbeEnd, StateCounts, Tally,
+    ActionEnd, COUNTED_REMOVALS, DURATION_BUCKETS, DurationFigures, PictureFigures, ProbeEnd,
+    StateCounts, Tally,
 };
 pub use verify::{ProbesInFlight, Reading};
 
@@ -86,7 +89,10 @@ impl Registry {
             reader: PassReader::new(dir.into()),
             passes: Arc::default(),
             stopping: StopsInProgress::default(),
-            removals: RemovalNotes::counting_in(Arc::clone(&tally)),
+            removals: RemovalNotes::counting_by({
+                let tally = Arc::clone(&tally);
+                move |cause, n| tally.removed(cause, n)
+            }),
             tally,
             resources: Arc::default(),
         }

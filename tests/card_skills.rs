@@ -25,7 +25,7 @@ async fn a_live_reading_keeps_its_cards_skill_ids_and_tags_only() {
     let record = capsule.record();
     let door = DoorServer::start(DoorMode::A2aCard(record.session_id()));
     let record = record.url(door.url()).parse();
-    let reading = registry.verify(record).await;
+    let reading = registry.verify(vec![record], true).await.remove(0);
     assert_eq!(reading.liveness, Some(Liveness::Live));
     assert_eq!(
         *reading.skills,
@@ -35,13 +35,17 @@ async fn a_live_reading_keeps_its_cards_skill_ids_and_tags_only() {
     // A card with no skills, and a door that does not confirm the session: none kept.
     let plain = capsule.record();
     let spec = DoorServer::start(DoorMode::SpecCard(plain.session_id()));
-    let reading = registry.verify(plain.url(spec.url()).parse()).await;
+    let reading = registry
+        .verify(vec![plain.url(spec.url()).parse()], true)
+        .await
+        .remove(0);
     assert_eq!(reading.liveness, Some(Liveness::Live));
     assert!(reading.skills.is_empty());
     let other = DoorServer::start(DoorMode::A2aCard(RecordJson::fresh().session_id()));
     let reading = registry
-        .verify(capsule.record().url(other.url()).parse())
-        .await;
+        .verify(vec![capsule.record().url(other.url()).parse()], true)
+        .await
+        .remove(0);
     assert!(matches!(
         reading.liveness,
         Some(Liveness::Unreachable { .. })

@@ -389,7 +389,7 @@ async fn verifying_one_record_joins_the_listing_probe_in_flight() {
         .remove(0);
     let single = {
         let registry = registry.clone();
-        tokio::spawn(async move { registry.verify(scanned).await })
+        tokio::spawn(async move { registry.verify(vec![scanned], true).await.remove(0) })
     };
     until("the single verification to wait on the same probe", || {
         registry.probes_in_flight()
@@ -445,7 +445,7 @@ async fn an_answer_is_never_handed_to_a_caller_who_came_after_it() {
         .into_iter()
         .find(|r| r.session_id == older_id)
         .expect("older record");
-    let reading = registry.verify(scanned).await;
+    let reading = registry.verify(vec![scanned], true).await.remove(0);
     assert_eq!(reading.liveness, Some(Liveness::Live));
     assert_eq!(
         open.requests(&older_id),

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{DEADLINE, ExitedChild, RecordJson, TestProcess, temp_dir, wait_until};
-use murmur_registry::registry::{AskDoor, PruneOutcome, Registry, RemovalCause, StopOutcome};
+use murmur_registry::registry::{AskDoor, PruneDecision, Registry, RemovalCause, StopOutcome};
 use murmur_registry::running::{DoorProbe, reason_no_process};
 
 use std::os::unix::process::ExitStatusExt;
@@ -33,7 +33,7 @@ async fn every_removal_is_noted_once_however_many_follow_it() {
     for (_, id) in &exited {
         let outcome = registry.prune_session(id).await.unwrap();
         assert!(
-            matches!(outcome, PruneOutcome::Pruned { .. }),
+            matches!(outcome, PruneDecision::Removed { .. }),
             "{outcome:?}"
         );
     }
@@ -75,7 +75,7 @@ async fn a_prune_after_a_stop_has_ended_is_a_prune_not_the_stops_doing() {
     child.wait_exit(DEADLINE);
     let outcome = registry.prune_session(&id).await.unwrap();
     assert!(
-        matches!(outcome, PruneOutcome::Pruned { .. }),
+        matches!(outcome, PruneDecision::Removed { .. }),
         "{outcome:?}"
     );
     let note = registry.take_removal(&id).expect("a note for the removal");

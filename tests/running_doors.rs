@@ -1,5 +1,5 @@
 //! Layer 3 and the verdict of all three layers (`verify`, and the registry's concurrent
-//! `verify_records`), against real doors: hand-written HTTP/1.1 servers on `127.0.0.1:0` that answer a
+//! `verify`), against real doors: hand-written HTTP/1.1 servers on `127.0.0.1:0` that answer a
 //! spec-generation card, an A2A v1.0 card, another session's card, nothing, garbage, HTTP 500,
 //! or an authenticated extended card, and that record every request they receive.
 //!
@@ -54,7 +54,7 @@ async fn verify_verdict(record: &RunningRecord, door: &DoorProbe) -> Verdict {
 /// Every record verified at once, as the service does: doors probed side by side.
 async fn verify_many(records: &[RunningRecord], door: &DoorProbe) -> Vec<Verdict> {
     let registry = Registry::new(std::env::temp_dir(), door.clone());
-    let readings = registry.verify_records(records.to_vec(), true).await;
+    let readings = registry.verify(records.to_vec(), true).await;
     readings
         .into_iter()
         .map(|reading| Verdict {

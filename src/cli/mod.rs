@@ -24,6 +24,7 @@ mod ps_fleet;
 mod serve;
 mod service;
 mod stop;
+mod table;
 mod token_command;
 
 use std::io::Write;

@@ -11,19 +11,26 @@ use std::time::SystemTime;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use super::ps::{PsArgs, table, uptime};
+use super::fleet_args::EtcdArgs;
+use super::table::{table, uptime};
 use crate::control_chars::escaped;
 use crate::fleet::SessionEntry;
 use crate::fleet::keys::FleetKeys;
+use crate::http::ListFilter;
 
 /// `ps --fleet`: every host's sessions as etcd holds them.
-pub(super) async fn fleet_ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
-    if !args.etcd.enabled() {
+/// `filter` is `ps`'s `--capsule` and `--skill`; `json` its `--json`.
+pub(super) async fn fleet_ps(
+    etcd: &EtcdArgs,
+    filter: &ListFilter,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if !etcd.enabled() {
         bail!("ps --fleet needs --fleet-etcd URL (or MURMUR_REGISTRY_FLEET_ETCD)");
     }
-    let endpoints = args.etcd.endpoints()?;
-    let keys = FleetKeys::new(args.etcd.prefix()?);
-    let settings = args.etcd.settings(endpoints.clone());
+    let endpoints = etcd.endpoints()?;
+    let keys = FleetKeys::new(etcd.prefix()?);
+    let settings = etcd.settings(endpoints.clone());
     let read = async {
         let client = crate::fleet::etcd::connect(&settings, crate::fleet::DEFAULT_TTL).await?;
         crate::fleet::etcd::read_fleet(&client, &keys).await
@@ -35,12 +42,11 @@ pub(super) async fn fleet_ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
         let why = skipped.why.to_string();
         eprintln!("skipped: {} — {}", escaped(&skipped.key), escaped(&why));
     }
-    let filter = args.filter();
     let sessions: Vec<&SessionEntry> = (cache.sessions().map(AsRef::as_ref))
-        .filter(|entry| crate::http::fleet::admitted(&filter, entry))
+        .filter(|entry| crate::http::fleet::admitted(filter, entry))
         .collect();
     let mut out = std::io::stdout().lock();
-    if args.json {
+    if json {
         serde_json::to_writer_pretty(&mut out, &sessions)?;
         writeln!(out)?;
     } else if sessions.is_empty() {

@@ -137,29 +137,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // First, while this is the only thread (see `heap`).
     crate::heap::return_freed_memory();
     init_tracing(args.log_format);
-    if !args.bind.ip().is_loopback() && !args.allow_remote {
-        bail!(
-            "refusing to listen on {}: it is not a loopback address; pass --allow-remote to expose the registry beyond this machine",
-            args.bind
-        );
-    }
-    for origin in &args.allow_origin {
-        check_origin(origin)?;
-    }
-    if args.events_interval < crate::monitor::MIN_INTERVAL {
-        bail!(
-            "--events-interval {} is too short: at least {} (the running directory is read whole each interval)",
-            humantime::format_duration(args.events_interval),
-            humantime::format_duration(crate::monitor::MIN_INTERVAL)
-        );
-    }
-    if args.door_recheck < crate::monitor::MIN_INTERVAL {
-        bail!(
-            "--door-recheck {} is too short: at least {} (each door of a live process is asked once a period)",
-            humantime::format_duration(args.door_recheck),
-            humantime::format_duration(crate::monitor::MIN_INTERVAL)
-        );
-    }
+    check_serve_args(&args)?;
     let limits = serve_limits(&args)?;
     #[cfg(feature = "fleet")]
     let fleet = FleetConfig::from_args(&args.fleet, args.events_interval)?;
@@ -219,6 +197,35 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("shut down");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Refuse what `serve` must not start with: a bind beyond loopback without
+/// `--allow-remote`, an origin that is not one, intervals under the live view's minimum.
+fn check_serve_args(args: &ServeArgs) -> anyhow::Result<()> {
+    if !args.bind.ip().is_loopback() && !args.allow_remote {
+        bail!(
+            "refusing to listen on {}: it is not a loopback address; pass --allow-remote to expose the registry beyond this machine",
+            args.bind
+        );
+    }
+    for origin in &args.allow_origin {
+        check_origin(origin)?;
+    }
+    if args.events_interval < crate::monitor::MIN_INTERVAL {
+        bail!(
+            "--events-interval {} is too short: at least {} (the running directory is read whole each interval)",
+            humantime::format_duration(args.events_interval),
+            humantime::format_duration(crate::monitor::MIN_INTERVAL)
+        );
+    }
+    if args.door_recheck < crate::monitor::MIN_INTERVAL {
+        bail!(
+            "--door-recheck {} is too short: at least {} (each door of a live process is asked once a period)",
+            humantime::format_duration(args.door_recheck),
+            humantime::format_duration(crate::monitor::MIN_INTERVAL)
+        );
+    }
+    Ok(())
 }
 
 /// Refuse timeouts that would make the server fail every request: a zero header or request

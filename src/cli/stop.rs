@@ -13,7 +13,9 @@ use clap::Args;
 use super::ps::running_sessions;
 use super::{DirArgs, registry_for};
 use crate::control_chars::escaped;
-use crate::registry::{AskDoor, DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, StopOutcome, StopReport};
+use crate::registry::{
+    AskDoor, DEFAULT_STOP_TIMEOUT, MAX_STOP_TIMEOUT, Registry, StopOutcome, StopReport,
+};
 use crate::running::{self, DoorStop};
 
 #[derive(Debug, Args)]
@@ -35,27 +37,8 @@ pub(super) struct StopArgs {
 
 pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     let registry = registry_for(&args.dir)?;
-    let session_id = match args.session.strip_prefix('@') {
-        Some(n) => {
-            let index: usize = n.parse().ok().filter(|n| *n >= 1).with_context(|| {
-                format!(
-                    "{:?} is not an address: use @1, @2, … or a full session id",
-                    args.session
-                )
-            })?;
-            let sessions = running_sessions(&registry).await?;
-            match sessions.get(index - 1) {
-                Some(reading) => reading.record.session_id.clone(),
-                None => {
-                    eprintln!(
-                        "error: @{index} names no running session ({} running); see `murmur-registry ps`",
-                        sessions.len()
-                    );
-                    return Ok(ExitCode::FAILURE);
-                }
-            }
-        }
-        None => args.session.clone(),
+    let Some(session_id) = addressed_session(&args.session, &registry).await? else {
+        return Ok(ExitCode::FAILURE);
     };
     if !running::is_valid_session_id(&session_id) {
         bail!("{session_id:?} is not a session id: use a full id from `murmur-registry ps`, or @N");
@@ -79,16 +62,49 @@ pub(super) async fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
         }
         Err(error) => return Err(error.into()),
     };
+    tell_outcome(&report)
+}
+
+/// The session `address` names: a session id as given, or `@N`, the Nth of `ps`'s list (read,
+/// and so pruned, now). `None` when `@N` names no session; that was said on stderr.
+async fn addressed_session(address: &str, registry: &Registry) -> anyhow::Result<Option<String>> {
+    Ok(Some(match address.strip_prefix('@') {
+        Some(n) => {
+            let index: usize = n.parse().ok().filter(|n| *n >= 1).with_context(|| {
+                format!(
+                    "{:?} is not an address: use @1, @2, … or a full session id",
+                    address
+                )
+            })?;
+            let sessions = running_sessions(registry).await?;
+            match sessions.get(index - 1) {
+                Some(reading) => reading.record.session_id.clone(),
+                None => {
+                    eprintln!(
+                        "error: @{index} names no running session ({} running); see `murmur-registry ps`",
+                        sessions.len()
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        None => address.to_owned(),
+    }))
+}
+
+/// What a stop came to, said on stdout when it ended the session, else on stderr; the exit
+/// code says which.
+fn tell_outcome(report: &StopReport) -> anyhow::Result<ExitCode> {
     let record = &report.record;
-    match report.outcome {
+    match &report.outcome {
         StopOutcome::Stopped { signal_sent } => {
-            write_stopped(&report, signal_sent.name())?;
+            write_stopped(report, signal_sent.name())?;
             note_door(&report.door);
             Ok(ExitCode::SUCCESS)
         }
         // Its door was asked while it ran (a fresh probe confirmed it), and it ended then.
         StopOutcome::AlreadyGone if matches!(report.door, DoorStop::Answered { .. }) => {
-            write_stopped(&report, "none (it ended when its door asked it to stop)")?;
+            write_stopped(report, "none (it ended when its door asked it to stop)")?;
             Ok(ExitCode::SUCCESS)
         }
         StopOutcome::AlreadyGone => {

@@ -18,12 +18,11 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
-use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemType, problem_for};
+use super::event_data::{SessionAdded, SessionChanged, SessionRemoved, encode};
 use super::event_stream::{EventName, StreamEvent};
 use super::include::Includes;
 use super::resource_feed::ResourceListener;
@@ -31,48 +30,12 @@ use super::responses::GateProblems;
 use super::sse_body::{Frame, STREAM_BUDGET, shared_text, sse_response};
 use super::wire::{EventsQuery, SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
-use crate::registry::RemovalCause;
 
 /// The tag of the events endpoint in the OpenAPI spec.
 pub const TAG: &str = "events";
 
 /// Where the stream is served.
 pub const PATH: &str = "/events";
-
-/// Data of a `session.added` event.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionAdded {
-    /// The session.
-    pub session_id: String,
-    /// The session with its first complete verdict.
-    pub session: SessionView,
-}
-
-/// Data of a `session.changed` event.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionChanged {
-    /// The session.
-    pub session_id: String,
-    /// The state before.
-    pub old_state: SessionState,
-    /// The state now.
-    pub new_state: SessionState,
-    /// Why it is not live now, when it is not.
-    pub reason: Option<String>,
-    /// The session as it is now.
-    pub session: SessionView,
-}
-
-/// Data of a `session.removed` event.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionRemoved {
-    /// The session.
-    pub session_id: String,
-    /// Why it left.
-    pub reason: RemovalCause,
-    /// The evidence, when there is some (e.g. `no process holds pid 41234`).
-    pub detail: Option<String>,
-}
 
 /// The stream of changes to the verified picture (Server-Sent Events).
 ///
@@ -369,13 +332,5 @@ fn event_data(event: &Event) -> &str {
             reason: *cause,
             detail: detail.clone(),
         }),
-    })
-}
-
-/// One line of JSON. Serializing these types cannot fail (string keys, no maps of non-strings).
-pub(super) fn encode(value: &impl Serialize) -> String {
-    serde_json::to_string(value).unwrap_or_else(|error| {
-        tracing::error!(%error, "cannot encode an event");
-        "{}".to_owned()
     })
 }

@@ -25,8 +25,9 @@ use serde::Serialize;
 
 use super::AppState;
 use super::error::{ApiError, Problem, quoted};
+use super::event_data::encode;
 use super::event_stream::EventName;
-use super::events::{encode, fell_behind, last_words};
+use super::events::{fell_behind, last_words};
 use super::list_filter::{ListFilter, query_words};
 use super::responses::GateProblems;
 use super::sessions::json_body;

@@ -16,6 +16,7 @@ pub mod auth;
 mod body;
 pub mod dashboard;
 pub mod error;
+pub mod event_data;
 pub mod event_stream;
 pub mod events;
 pub mod fleet;
@@ -183,9 +184,9 @@ impl AppState {
     servers((url = "http://127.0.0.1:7420", description = "the default loopback bind")),
     modifiers(&BearerScheme),
     components(schemas(
-        events::SessionAdded,
-        events::SessionChanged,
-        events::SessionRemoved,
+        event_data::SessionAdded,
+        event_data::SessionChanged,
+        event_data::SessionRemoved,
         crate::registry::RemovalCause,
     )),
     tags(

@@ -14,11 +14,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures_util::FutureExt;
-use serde::Serialize;
 use tokio::sync::{Notify, broadcast};
-use utoipa::ToSchema;
 
-use super::events::encode;
+use super::event_data::{ResourcesEvent, SessionResources, encode};
 use super::wire::ResourcesView;
 use crate::monitor::{EventKind, Monitor, Next, Subscription};
 use crate::registry::{Reading, Registry};
@@ -26,27 +24,6 @@ use crate::running::ProcessState;
 
 /// How many `resources` events a stream may leave unread before it skips to the latest.
 const UNREAD_EVENTS: usize = 4;
-
-/// Data of a `resources` event.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"sessions": [{"session_id": "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d",
-    "resources": {"cpu_percent": 12.5, "cpu_time_ms": 48210, "rss_bytes": 73_400_320,
-    "threads": 9}}]}))]
-pub struct ResourcesEvent {
-    /// Every session in the picture whose process layers 1–2 confirm (live, or unreachable
-    /// with its process alive), newest first.
-    pub sessions: Vec<SessionResources>,
-}
-
-/// One session's figures in a `resources` event.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionResources {
-    /// The session.
-    pub session_id: String,
-    /// What its process costs; `null` when layers 1–2 no longer confirmed it after the
-    /// sample, or it could not be read.
-    pub resources: Option<ResourcesView>,
-}
 
 /// The sampling shared by the streams that asked for `resources`.
 #[derive(Debug, Default)]

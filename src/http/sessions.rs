@@ -34,7 +34,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use crate::registry::{
-    AskDoor, CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneOutcome, Reading,
+    AskDoor, CardRefusal, DEFAULT_STOP_TIMEOUT, Listing, MAX_STOP_TIMEOUT, PruneDecision, Reading,
     RegistryError, Resources, SignalKind, StopOutcome,
 };
 use crate::running::{ProcessState, SignalOutcome, is_valid_session_id};
@@ -266,12 +266,12 @@ pub async fn prune_session(
     valid_id(&id)?;
     body?;
     match state.registry().prune_session(&id).await? {
-        PruneOutcome::Pruned { reason } => Ok(Json(PruneResponse {
+        PruneDecision::Removed { reason } => Ok(Json(PruneResponse {
             session_id: id,
             pruned: true,
             reason,
         })),
-        PruneOutcome::Kept { process } => {
+        PruneDecision::Kept { process } => {
             let reason = match &process {
                 ProcessState::Unverified { reason } => Some(reason.clone()),
                 _ => None,

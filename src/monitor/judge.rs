@@ -122,14 +122,44 @@ pub(super) fn judge_pass(
         picture.clear();
     }
     let (carried, unreadable) = sort_unreadable(picture, read.unreadable);
-    judgement.carried.clone_from(&carried);
-    for id in &carried {
+    carry_over(
+        read.carried,
+        &carried,
+        last_on_disk,
+        picture,
+        &mut judgement,
+    );
+    picture.set_unreadable(unreadable.len());
+    // Sessions of the picture this pass accounts for (carried over, or read), each once. All of
+    // the picture: nobody left.
+    let mut accounted = carried.len();
+    for reading in read.readings {
+        let judged = judge_reading(first, reading, picture, probing, &carried, &mut judgement);
+        accounted += usize::from(judged == Accounted::Newly);
+    }
+    if accounted != picture.len() {
+        remove_departed(picture, &carried, &unreadable, &mut judgement);
+    }
+    judgement.carried = carried;
+    judgement
+}
+
+/// Carry over the sessions whose file failed to read: the record last read stays theirs on
+/// disk, and what layers 1–2 say afresh of it goes in the picture.
+fn carry_over(
+    readings: Vec<Reading>,
+    carried: &HashSet<String>,
+    last_on_disk: &SessionRecords,
+    picture: &mut Picture,
+    judgement: &mut PassJudgement,
+) {
+    for id in carried {
         // A probe of the record last read may still apply.
         if let Some(record) = last_on_disk.get(id) {
             let _ = judgement.on_disk.insert(Arc::clone(record));
         }
     }
-    for mut reading in read.carried {
+    for mut reading in readings {
         if !carried.contains(&reading.record.session_id) {
             continue;
         }
@@ -140,51 +170,78 @@ pub(super) fn judge_pass(
             put(picture, reading, &mut judgement.events);
         }
     }
-    picture.set_unreadable(unreadable.len());
-    // Sessions of the picture this pass accounts for (carried over, or read), each once. All of
-    // the picture: nobody left.
-    let mut accounted = carried.len();
-    for mut reading in read.readings {
-        let record = Arc::clone(&reading.record);
-        let id = record.session_id.as_str();
-        // A session is counted once: not when carried over (then its record is the last read's),
-        // nor again when a directory listing named its file twice (a rename racing the read).
-        let first_of_session = judgement.on_disk.insert(Arc::clone(&record));
-        let uncarried = first_of_session && !carried.contains(id);
-        if first_of_session && has_door_to_recheck(&reading) {
-            judgement.doors.push(Arc::clone(&record));
-        }
-        settle_unverified(&mut reading);
-        match &reading.liveness {
-            Some(liveness) => {
-                if matches!(liveness, Liveness::Gone { .. }) {
-                    judgement.gone.push(id.to_owned());
-                }
-                if first {
-                    picture.insert(reading);
-                } else {
-                    put(picture, reading, &mut judgement.events);
-                }
-                accounted += usize::from(uncarried);
-            }
-            None => {
-                let pictured = picture.get(id);
-                accounted += usize::from(uncarried && pictured.is_some());
-                // Its door already answered for this very record and process: the recheck
-                // schedule asks it again in its turn.
-                let known = pictured.is_some_and(|known| {
-                    known.record == record && known.process == ProcessState::Alive
-                });
-                let in_flight = probing.get(id) == Some(&record);
-                if !in_flight && !known {
-                    judgement.to_probe.push(record);
-                }
-            }
-        }
+}
+
+/// Whether a record read accounts for a session of the picture that no other has.
+#[derive(Debug, PartialEq, Eq)]
+enum Accounted {
+    /// The first of its session this pass, not carried over, and in the picture now.
+    Newly,
+    /// Carried over, named twice, or not in the picture (its door not asked yet).
+    Not,
+}
+
+/// Judge one record the pass read: its verdict into the picture, or its door to ask.
+fn judge_reading(
+    first: bool,
+    mut reading: Reading,
+    picture: &mut Picture,
+    probing: &SessionRecords,
+    carried: &HashSet<String>,
+    judgement: &mut PassJudgement,
+) -> Accounted {
+    let record = Arc::clone(&reading.record);
+    let id = record.session_id.as_str();
+    // A session is counted once: not when carried over (then its record is the last read's),
+    // nor again when a directory listing named its file twice (a rename racing the read).
+    let first_of_session = judgement.on_disk.insert(Arc::clone(&record));
+    let uncarried = first_of_session && !carried.contains(id);
+    if first_of_session && has_door_to_recheck(&reading) {
+        judgement.doors.push(Arc::clone(&record));
     }
-    if accounted == picture.len() {
-        return judgement;
+    settle_unverified(&mut reading);
+    let accounted = match &reading.liveness {
+        Some(liveness) => {
+            if matches!(liveness, Liveness::Gone { .. }) {
+                judgement.gone.push(id.to_owned());
+            }
+            if first {
+                picture.insert(reading);
+            } else {
+                put(picture, reading, &mut judgement.events);
+            }
+            uncarried
+        }
+        None => {
+            let pictured = picture.get(id);
+            // Its door already answered for this very record and process: the recheck
+            // schedule asks it again in its turn.
+            let known = pictured.is_some_and(|known| {
+                known.record == record && known.process == ProcessState::Alive
+            });
+            let in_flight = probing.get(id) == Some(&record);
+            let accounted = uncarried && pictured.is_some();
+            if !in_flight && !known {
+                judgement.to_probe.push(record);
+            }
+            accounted
+        }
+    };
+    if accounted {
+        Accounted::Newly
+    } else {
+        Accounted::Not
     }
+}
+
+/// Take out of the picture every session this pass neither read nor carried over, each a
+/// departure (its file still there and unreadable, or gone).
+fn remove_departed(
+    picture: &mut Picture,
+    carried: &HashSet<String>,
+    unreadable: &[UnreadableEntry],
+    judgement: &mut PassJudgement,
+) {
     let left: Vec<String> = picture
         .session_ids()
         .filter(|id| !judgement.on_disk.contains(id) && !carried.contains(*id))
@@ -200,7 +257,6 @@ pub(super) fn judge_pass(
             file_unreadable,
         });
     }
-    judgement
 }
 
 /// Judge a batch of probe answers against `picture`, given the record on disk for each

@@ -40,7 +40,7 @@ use super::recheck::RecheckSchedule;
 use super::rescan::{Rescans, SinceLastRead};
 use super::session_records::SessionRecords;
 use super::watch::DirectoryWatch;
-use crate::registry::{ExitedProcess, ProcessExits, PruneOutcome, Registry, RegistryError};
+use crate::registry::{ExitedProcess, ProcessExits, PruneDecision, Registry, RegistryError};
 use crate::running::{Liveness, RECORD_SUFFIX, RunningRecord, Scan, UnreadableEntry};
 
 /// How many periodic passes in a row (one interval apart) must fail to read the running
@@ -403,7 +403,7 @@ impl Looper {
     /// layers 1–2 again of the record last read for each file that failed to read.
     async fn read(&self, pass: Pass, scan: Scan) -> PassRead {
         let first = matches!(pass, Pass::First);
-        let readings = self.registry().verify_records(scan.records, first).await;
+        let readings = self.registry().verify(scan.records, first).await;
         // A file nobody can read must not hide its process's death (nor a pid turned
         // unverified); the first pass has no record last read.
         let last_read: Vec<Arc<RunningRecord>> = scan
@@ -417,7 +417,7 @@ impl Looper {
         let carried = if first || last_read.is_empty() {
             Vec::new()
         } else {
-            self.registry().verify_records(last_read, false).await
+            self.registry().verify(last_read, false).await
         };
         PassRead {
             readings,
@@ -492,7 +492,7 @@ impl Looper {
         if records.is_empty() {
             return;
         }
-        let readings = self.registry().verify_records(records.clone(), false).await;
+        let readings = self.registry().verify(records.clone(), false).await;
         let answers = records
             .into_iter()
             .zip(readings)
@@ -532,7 +532,7 @@ impl Looper {
         let mut removed = Vec::new();
         for id in session_ids {
             match self.registry().prune_session(&id).await {
-                Ok(PruneOutcome::Pruned { reason }) => {
+                Ok(PruneDecision::Removed { reason }) => {
                     let noted = self.registry().take_removal(&id).map(|note| note.cause);
                     self.on_disk.remove(&id);
                     if let Some(last) = &mut self.last_scan {
@@ -543,7 +543,7 @@ impl Looper {
                 }
                 // Rewritten for a live process since, or removed by someone else: the next
                 // pass reports what is there.
-                Ok(PruneOutcome::Kept { .. }) | Err(RegistryError::NotFound(_)) => {}
+                Ok(PruneDecision::Kept { .. }) | Err(RegistryError::NotFound(_)) => {}
                 Err(error) => {
                     tracing::warn!(session_id = %id, %error, "cannot prune a gone session's record");
                 }

@@ -3,7 +3,7 @@
 //!
 //! Invariants kept here:
 //! - An exit is a hint to read again, not a verdict: the caller re-reads the records naming the
-//!   process ([`super::Registry::verify_records`]), whose pin then reads `Gone`, and anything
+//!   process ([`super::Registry::verify`]), whose pin then reads `Gone`, and anything
 //!   removed is removed on the evidence rules of every other prune.
 //! - Each pidfd is watched one-shot: its exit is reported once, and a process pinned again
 //!   after a sweep is watched again.
@@ -11,34 +11,12 @@
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use rustix::buffer::spare_capacity;
-use rustix::event::{Timespec, epoll};
 use rustix::io::Errno;
 use tokio::io::unix::AsyncFd;
 
 use super::Registry;
-use super::pins::{Pins, ProcessKey};
-use crate::running::RunningRecord;
-
-/// How many exits one wake-up takes from the kernel at most; the rest come on the next.
-pub(super) const EXITS_PER_READ: usize = 256;
-
-/// A pinned process that exited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitedProcess {
-    key: ProcessKey,
-}
-
-impl ExitedProcess {
-    pub(super) fn new(key: ProcessKey) -> Self {
-        Self { key }
-    }
-
-    /// Whether `record` names this process (its pid and start time).
-    pub fn names(&self, record: &RunningRecord) -> bool {
-        ProcessKey::of(record) == Some(self.key)
-    }
-}
+use super::pins::{EXITS_PER_READ, Pins, take_ready};
+use super::process_key::ExitedProcess;
 
 /// The exit watch of one listener (the live view): [`ProcessExits::next`] waits for the next
 /// exits of processes the registry holds pidfds for.
@@ -116,27 +94,6 @@ impl ProcessExits {
             }
         }
     }
-}
-
-/// The ids of the pidfds the epoll set reports readable now, at most [`EXITS_PER_READ`];
-/// never waits.
-pub(super) fn take_ready(epoll: &OwnedFd) -> Result<Vec<u64>, Errno> {
-    let no_wait = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // Made for each read and turned into plain ids: an epoll event holds a pointer-sized union,
-    // which would keep the watch from moving between threads.
-    let mut events = Vec::with_capacity(EXITS_PER_READ);
-    epoll::wait(epoll, spare_capacity(&mut events), Some(&no_wait))?;
-    Ok(events
-        .iter()
-        .map(|event| {
-            // Copied out: the event is a packed struct.
-            let data = event.data;
-            data.u64()
-        })
-        .collect())
 }
 
 impl Registry {

@@ -21,12 +21,13 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use rustix::buffer::spare_capacity;
 use rustix::event::{PollFd, PollFlags, Timespec, epoll};
 use rustix::io::Errno;
 use rustix::process::{PidfdFlags, Resource};
 use tokio::sync::Notify;
 
-use super::exits::{EXITS_PER_READ, ExitedProcess, take_ready};
+use super::process_key::{ExitedProcess, ProcessKey};
 use crate::running::{self, MAX_CONCURRENT_PROBES, ProcessState, RunningRecord};
 
 /// How many pidfds one `poll` asks about at most: the table stays locked meanwhile, and `poll`
@@ -39,24 +40,8 @@ const DEFAULT_RESERVE: u64 = MAX_CONCURRENT_PROBES as u64 + 1024;
 /// Descriptors kept besides every reserve: files, the runtime, the watch.
 const SPARE_DESCRIPTORS: u64 = 64;
 
-/// The process a record names, as far as pins go: its pid and start time in clock ticks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct ProcessKey {
-    pub(super) pid: u32,
-    pub(super) start: u64,
-}
-
-impl ProcessKey {
-    /// The key of `record`'s process; `None` when no process can hold its pid or its token
-    /// cannot be compared (such a record is never pinned).
-    pub(super) fn of(record: &RunningRecord) -> Option<Self> {
-        running::checked_pid(record.pid)?;
-        Some(Self {
-            pid: record.pid,
-            start: running::start_ticks(&record.process_start)?,
-        })
-    }
-}
+/// How many exits one wake-up takes from the kernel at most; the rest come on the next.
+pub(super) const EXITS_PER_READ: usize = 256;
 
 #[derive(Debug)]
 enum Pin {
@@ -509,6 +494,27 @@ impl Pins {
 
 /// The evidence of a pinned process's exit. Not "no process holds the pid": by the time it is
 /// read, another process may.
+/// The ids of the pidfds the epoll set reports readable now, at most [`EXITS_PER_READ`];
+/// never waits.
+pub(super) fn take_ready(epoll: &OwnedFd) -> Result<Vec<u64>, Errno> {
+    let no_wait = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Made for each read and turned into plain ids: an epoll event holds a pointer-sized union,
+    // which would keep the watch from moving between threads.
+    let mut events = Vec::with_capacity(EXITS_PER_READ);
+    epoll::wait(epoll, spare_capacity(&mut events), Some(&no_wait))?;
+    Ok(events
+        .iter()
+        .map(|event| {
+            // Copied out: the event is a packed struct.
+            let data = event.data;
+            data.u64()
+        })
+        .collect())
+}
+
 fn gone(key: ProcessKey) -> ProcessState {
     ProcessState::Gone {
         reason: running::reason_exited(key.pid),

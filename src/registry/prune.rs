@@ -4,18 +4,19 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::stop::{StopsInProgress, is_stopping};
+use super::stopping::{StopsInProgress, is_stopping};
 use super::verify::Reading;
 use super::{Registry, RegistryError, RemovalCause, RemovalNotes, blocking};
 use crate::running::{
     self, FileFate, Liveness, ProcessState, RunningError, RunningRecord, UnreadableEntry,
 };
 
-/// What a prune of one session did.
+/// What a prune of one session decided, on layers 1–2 read afresh: remove the record (its
+/// process is gone) or keep it (alive, or not verified either way).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PruneOutcome {
-    /// The record was unlinked on this evidence.
-    Pruned {
+pub enum PruneDecision {
+    /// The process is gone and this prune unlinked the record, on this evidence.
+    Removed {
         /// The evidence.
         reason: String,
     },
@@ -51,7 +52,7 @@ fn prune_if_gone(
     record: &RunningRecord,
     notes: &RemovalNotes,
     stops: &StopsInProgress,
-) -> Result<Option<PruneOutcome>, RunningError> {
+) -> Result<Option<PruneDecision>, RunningError> {
     match running::process_state(record) {
         ProcessState::Gone { reason } => {
             let cause = if is_stopping(stops, &record.session_id) {
@@ -60,11 +61,11 @@ fn prune_if_gone(
                 RemovalCause::Pruned
             };
             Ok(match unlink_gone(record, &reason, notes, cause)? {
-                FileFate::Removed => Some(PruneOutcome::Pruned { reason }),
+                FileFate::Removed => Some(PruneDecision::Removed { reason }),
                 FileFate::AlreadyGone | FileFate::Replaced | FileFate::Kept { .. } => None,
             })
         }
-        process => Ok(Some(PruneOutcome::Kept { process })),
+        process => Ok(Some(PruneDecision::Kept { process })),
     }
 }
 
@@ -98,7 +99,7 @@ impl Registry {
     /// A prune that finds the process gone while a stop of the session is under way is the
     /// stop's doing (the stop's SIGTERM or SIGKILL ended it; the stop merely had not polled
     /// yet), so its removal note says [`RemovalCause::Stopped`].
-    pub async fn prune_session(&self, session_id: &str) -> Result<PruneOutcome, RegistryError> {
+    pub async fn prune_session(&self, session_id: &str) -> Result<PruneDecision, RegistryError> {
         let record = self.record(session_id).await?;
         let (notes, stops) = (self.removals.clone(), Arc::clone(&self.stopping));
         // `None`: someone else removed or replaced it since it was read; nothing of ours went.
@@ -116,7 +117,7 @@ impl Registry {
             let scan = running::scan(&dir, None)?;
             let mut report = PruneReport::default();
             for record in &scan.records {
-                if let Some(PruneOutcome::Pruned { reason }) =
+                if let Some(PruneDecision::Removed { reason }) =
                     prune_if_gone(record, &notes, &stops)?
                 {
                     report.pruned.push((record.session_id.clone(), reason));
@@ -154,8 +155,8 @@ impl Registry {
                     continue;
                 };
                 match prune_if_gone(&record, &notes, &stops)? {
-                    Some(PruneOutcome::Pruned { reason }) => report.pruned.push((id, reason)),
-                    Some(PruneOutcome::Kept { .. }) => _ = revived.insert(id),
+                    Some(PruneDecision::Removed { reason }) => report.pruned.push((id, reason)),
+                    Some(PruneDecision::Kept { .. }) => _ = revived.insert(id),
                     None => {}
                 }
             }

@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::Tally;
-
 // The schema keeps its published name: the OpenAPI document is part of the fixed contract.
 /// Why a session left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -52,7 +50,18 @@ const REMOVAL_NOTE_LIFETIME: Duration = Duration::from_secs(60);
 pub(super) struct RemovalNotes {
     notes: Arc<Mutex<Notes>>,
     /// Where each removal made is counted.
-    tally: Arc<Tally>,
+    counter: RemovalCounter,
+}
+
+/// Told of every removal made, by cause and number (the registry's tally, for `/metrics`);
+/// none counts nothing.
+#[derive(Clone, Default)]
+struct RemovalCounter(Option<Arc<dyn Fn(RemovalCause, usize) + Send + Sync>>);
+
+impl std::fmt::Debug for RemovalCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RemovalCounter")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -66,17 +75,19 @@ struct Notes {
 pub(super) struct NoteId(u64);
 
 impl RemovalNotes {
-    /// Notes whose removals made are counted in `tally`.
-    pub(super) fn counting_in(tally: Arc<Tally>) -> Self {
+    /// Notes whose removals made are told to `count` (cause, number).
+    pub(super) fn counting_by(count: impl Fn(RemovalCause, usize) + Send + Sync + 'static) -> Self {
         Self {
             notes: Arc::default(),
-            tally,
+            counter: RemovalCounter(Some(Arc::new(count))),
         }
     }
 
     /// Count `n` removals made for `cause`: the unlinks removed the files.
     pub(super) fn made(&self, cause: RemovalCause, n: usize) {
-        self.tally.removed(cause, n);
+        if let Some(count) = &self.counter.0 {
+            count(cause, n);
+        }
     }
 
     /// Note that the registry is removing `session_id`'s record; [`RemovalNotes::take_back`]

@@ -20,7 +20,7 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::pins::ProcessKey;
+use super::process_key::ProcessKey;
 use super::{Reading, Registry, blocking};
 use crate::running::{ProcessState, RunningRecord, process_usage};
 

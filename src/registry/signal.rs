@@ -17,6 +17,9 @@ pub enum SignalKind {
 }
 
 impl SignalKind {
+    /// Every signal the registry sends, in the order its documents list them.
+    pub const ALL: [Self; 2] = [Self::Term, Self::Kill];
+
     /// The signal's conventional name, `SIGTERM` or `SIGKILL`.
     pub fn name(self) -> &'static str {
         match self {
@@ -25,14 +28,21 @@ impl SignalKind {
         }
     }
 
-    /// Parse `SIGTERM`/`TERM`/`SIGKILL`/`KILL`, in any case.
+    /// The name without its `SIG`: `TERM` or `KILL`, which [`SignalKind::parse`] takes too.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Self::Term => "TERM",
+            Self::Kill => "KILL",
+        }
+    }
+
+    /// Parse a [`SignalKind::name`] or a [`SignalKind::short_name`], in any case.
     pub fn parse(text: &str) -> Option<Self> {
         let upper = text.to_ascii_uppercase();
-        match upper.strip_prefix("SIG").unwrap_or(&upper) {
-            "TERM" => Some(Self::Term),
-            "KILL" => Some(Self::Kill),
-            _ => None,
-        }
+        let short = upper.strip_prefix("SIG").unwrap_or(&upper);
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.short_name() == short)
     }
 }
 

@@ -5,8 +5,7 @@
 //! Invariant: what the door answers is reported, never consulted: the signals go out (or are
 //! refused) exactly as they would without the ask.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::signal::{SignalKind, prune_after_the_fact};
@@ -26,6 +25,10 @@ pub const LONGEST_STOP: Duration = running::DOOR_STOP_DEADLINE
     .saturating_add(KILL_GRACE);
 /// How often a stop re-reads layers 1–2 while it waits for the process to go.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How a stop ended, and what the prune that followed did to the record once the process was
+/// found gone.
+type StopEnd = (StopOutcome, Option<RecordFate>);
 
 /// Whether a stop asks the capsule's door to stop its work before the signals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,20 +82,6 @@ pub struct StopReport {
     pub door: DoorStop,
 }
 
-/// The stops in progress, by session id: each stop holds its session's lock for its whole run.
-/// Shared with blocking tasks, so a prune can tell at the moment it unlinks whether a stop of
-/// that session is under way.
-pub(super) type StopsInProgress = Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>;
-
-/// Whether a stop of `session_id` is under way (its lock is held beyond the map's own copy).
-pub(super) fn is_stopping(stops: &StopsInProgress, session_id: &str) -> bool {
-    stops
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .get(session_id)
-        .is_some_and(|lock| Arc::strong_count(lock) > 1)
-}
-
 impl Registry {
     /// Stop a session: ask its door (unless `ask` is [`AskDoor::Never`] or `timeout` is zero),
     /// then SIGTERM, wait up to `timeout` for the process to go, then SIGKILL if it is still the
@@ -136,25 +125,35 @@ impl Registry {
             DoorStop::Skipped
         };
         let started = Instant::now();
+        let (outcome, pruned) = self.signal_until_gone(&record, timeout).await?;
+        Ok(StopReport {
+            outcome,
+            record,
+            waited: started.elapsed(),
+            pruned,
+            door,
+        })
+    }
+
+    /// A stop's signals: SIGTERM and up to `timeout` for the process to go, then SIGKILL (at
+    /// once when `timeout` is zero) and its grace.
+    async fn signal_until_gone(
+        &self,
+        record: &RunningRecord,
+        timeout: Duration,
+    ) -> Result<StopEnd, RegistryError> {
         let first = if timeout.is_zero() {
             SignalKind::Kill
         } else {
             SignalKind::Term
         };
-        let report = |outcome, pruned| StopReport {
-            outcome,
-            record: record.clone(),
-            waited: started.elapsed(),
-            pruned,
-            door: door.clone(),
-        };
         match self
-            .signal_record(&record, first, RemovalCause::Pruned)
+            .signal_record(record, first, RemovalCause::Pruned)
             .await?
         {
             (SignalOutcome::Sent, _) => {}
             (SignalOutcome::AlreadyGone { .. }, pruned) => {
-                return Ok(report(StopOutcome::AlreadyGone, pruned));
+                return Ok((StopOutcome::AlreadyGone, pruned));
             }
             (SignalOutcome::Refused { reason }, _) => {
                 let refused = StopOutcome::Refused {
@@ -162,48 +161,60 @@ impl Registry {
                     signal: first,
                     sent: None,
                 };
-                return Ok(report(refused, None));
+                return Ok((refused, None));
             }
         }
         if first == SignalKind::Term
-            && let Some(pruned) = self.wait_until_gone(&record, timeout).await?
+            && let Some(ended) = self.wait_then_kill(record, timeout).await?
         {
-            let stopped = StopOutcome::Stopped {
-                signal_sent: SignalKind::Term,
-            };
-            return Ok(report(stopped, Some(pruned)));
+            return Ok(ended);
         }
-        if first == SignalKind::Term {
+        self.wait_after_kill(record).await
+    }
+
+    /// After a delivered SIGTERM: wait up to `timeout` for the process to go, else SIGKILL.
+    /// `None` when the SIGKILL was sent and the stop waits for it.
+    async fn wait_then_kill(
+        &self,
+        record: &RunningRecord,
+        timeout: Duration,
+    ) -> Result<Option<StopEnd>, RegistryError> {
+        let by_term = StopOutcome::Stopped {
+            signal_sent: SignalKind::Term,
+        };
+        if let Some(pruned) = self.wait_until_gone(record, timeout).await? {
+            return Ok(Some((by_term, Some(pruned))));
+        }
+        Ok(
             match self
-                .signal_record(&record, SignalKind::Kill, RemovalCause::Stopped)
+                .signal_record(record, SignalKind::Kill, RemovalCause::Stopped)
                 .await?
             {
                 // Gone between the last poll and the SIGKILL: SIGTERM did it.
-                (SignalOutcome::AlreadyGone { .. }, pruned) => {
-                    let stopped = StopOutcome::Stopped {
-                        signal_sent: SignalKind::Term,
-                    };
-                    return Ok(report(stopped, pruned));
-                }
+                (SignalOutcome::AlreadyGone { .. }, pruned) => Some((by_term, pruned)),
                 (SignalOutcome::Refused { reason }, _) => {
                     let refused = StopOutcome::Refused {
                         reason,
                         signal: SignalKind::Kill,
                         sent: Some(SignalKind::Term),
                     };
-                    return Ok(report(refused, None));
+                    Some((refused, None))
                 }
-                (SignalOutcome::Sent, _) => {}
-            }
-        }
+                (SignalOutcome::Sent, _) => None,
+            },
+        )
+    }
+
+    /// After a delivered SIGKILL: wait [`KILL_GRACE`] for the kernel to end the process.
+    async fn wait_after_kill(&self, record: &RunningRecord) -> Result<StopEnd, RegistryError> {
         // SIGKILL cannot be ignored; the wait is only for the kernel to tear the process down.
         // A process stuck in an uninterruptible sleep can outlast it, and is not called stopped.
-        match self.wait_until_gone(&record, KILL_GRACE).await? {
+        Ok(match self.wait_until_gone(record, KILL_GRACE).await? {
             Some(pruned) => {
                 let stopped = StopOutcome::Stopped {
                     signal_sent: SignalKind::Kill,
                 };
-                Ok(report(stopped, Some(pruned)))
+                (stopped, Some(pruned))
             }
             None => {
                 let refused = StopOutcome::Refused {
@@ -215,9 +226,9 @@ impl Registry {
                     signal: SignalKind::Kill,
                     sent: Some(SignalKind::Kill),
                 };
-                Ok(report(refused, None))
+                (refused, None)
             }
-        }
+        })
     }
 
     /// Wait until every stop in progress has ended (for a graceful shutdown: a stop abandoned

@@ -65,9 +65,6 @@ pub const COUNTED_REMOVALS: [RemovalCause; 3] = [
     RemovalCause::Unreadable,
 ];
 
-/// The signals counted, in a fixed order.
-pub const COUNTED_SIGNALS: [SignalKind; 2] = [SignalKind::Term, SignalKind::Kill];
-
 /// What the registry's latest picture holds: a verified listing's (all three layers) or, while
 /// the live view runs, its picture after each change, whichever came last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -185,7 +182,7 @@ pub struct Tally {
     probes: [AtomicU64; 2],
     probe_durations: Durations,
     removals: [AtomicU64; COUNTED_REMOVALS.len()],
-    signals: [[AtomicU64; 4]; COUNTED_SIGNALS.len()],
+    signals: [[AtomicU64; 4]; SignalKind::ALL.len()],
     stops: [AtomicU64; 4],
     latest_picture: Mutex<PictureFigures>,
 }

@@ -94,12 +94,16 @@ impl PendingReading {
 }
 
 impl Registry {
-    /// Verify records already read: three layers when `probe`, else layers 1–2. Readings come
-    /// back in the records' order.
+    /// The registry's one verification of records already read: three layers when `probe`,
+    /// else layers 1–2 (a verdict only where they decide it). Readings come back in the
+    /// records' order.
     ///
-    /// Layers 1–2 are read afresh; door probes are shared with every other caller verifying
-    /// an identical record at the same moment. Records may be given owned or shared.
-    pub async fn verify_records<R: Into<Arc<RunningRecord>>>(
+    /// For a caller that holds records from an earlier scan (a monitor comparing readings,
+    /// say): layers 1–2 are read afresh, through the pins where a process is pinned, and door
+    /// probes are shared with every other caller verifying an identical record at the same
+    /// moment, exactly as [`Registry::sessions`] shares them. Records may be given owned or
+    /// shared.
+    pub async fn verify<R: Into<Arc<RunningRecord>>>(
         &self,
         records: Vec<R>,
         probe: bool,
@@ -109,24 +113,13 @@ impl Registry {
         self.read_all(records, states, probe).await
     }
 
-    /// Verify one record already read (all three layers), sharing any probe in flight for an
-    /// identical record with every other caller, exactly as [`Registry::sessions`] does.
-    ///
-    /// For a caller that holds a record from an earlier scan (a monitor comparing readings, say):
-    /// layers 1–2 are read afresh, and the door is asked unless a probe of this very record is
-    /// already in the air. The record may be given owned or shared.
-    pub async fn verify(&self, record: impl Into<Arc<RunningRecord>>) -> Reading {
-        let record = record.into();
-        let process = self.process_state(Arc::clone(&record)).await;
-        self.read_one(record, process, true).await
-    }
-
-    /// [`Registry::verify`] of each of `records`: a reading to await for each, in order.
+    /// [`Registry::verify`] (all three layers) of each of `records`, each reading awaited on
+    /// its own: the live view's rechecks, answered door by door.
     ///
     /// The pins answer layers 1–2 for them all at once, and the doors of pinned processes are
-    /// joined (their probes started) now; a record whose process is not pinned is verified as
-    /// [`Registry::verify`] does once its reading is first awaited.
-    pub fn verify_each(
+    /// joined (their probes started) now; a record whose process is not pinned is verified
+    /// once its reading is first awaited.
+    pub(crate) fn verify_each(
         self: &Arc<Self>,
         records: &[Arc<RunningRecord>],
     ) -> Vec<impl Future<Output = Reading> + Send + Sync + 'static> {
@@ -141,7 +134,10 @@ impl Registry {
                     }
                     None => {
                         let registry = Arc::clone(self);
-                        Either::Right(async move { registry.verify(record).await })
+                        Either::Right(async move {
+                            let process = registry.process_state(Arc::clone(&record)).await;
+                            registry.read_one(record, process, true).await
+                        })
                     }
                 }
             })

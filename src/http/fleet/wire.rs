@@ -12,8 +12,8 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 use utoipa::{IntoParams, PartialSchema, ToSchema};
 
+use super::super::event_data::encode;
 use super::super::event_stream::{EventName, one_event_schema};
-use super::super::events::encode;
 use super::super::wire::{SessionState, SessionView};
 use crate::fleet::view::FleetSnapshot;
 use crate::fleet::{DoorScope, HostEntry, SessionEntry};

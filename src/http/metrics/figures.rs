@@ -24,8 +24,7 @@ use crate::http::AppState;
 use crate::http::server::ShedCause;
 use crate::http::wire::{Outcome, SessionState};
 use crate::registry::{
-    ActionEnd, COUNTED_REMOVALS, COUNTED_SIGNALS, DurationFigures, PictureFigures, ProbeEnd,
-    Registry,
+    ActionEnd, COUNTED_REMOVALS, DurationFigures, PictureFigures, ProbeEnd, Registry, SignalKind,
 };
 
 /// What one scrape reads: the registry's tally, the load figures and the fleet view.
@@ -171,7 +170,7 @@ fn registry_counts(encoder: &mut DescriptorEncoder, registry: &Registry) -> Fmt 
         MetricType::Counter,
         COUNTED_REMOVALS.map(|cause| ([("reason", wire_word(cause))], tally.removals(cause))),
     )?;
-    let signals = COUNTED_SIGNALS.iter().flat_map(|kind| {
+    let signals = SignalKind::ALL.iter().flat_map(|kind| {
         ActionEnd::OF_SIGNALS.map(|end| {
             let labels = [
                 ("signal", kind.name().to_owned()),

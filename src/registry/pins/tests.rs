@@ -148,7 +148,7 @@ async fn an_exit_is_reported_through_the_reactor() {
 /// the kernel has no more), and a process that did not exit is never named.
 #[tokio::test]
 async fn a_crowd_of_exits_is_reported_whole_and_only_the_exits() {
-    const CROWD: usize = super::super::exits::EXITS_PER_READ + 44;
+    const CROWD: usize = super::EXITS_PER_READ + 44;
     // The budget follows the limit: under a harness's 1,024 it would pin only 256.
     crate::cli::raise_open_files_limit();
     let mut survivor = sleeper();
