@@ -28,7 +28,7 @@ const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// How a stop ended, and what the prune that followed did to the record once the process was
 /// found gone.
-type StopEnd = (StopOutcome, Option<RecordFate>);
+type StopEnd = (StopOutcome, Option<FileFate>);
 
 /// Whether a stop asks the capsule's door to stop its work before the signals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
