@@ -269,6 +269,29 @@ async fn mcp_keeps_the_token_host_origin_and_body_rules_of_every_route() {
 }
 
 /// Open an MCP session and read its `initialize` answer whole; its id.
+/// `GET /events` with the token: its answer, stream open or refused.
+async fn open_events(server: &TestServer) -> reqwest::Response {
+    http()
+        .get(format!("{}/events", server.base()))
+        .bearer_auth(server.token())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `GET /mcp` for MCP session `id` (2025-11-25): its answer, stream open or refused.
+async fn open_mcp_stream(server: &TestServer, id: &str) -> reqwest::Response {
+    http()
+        .get(format!("{}/mcp", server.base()))
+        .bearer_auth(server.token())
+        .header(header::ACCEPT, "text/event-stream")
+        .header("mcp-session-id", id)
+        .header("mcp-protocol-version", LEGACY)
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn open_session(server: &TestServer) -> String {
     let answer = mcp_post(server, initialize().to_string())
         .send()
@@ -320,12 +343,7 @@ async fn a_hundred_unclosed_mcp_sessions_keep_the_newest_32_and_events_served() 
         kept[68..].iter().all(|kept| *kept),
         "the newest are kept: {kept:?}"
     );
-    let events = http()
-        .get(format!("{}/events", server.base()))
-        .bearer_auth(server.token())
-        .send()
-        .await
-        .unwrap();
+    let events = open_events(&server).await;
     assert_eq!(events.status(), StatusCode::OK);
 }
 
@@ -337,22 +355,9 @@ async fn an_mcp_get_stream_takes_an_event_stream_place() {
     };
     let server = TestServer::builder().limits(limits).start().await;
     let id = open_session(&server).await;
-    let stream = http()
-        .get(format!("{}/mcp", server.base()))
-        .bearer_auth(server.token())
-        .header(header::ACCEPT, "text/event-stream")
-        .header("mcp-session-id", &id)
-        .header("mcp-protocol-version", LEGACY)
-        .send()
-        .await
-        .unwrap();
+    let stream = open_mcp_stream(&server, &id).await;
     assert_eq!(stream.status(), StatusCode::OK);
-    let events = http()
-        .get(format!("{}/events", server.base()))
-        .bearer_auth(server.token())
-        .send()
-        .await
-        .unwrap();
+    let events = open_events(&server).await;
     assert_eq!(events.status(), StatusCode::SERVICE_UNAVAILABLE);
     drop(stream);
     events_served_again(&server).await;
@@ -362,12 +367,7 @@ async fn an_mcp_get_stream_takes_an_event_stream_place() {
 async fn events_served_again(server: &TestServer) {
     let deadline = std::time::Instant::now() + DEADLINE;
     loop {
-        let events = http()
-            .get(format!("{}/events", server.base()))
-            .bearer_auth(server.token())
-            .send()
-            .await
-            .unwrap();
+        let events = open_events(server).await;
         if events.status() == StatusCode::OK {
             return;
         }
@@ -385,15 +385,7 @@ async fn events_served_again(server: &TestServer) {
 async fn shutdown_ends_an_open_mcp_stream() {
     let server = TestServer::start().await;
     let id = open_session(&server).await;
-    let stream = http()
-        .get(format!("{}/mcp", server.base()))
-        .bearer_auth(server.token())
-        .header(header::ACCEPT, "text/event-stream")
-        .header("mcp-session-id", &id)
-        .header("mcp-protocol-version", LEGACY)
-        .send()
-        .await
-        .unwrap();
+    let stream = open_mcp_stream(&server, &id).await;
     assert_eq!(stream.status(), StatusCode::OK);
     let reading = tokio::spawn(async move { stream.text().await });
     tokio::time::timeout(DEADLINE, server.shut_down_and_wait())
