@@ -86,7 +86,7 @@ enum Command {
     Status(status::StatusArgs),
     /// Print the running registry's login link, and open it in a browser when there is a display.
     ///
-    /// The link carries the token in its fragment (`/#token=…`), which the browser never sends;
+    /// The link carries the token in its fragment (`/#token=TOKEN`), which the browser never sends;
     /// the browser is given a private redirect page, so the token is on no command line.
     #[command(
         after_help = "Examples:\n  murmur-registry dashboard\n  murmur-registry dashboard --no-open"
