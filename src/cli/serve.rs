@@ -168,19 +168,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "serving"
         );
         let info = server_info(bound, registry.dir(), &token_path, fleet_info)?;
-        let state = AppState::new(
-            registry,
-            tokens,
-            bound,
-            &args.allow_host,
-            &args.allow_origin,
-        )
-        .with_mcp(
-            http::mcp::McpSettings::default()
-                .with_max_sessions(usize::try_from(args.max_mcp_sessions).unwrap_or(usize::MAX)),
-        );
-        state.events().set_interval(args.events_interval);
-        state.events().set_door_recheck(args.door_recheck);
+        let state = app_state(&args, registry, tokens, bound);
         // Listen for SIGINT/SIGTERM before announcing the address: a script that signals the
         // server as soon as it reads the line must get a graceful shutdown.
         let shutdown = shutdown_signal().context("cannot listen for SIGINT/SIGTERM")?;
@@ -208,6 +196,29 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("shut down");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The service's state as the flags set it: its registry, tokens, origins, MCP and live view.
+fn app_state(
+    args: &ServeArgs,
+    registry: Registry,
+    tokens: TokenStore,
+    bound: SocketAddr,
+) -> AppState {
+    let state = AppState::new(
+        registry,
+        tokens,
+        bound,
+        &args.allow_host,
+        &args.allow_origin,
+    )
+    .with_mcp(
+        http::mcp::McpSettings::default()
+            .with_max_sessions(usize::try_from(args.max_mcp_sessions).unwrap_or(usize::MAX)),
+    );
+    state.events().set_interval(args.events_interval);
+    state.events().set_door_recheck(args.door_recheck);
+    state
 }
 
 /// What the discovery file says of this process, serving at `bound`.

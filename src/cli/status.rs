@@ -20,6 +20,9 @@ use crate::discovery::{Found, ServerInfo, find, plain_client};
 use crate::http::wire::SessionState;
 use crate::token;
 
+/// How long `status --probe` waits for the full listing (`serve`'s default request timeout).
+const FULL_LISTING_DEADLINE: Duration = Duration::from_secs(30);
+
 /// The exit status of `status` when no registry runs.
 pub(super) const NOT_RUNNING: u8 = 3;
 
@@ -97,8 +100,12 @@ async fn count_sessions(
     probe: bool,
 ) -> Result<String, String> {
     let token = token::read_existing(&info.token_file).map_err(|e| e.to_string())?;
-    let answer = client
-        .get(format!("{}/sessions?probe={probe}", info.url))
+    let mut request = client.get(format!("{}/sessions?probe={probe}", info.url));
+    if probe {
+        // A full listing waits for the slowest door: as long as the server lets a request run.
+        request = request.timeout(FULL_LISTING_DEADLINE);
+    }
+    let answer = request
         .bearer_auth(token)
         .send()
         .await
