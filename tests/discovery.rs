@@ -11,7 +11,8 @@
 //!   several started at the same instant: exactly one runs;
 //! - a file that is a symlink (even to a running registry's own file), a FIFO, another user's
 //!   (root only), too large or not JSON is refused (exit 1) with a clear error, never followed;
-//! - a `--token-file` registry is found through its own directory, and only there;
+//! - a `--token-file` registry is found through its own directory, and only there; a lock file
+//!   that is a symlink is never followed; a directory that cannot hold the file is an error;
 //! - `status` of a running registry counts its sessions by state, by layers 1–2 or `--probe`;
 //!   of a stopped one (no file) exits 3;
 //! - `dashboard` prints the login link; with a display it hands the browser a 0600 redirect
@@ -137,7 +138,10 @@ fn sigkill_leaves_a_stale_file_that_status_names_and_the_next_serve_replaces() {
 fn a_file_naming_a_reused_pid_or_a_silent_process_is_stale() {
     let home = Home::new();
     let other = TestProcess::sleeping();
-    let url = format!("http://{}", common::refused_url());
+    // Whatever listens at a stale file's URL is not even asked.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
     // The pid is held, by a process that started at another time than the file says.
     let wrong = common::wrong_start_token(other.pid());
     planted(&home, other.pid(), &wrong, &url);
@@ -148,7 +152,14 @@ fn a_file_naming_a_reused_pid_or_a_silent_process_is_stale() {
         reused.stdout.contains("started at another time"),
         "{reused:#?}"
     );
+    assert!(
+        listener
+            .accept()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing connected to a reused pid's URL"
+    );
     // The right process, but nothing answers at its URL: not a registry that runs.
+    let url = format!("http://{}", common::refused_url());
     planted(&home, other.pid(), &other.start_token(), &url);
     let silent = status(&home, &[]);
     assert_eq!(exit_code(&silent), Some(3), "{silent:#?}");
@@ -394,4 +405,43 @@ fn dashboard_prints_the_login_link_and_opens_it_through_a_private_redirect_page(
         html.contains(&format!("content=\"0;url={link}\"")),
         "{html}"
     );
+}
+
+#[test]
+fn a_symlinked_lock_is_never_followed() {
+    let home = Home::new();
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let target = elsewhere.path().join("not-a-lock");
+    std::os::unix::fs::symlink(&target, home.make_registry_dir().join("server.lock"))
+        .expect("symlink");
+    let refused = run(serve_cmd(&home, &[]));
+    refused.assert_failure();
+    assert!(refused.stderr.contains("discovery file in"), "{refused:#?}");
+    common::assert_absent(&target);
+    common::assert_absent(&discovery_file(&home));
+}
+
+#[test]
+fn a_directory_that_cannot_hold_the_file_is_an_error_not_a_registry_that_stopped() {
+    let home = Home::new();
+    let not_a_dir = write_raw(home.path(), "plain-file", "x");
+    let token_file = not_a_dir.join("token");
+    let done = status(
+        &home,
+        &["--token-file", token_file.to_str().expect("utf-8")],
+    );
+    done.assert_failure();
+    assert!(done.stderr.contains("cannot be read"), "{done:#?}");
+}
+
+#[test]
+fn a_padded_file_well_under_the_cap_is_read() {
+    let home = Home::new();
+    let gone = ExitedChild::spawn();
+    let path = planted(&home, gone.pid, &gone.start_token, "http://127.0.0.1:1");
+    let mut padded = std::fs::read(&path).expect("read");
+    padded.resize(8 * 1024, b' ');
+    write_raw(&home.registry_dir(), "server.json", padded);
+    let done = status(&home, &[]);
+    assert_eq!(exit_code(&done), Some(3), "read, and stale: {done:#?}");
 }

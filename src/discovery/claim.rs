@@ -110,15 +110,9 @@ pub struct Published {
     identity: FileIdentity,
 }
 
-impl Published {
-    /// The discovery file's path.
-    pub fn path(&self) -> PathBuf {
-        self.claim.dir.join(FILE_NAME)
-    }
-}
-
 impl Drop for Published {
     fn drop(&mut self) {
+        let path = self.claim.dir.join(FILE_NAME);
         let ours = |dir_fd: &OwnedFd, name: &str| {
             FileIdentity::at(dir_fd, name).is_ok_and(|now| now == self.identity)
         };
@@ -126,12 +120,12 @@ impl Drop for Published {
             Ok(FileFate::Removed | FileFate::AlreadyGone) => {}
             Ok(fate) => tracing::warn!(
                 ?fate,
-                path = %self.path().display(),
+                path = %path.display(),
                 "the discovery file is no longer the one this registry wrote; left in place"
             ),
             Err(error) => tracing::warn!(
                 %error,
-                path = %self.path().display(),
+                path = %path.display(),
                 "could not remove the discovery file"
             ),
         }
