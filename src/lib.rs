@@ -15,6 +15,8 @@
 //! - `socket_owner`: who holds the far end of one of our TCP connections, asked of the kernel
 //!   (bottom floor, beside `private_fs`: the doors ask it before a secret is written).
 //! - [`token`]: the bearer token file, created private and checked in constant time.
+//! - [`discovery`]: the discovery file (`server.json`) `serve` writes beside its token and
+//!   other commands find it by, trusted only on layers 1–2 of its writer and `/healthz`.
 //! - [`monitor`]: the live view behind `/events`: one verification loop publishing every change
 //!   to any number of listeners.
 //! - [`fleet`]: every host's verified sessions on etcd: the key layout and values (always),
@@ -27,6 +29,7 @@
 
 pub mod cli;
 pub mod control_chars;
+pub mod discovery;
 pub mod fleet;
 mod heap;
 pub mod host_load;

@@ -101,6 +101,11 @@ fn load_or_create_stamped(path: &Path) -> Result<(String, Stamp), TokenError> {
     }
 }
 
+/// Read the token file at `path`, which must exist (nothing is created), refused as at start.
+pub fn read_existing(path: &Path) -> Result<String, TokenError> {
+    read_checked(path).map(|(token, _)| token)
+}
+
 /// Replace the token at `path` with a fresh one, atomically; returns the new token.
 ///
 /// The old file must pass the same checks as at start (a file someone else planted is not

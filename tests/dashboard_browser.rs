@@ -29,7 +29,15 @@
 //!   on the same port: the page reconnects by itself.
 //!
 //!
-//! A second test (feature `fleet`) walks the fleet view against a real etcd (`/usr/bin/etcd`)
+//! Another test follows a login link as `murmur-registry dashboard` opens it (the `file://`
+//! redirect page it hands the browser): with four capsules, one whose door hangs, the rows are
+//! on screen within half a second of the page asking (measured by the page's own performance
+//! marks), the hanging door's row marked as still asked, its verdict filled in later; the token
+//! leaves the address bar at once, stays in `sessionStorage`, and is in no request's URL; a
+//! link with `#fleet&token=…` still routes to the fleet view; a wrong token in a link brings
+//! the paste form with the 401's reason.
+//!
+//! A third test (feature `fleet`) walks the fleet view against a real etcd (`/usr/bin/etcd`)
 //! and two registries, hosts a (the page's) and b:
 //! - the switch shows the fleet, live from `/fleet/events`, with a host column; own rows keep
 //!   Stop and Kill, b's rows have none (and no button at all);
@@ -730,8 +738,9 @@ async fn a_wrong_token_is_refused_and_not_kept(s: &mut Scene) {
         .await;
     shots.push(browser.screenshot("dashboard-token-refused.png").await);
     assert!(
-        refused.as_str().is_some_and(|t| t.contains("refused")),
-        "{refused}"
+        refused.as_str().is_some_and(|t| t.contains("refused")
+            && t.contains("the bearer token is not this registry's token")),
+        "the form gives the 401's reason: {refused}"
     );
     let after_refusal = browser
         .js(
@@ -1375,6 +1384,175 @@ fn restart_on(home: &Home, addr: SocketAddr) -> ServedBinary {
 // ---------------------------------------------------------------------------------------------
 // The fleet view (feature `fleet`): two registries against a real etcd
 // ---------------------------------------------------------------------------------------------
+
+// ---------------------------------------------------------------------------------------------
+// The login link, and rows painted before a hanging door answers
+// ---------------------------------------------------------------------------------------------
+
+/// The first rows' paint, measured by the page itself: the `murmur.rows-painted` mark, the
+/// start of the page's no-door listing, both in ms since the page's navigation started; and
+/// the state of the row named `arguments[0]` (whose door hangs) right now.
+const FIRST_PAINT: &str = "
+    const painted = performance.getEntriesByName('murmur.rows-painted')[0];
+    const asked = performance.getEntriesByType('resource')
+        .find((e) => e.name.endsWith('/sessions?probe=false'));
+    const rows = document.querySelectorAll('#rows tr').length;
+    if (!painted || !asked || rows < 4) return null;
+    const hanging = document.querySelector(`tr[data-session-id='${arguments[0]}']`);
+    return { painted: painted.startTime, asked: asked.startTime, rows,
+             hanging: hanging && hanging.dataset.state };";
+
+/// Every URL the page has requested so far (its own address included).
+const REQUESTED: &str = "
+    return [location.href, ...performance.getEntriesByType('resource').map((e) => e.name)];";
+
+/// `dashboard` in `home` with a display and a stand-in `xdg-open`: answers the `file://` URL
+/// the browser was given.
+fn opened_login_page(home: &Home) -> String {
+    let bin = tempfile::tempdir().expect("tempdir");
+    let seen = bin.path().join("argv");
+    let opener = bin.path().join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!(
+            "#!/bin/sh\nprintf '%s' \"$1\" > {0}.tmp && mv {0}.tmp {0}\n",
+            seen.display()
+        ),
+    )
+    .expect("write the opener");
+    std::fs::set_permissions(
+        &opener,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o700),
+    )
+    .expect("chmod the opener");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = registry(home.path(), User::Me);
+    cmd.arg("dashboard").env("PATH", path).env("DISPLAY", ":0");
+    let done = common::binary::run(cmd);
+    done.assert_success();
+    common::wait_until("the opener ran", common::DEADLINE, || seen.exists());
+    let page = std::fs::read_to_string(&seen).expect("the opener's argument");
+    format!("file://{page}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium + chromedriver (/usr/bin; Debian: apt-get install chromium chromium-driver)"]
+async fn a_login_link_connects_and_rows_show_before_a_hanging_door_answers() {
+    let home = Home::new();
+    let capsule = CapsuleProcess::single();
+    home.write(&capsule.record());
+    let script = TestProcess::sleeping();
+    home.write(&script.record().no_door());
+    home.write(&common::ExitedChild::spawn().record());
+    let hanging_door = DoorServer::start(DoorMode::Silent);
+    let hanging = TestProcess::sleeping();
+    let hanging_record = hanging.record().url(hanging_door.url());
+    let hanging_id = hanging_record.session_id();
+    home.write(&hanging_record);
+    let server = serve(&home, "127.0.0.1:0").start();
+    let token = home.token();
+    let browser = Browser::launch().await;
+
+    // The browser opens the private redirect page, which leads to the login link.
+    browser.goto(&opened_login_page(&home)).await;
+    let first = browser
+        .wait_for("four rows are on screen", FIRST_PAINT, json!([hanging_id]))
+        .await;
+    let painted = first["painted"].as_f64().expect("a paint time");
+    let asked = first["asked"].as_f64().expect("a listing time");
+    eprintln!(
+        "dashboard: first rows {:.0} ms after the page's navigation, {:.0} ms after it asked",
+        painted,
+        painted - asked
+    );
+    assert_eq!(
+        first["hanging"], "asking",
+        "painted before the door answered: {first}"
+    );
+    assert!(
+        painted - asked < 500.0,
+        "rows within half a second of asking, not after the slowest door: {first}"
+    );
+    browser
+        .wait_for(
+            "the live capsule is live",
+            ROW_IN_STATE,
+            json!([capsule.session_id(), "live"]),
+        )
+        .await;
+    browser
+        .wait_for(
+            "the hanging door's verdict arrives",
+            ROW_IN_STATE,
+            json!([hanging_id, "unreachable"]),
+        )
+        .await;
+
+    // The token left the address bar at once, stayed in this tab, and no request carried it.
+    let kept = browser
+        .js(
+            "return { hash: location.hash, stored: sessionStorage.getItem('murmur-registry.token') };",
+            json!([]),
+        )
+        .await;
+    assert_eq!(kept, json!({ "hash": "", "stored": token }), "{kept}");
+    let requested = browser.js(REQUESTED, json!([])).await;
+    assert!(!requested.to_string().contains(&token), "{requested}");
+
+    // A link with a route: the route is followed, the token taken all the same.
+    browser.goto("about:blank").await;
+    browser
+        .goto(&format!("{}#fleet&token={token}", server.url()))
+        .await;
+    browser
+        .wait_for(
+            "#fleet was routed (and falls back: this registry has no fleet)",
+            "const t = document.getElementById('outcome').textContent;
+             return t.startsWith('The fleet view is off: ') ? t : null;",
+            json!([]),
+        )
+        .await;
+    let requested = browser.js(REQUESTED, json!([])).await;
+    let urls = requested.as_array().expect("a list");
+    assert!(
+        urls.iter()
+            .any(|u| u.as_str().is_some_and(|u| u.ends_with("/fleet/events"))),
+        "the fleet view was asked for: {requested}"
+    );
+    assert!(!requested.to_string().contains(&token), "{requested}");
+
+    // A wrong token in a link: the paste form, with the registry's reason.
+    browser.goto("about:blank").await;
+    browser
+        .goto(&format!("{}#token={}", server.url(), "0".repeat(64)))
+        .await;
+    let refused = browser
+        .wait_for(
+            "the linked token is refused",
+            SHOWN_TEXT,
+            json!(["#login-error"]),
+        )
+        .await;
+    assert!(
+        refused
+            .as_str()
+            .is_some_and(|t| t.contains("not this registry's token")),
+        "{refused}"
+    );
+    let after = browser
+        .js(
+            "return { hash: location.hash, stored: sessionStorage.length };",
+            json!([]),
+        )
+        .await;
+    assert_eq!(after, json!({ "hash": "", "stored": 0 }), "{after}");
+    browser.quit().await;
+    drop(server);
+}
 
 #[cfg(feature = "fleet")]
 mod fleet {

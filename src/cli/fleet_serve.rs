@@ -71,6 +71,16 @@ impl FleetConfig {
     }
 }
 
+impl FleetConfig {
+    /// The fleet as the discovery file names it: this host and the key prefix.
+    pub(super) fn discovered(&self) -> crate::discovery::FleetInfo {
+        crate::discovery::FleetInfo {
+            host_id: self.options.host_id.to_string(),
+            prefix: self.options.keys.all().trim_end_matches('/').to_owned(),
+        }
+    }
+}
+
 /// This registry's membership: the watch feeding `/fleet/*` and the publishing of its picture.
 pub(super) struct FleetMember {
     _watcher: FleetWatcher,

@@ -1,14 +1,17 @@
 //! `health`: does a registry answer on its address (for container health checks).
 //!
-//! Invariant: the exit code alone says it; nothing is written to the registry.
+//! Invariant: the exit code alone says it; nothing is written to the registry. The question
+//! is the one the discovery file's trust check asks ([`crate::discovery::ask_healthz`]).
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow};
 use clap::Args;
+
+use super::runtime;
+use crate::discovery::{ask_healthz, plain_client};
 
 #[derive(Debug, Args)]
 pub(super) struct HealthArgs {
@@ -18,37 +21,10 @@ pub(super) struct HealthArgs {
 }
 
 pub(super) fn health(args: HealthArgs) -> anyhow::Result<ExitCode> {
-    use std::io::Read;
-    let mut addr = args.bind;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-    }
-    let deadline = Duration::from_secs(3);
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, deadline)
-        .with_context(|| format!("no registry answers at http://{addr}"))?;
-    stream.set_read_timeout(Some(deadline))?;
-    stream.set_write_timeout(Some(deadline))?;
-    write!(
-        stream,
-        "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    // The status line is all that matters; /healthz answers a few bytes.
-    let mut head = Vec::new();
-    stream
-        .take(256)
-        .read_to_end(&mut head)
-        .with_context(|| format!("the registry at http://{addr} did not answer"))?;
-    let status_line = String::from_utf8_lossy(&head);
-    match status_line.split_whitespace().nth(1) {
-        Some("200") => {
-            writeln!(std::io::stdout(), "ok")?;
-            Ok(ExitCode::SUCCESS)
-        }
-        other => bail!(
-            "the registry at http://{addr} answered {}",
-            other.map_or("something that is not HTTP".to_owned(), |code| format!(
-                "HTTP {code}"
-            ))
-        ),
-    }
+    let client = plain_client().context("cannot build an HTTP client")?;
+    runtime()?
+        .block_on(ask_healthz(&client, args.bind))
+        .map_err(|why| anyhow!(why))?;
+    writeln!(std::io::stdout(), "ok")?;
+    Ok(ExitCode::SUCCESS)
 }

@@ -6,11 +6,13 @@
 //! - This is the only place that reads `HOME` or picks a port; everything below takes the
 //!   running directory, the token file and the listener as parameters.
 //! - A non-loopback bind is refused unless `--allow-remote` says otherwise.
-//! - Errors are one line: what failed and what to do. The token is printed only on `--show`.
+//! - Errors are one line: what failed and what to do. The token is printed only on `--show`,
+//!   and inside `dashboard`'s login link.
 //! - Text for a person (not `--json`) shows control characters escaped
 //!   ([`crate::control_chars`]): a value from a record, etcd or a door cannot steer the terminal.
 
 mod completions;
+mod dashboard;
 mod fleet_args;
 #[cfg(feature = "fleet")]
 mod fleet_serve;
@@ -23,6 +25,7 @@ mod ps;
 mod ps_fleet;
 mod serve;
 mod service;
+mod status;
 mod stop;
 mod table;
 mod token_command;
@@ -74,6 +77,21 @@ enum Command {
     /// Remove the records of capsules that are gone, and files that are not records.
     #[command(after_help = "Example:\n  murmur-registry prune")]
     Prune(DirArgs),
+    /// Find the running registry through its discovery file: URL, version, uptime, sessions.
+    ///
+    /// Exit status 0 when a registry answers, 3 when none runs (no discovery file, or a stale
+    /// one), 1 when the discovery file cannot be trusted. Sessions are counted by layers 1–2
+    /// (`probe=false`); `--probe` asks every door too.
+    #[command(after_help = "Examples:\n  murmur-registry status\n  murmur-registry status --probe")]
+    Status(status::StatusArgs),
+    /// Print the running registry's login link, and open it in a browser when there is a display.
+    ///
+    /// The link carries the token in its fragment (`/#token=TOKEN`), which the browser never sends;
+    /// the browser is given a private redirect page, so the token is on no command line.
+    #[command(
+        after_help = "Examples:\n  murmur-registry dashboard\n  murmur-registry dashboard --no-open"
+    )]
+    Dashboard(dashboard::DashboardArgs),
     /// Check that a registry answers on its address (for container health checks).
     #[command(after_help = "Example:\n  murmur-registry health --bind 127.0.0.1:7420")]
     Health(health::HealthArgs),
@@ -129,6 +147,8 @@ pub fn run() -> anyhow::Result<ExitCode> {
         Command::Stop(args) => runtime()?.block_on(stop::stop(args)),
         Command::Prune(args) => runtime()?.block_on(prune::prune(args)),
         Command::Health(args) => health::health(args),
+        Command::Status(args) => status::status(args),
+        Command::Dashboard(args) => dashboard::dashboard(args),
         Command::Openapi => {
             let text = http::openapi_json_text().context("cannot render the OpenAPI document")?;
             std::io::stdout().lock().write_all(text.as_bytes())?;
@@ -218,6 +238,17 @@ fn resolve_token_file(given: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
             hold_private_dir(&home.join(".murmur").join("registry"), WiderMode::Narrow)?;
             Ok(token::default_token_path(&home))
         }
+    }
+}
+
+/// The directory of the discovery file for `--token-file` (its own directory), else
+/// `$HOME/.murmur/registry`. Nothing is created: a reader finds, or finds nothing.
+fn discovery_dir(token_file: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
+    match token_file {
+        Some(path) => Ok(crate::discovery::dir_of(path)),
+        None => Ok(crate::discovery::dir_of(&token::default_token_path(
+            &home()?
+        ))),
     }
 }
 

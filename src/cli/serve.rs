@@ -17,6 +17,7 @@ use super::fleet_args::FleetArgs;
 #[cfg(feature = "fleet")]
 use super::fleet_serve::{FleetConfig, FleetMember};
 use super::{DirArgs, resolve_running_dir, resolve_token_file, runtime};
+use crate::discovery::{self, Claim, ServerInfo};
 use crate::http::{self, AppState};
 use crate::registry::Registry;
 use crate::running::{self, DoorProbe};
@@ -150,6 +151,12 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     registry.keep_descriptors_for(limits.max_connections);
     let token_path = resolve_token_file(args.token_file.as_ref())?;
     let tokens = TokenStore::open(&token_path)?;
+    // Before the bind: a second `serve` for this directory stops here, naming the first.
+    let claim = Claim::take(&discovery::dir_of(&token_path))?;
+    #[cfg(feature = "fleet")]
+    let fleet_info = fleet.as_ref().map(FleetConfig::discovered);
+    #[cfg(not(feature = "fleet"))]
+    let fleet_info = None;
     runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.bind)
             .await
@@ -160,19 +167,8 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             token_file = %token_path.display(),
             "serving"
         );
-        let state = AppState::new(
-            registry,
-            tokens,
-            bound,
-            &args.allow_host,
-            &args.allow_origin,
-        )
-        .with_mcp(
-            http::mcp::McpSettings::default()
-                .with_max_sessions(usize::try_from(args.max_mcp_sessions).unwrap_or(usize::MAX)),
-        );
-        state.events().set_interval(args.events_interval);
-        state.events().set_door_recheck(args.door_recheck);
+        let info = server_info(bound, registry.dir(), &token_path, fleet_info)?;
+        let state = app_state(&args, registry, tokens, bound);
         // Listen for SIGINT/SIGTERM before announcing the address: a script that signals the
         // server as soon as it reads the line must get a graceful shutdown.
         let shutdown = shutdown_signal().context("cannot listen for SIGINT/SIGTERM")?;
@@ -188,14 +184,63 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
             None => (state, futures_util::future::Either::Right(shutdown)),
         };
+        // Written before the address is announced: whoever reads the line finds the file.
+        let published = claim.publish(&info)?;
         let mut stdout = std::io::stdout();
         writeln!(stdout, "listening on http://{bound}")?;
         stdout.flush()?;
         let after_shutdown = state.clone();
         http::serve_with(listener, state, limits, shutdown).await?;
         after_shutdown.registry().finish_stops().await;
+        drop(published);
         tracing::info!("shut down");
         Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The service's state as the flags set it: its registry, tokens, origins, MCP and live view.
+fn app_state(
+    args: &ServeArgs,
+    registry: Registry,
+    tokens: TokenStore,
+    bound: SocketAddr,
+) -> AppState {
+    let state = AppState::new(
+        registry,
+        tokens,
+        bound,
+        &args.allow_host,
+        &args.allow_origin,
+    )
+    .with_mcp(
+        http::mcp::McpSettings::default()
+            .with_max_sessions(usize::try_from(args.max_mcp_sessions).unwrap_or(usize::MAX)),
+    );
+    state.events().set_interval(args.events_interval);
+    state.events().set_door_recheck(args.door_recheck);
+    state
+}
+
+/// What the discovery file says of this process, serving at `bound`.
+fn server_info(
+    bound: SocketAddr,
+    running_dir: &std::path::Path,
+    token_file: &std::path::Path,
+    fleet: Option<discovery::FleetInfo>,
+) -> anyhow::Result<ServerInfo> {
+    let pid = std::process::id();
+    let process_start = crate::process_identity::process_start_token(pid)
+        .context("cannot read this process's own start time from /proc")?;
+    Ok(ServerInfo {
+        url: ServerInfo::url_for(bound),
+        pid,
+        process_start,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        // Absolute: a reader in another directory must find the same files.
+        running_dir: std::path::absolute(running_dir)?,
+        token_file: std::path::absolute(token_file)?,
+        fleet,
     })
 }
 

@@ -4,6 +4,12 @@
 // Rules this file keeps:
 // - The token lives in sessionStorage (this tab only) and travels only in an Authorization
 //   header to this page's own origin: never in a URL, a cookie or persistent local storage.
+//   A login link (`murmur-registry dashboard`) brings it in the fragment (`#token=…`, which no
+//   browser sends): it is taken from there before anything else runs and the address bar is
+//   rewritten at once without it, leaving the fragment's route (`#fleet`) in place.
+// - The table paints at once from a listing that asks no door (`/sessions?probe=false`), each
+//   row whose door is still being asked marked so; the live view's snapshot then replaces it
+//   with the verdicts. A listing that answers after the snapshot is dropped.
 // - Data from the registry (capsule names, reasons, paths) reaches the page through
 //   textContent and attributes only, never through an HTML-parsing sink, so it cannot become
 //   markup.
@@ -36,6 +42,25 @@ const VIEWS = {
   fleet: { path: '/fleet/events', title: 'Fleet sessions', where: 'in the fleet' },
 };
 const FLEET_HASH = '#fleet';
+
+// The token a login link brought in the fragment, taken out of the address bar before the
+// view is read from it. The fragment's other parts (its route) stay.
+const LINKED_TOKEN = takeLinkedToken();
+
+function takeLinkedToken() {
+  const parts = location.hash.replace(/^#/, '').split('&');
+  const given = parts.find((part) => part.startsWith('token='));
+  if (given === undefined) return null;
+  const rest = parts.filter((part) => !part.startsWith('token=') && part !== '');
+  history.replaceState(null, '', location.pathname + location.search +
+    (rest.length ? '#' + rest.join('&') : ''));
+  try {
+    const token = decodeURIComponent(given.slice('token='.length)).trim();
+    return /^[\x21-\x7e]+$/.test(token) ? token : null;
+  } catch {
+    return null;
+  }
+}
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -75,6 +100,7 @@ const model = {
   unreadable: 0,
   busy: new Map(), // keyOf(session) -> 'stop' | 'kill' while a request is in flight
   live: false, // whether the table reflects a stream that is open right now
+  asking: false, // whether the table is the no-door listing, the doors' verdicts to come
   ownHost: null, // fleet view: this registry's host id, as its fleet snapshot names it
   hosts: new Map(), // fleet view: host_id -> its host entry
   resources: new Map(), // host view: session_id -> its `resources`, from the latest event
@@ -197,6 +223,7 @@ async function connect() {
   stream.controller = controller;
   stream.askedFleet = false;
   setConnection('connecting', 'Connecting…');
+  if (model.view === 'host') paintAtOnce(controller);
   let response;
   try {
     response = await fetch(VIEWS[model.view].path, {
@@ -211,7 +238,7 @@ async function connect() {
   }
   if (controller.signal.aborted) return;
   if (response.status === 401) {
-    tokenRefused();
+    tokenRefused((await readProblem(response)).detail);
     return;
   }
   if (!response.ok || !response.body) {
@@ -254,12 +281,47 @@ async function connect() {
   lastWords && model.view === 'fleet' ? 'Fleet stream ended, reconnecting…' : undefined);
 }
 
+// The layers-1–2 picture (no door asked: it answers in milliseconds), painted while the
+// stream's first snapshot waits for the slowest door. Dropped once that snapshot is here, or
+// when this connection is no longer the current one; a refusal is the stream's to report.
+async function paintAtOnce(controller) {
+  let body = null;
+  try {
+    const response = await fetch('/sessions?probe=false', {
+      headers: authHeaders({ Accept: 'application/json' }),
+      cache: 'no-store',
+      credentials: 'omit',
+      signal: controller.signal,
+    });
+    if (response.ok) body = await readJson(response);
+  } catch {
+    return;
+  }
+  if (stream.controller !== controller || model.live || !body || !Array.isArray(body.sessions)) {
+    return;
+  }
+  model.sessions = new Map();
+  for (const session of body.sessions) {
+    if (session && session.session_id) model.sessions.set(keyOf(session), session);
+  }
+  model.unreadable = Number(body.unreadable) || 0;
+  model.asking = true;
+  document.body.classList.remove('stale');
+  hideBanner();
+  showSessions();
+  setConnection('connecting', 'Connected, asking doors…');
+  render();
+  // For whoever measures how soon rows show (the browser test does).
+  performance.mark('murmur.rows-painted');
+}
+
 // The stream ended or never started: keep the table (marked stale) and try again later, each
 // failure waiting longer (with some jitter, so many tabs do not retry in step).
 function lost(why, status = 'Registry unreachable, reconnecting…', notBeforeMs = 0) {
   if (stream.controller) stream.controller.abort();
   stream.controller = null;
   model.live = false;
+  model.asking = false;
   document.body.classList.add('stale');
   // Jitter on whichever wait wins, so tabs told the same Retry-After do not retry in step.
   const delay = Math.round(Math.max(notBeforeMs, stream.backoff) * (1 + Math.random() * 0.3));
@@ -281,14 +343,15 @@ function retryAfterMs(response) {
     ? Math.min(seconds * 1000, BACKOFF_MAX_MS) : 0;
 }
 
-function tokenRefused() {
+// `why`: the 401's own reason, when it gave one.
+function tokenRefused(why) {
   disconnect();
   setToken(null);
   clearTable();
   fleetIs('unknown');
   setConnection('refused', 'Token refused');
-  showLogin('The registry refused that token. Paste the current one: it may have been ' +
-    'mistyped, or rotated with "murmur-registry token --rotate".');
+  showLogin(`The registry refused that token${why ? ` (${why})` : ''}. Paste the current ` +
+    'one: it may have been mistyped, or rotated with "murmur-registry token --rotate".');
 }
 
 // Read server-sent events from `body` until it ends, calling `onEvent(name, data, id)` for each.
@@ -439,6 +502,7 @@ function onSnapshot(payload) {
     fleetIs('configured');
   }
   model.live = true;
+  model.asking = false;
   stream.backoff = BACKOFF_FIRST_MS;
   document.body.classList.remove('stale');
   hideBanner();
@@ -519,6 +583,7 @@ function clearTable() {
   model.unreadable = 0;
   model.busy.clear();
   model.live = false;
+  model.asking = false;
   model.ownHost = null;
   model.hosts = new Map();
   model.resources = new Map();
@@ -528,9 +593,13 @@ function clearTable() {
   applyFilter();
 }
 
+// A state word; `asking` for a row of the no-door listing whose process is there and whose
+// door has not answered yet (its verdict comes with the stream).
 function stateOf(session) {
-  const state = session.liveness && session.liveness.state;
-  return STATES.includes(state) ? state : 'unknown';
+  const liveness = session.liveness || {};
+  if (STATES.includes(liveness.state)) return liveness.state;
+  const waiting = liveness.state === undefined && ['alive', 'unverified'].includes(liveness.process);
+  return waiting ? 'asking' : 'unknown';
 }
 
 // Newest first: by start time, then by session id (murmur's ids sort by creation time).
@@ -629,7 +698,8 @@ function placeActions(cells, session) {
   }
 }
 
-const STATE_ICONS = { live: '●', unreachable: '◐', gone: '○', unknown: '?' };
+const STATE_ICONS = { live: '●', unreachable: '◐', gone: '○', asking: '…', unknown: '?' };
+const STATE_TEXT = { asking: 'asking door' };
 
 function fillRow(row, session) {
   const { tr, cells } = row;
@@ -641,7 +711,8 @@ function fillRow(row, session) {
   cells.hostTag.hidden = !(model.view === 'fleet' && host === model.ownHost);
   cells.badge.className = `badge badge-${state}`;
   cells.badgeIcon.textContent = STATE_ICONS[state];
-  cells.badgeText.textContent = state;
+  cells.badgeText.textContent = STATE_TEXT[state] || state;
+  tr.setAttribute('aria-busy', state === 'asking' ? 'true' : 'false');
   const liveness = session.liveness || {};
   const reason = liveness.reason || (liveness.process && liveness.process !== 'alive'
     ? `process ${liveness.process}` : '');
@@ -751,14 +822,14 @@ function applyFilter() {
   } else {
     ui.empty.hidden = false;
     ui.empty.textContent = total > 0 ? `No ${wanted} sessions; ${total} hidden by the filter.`
-      : model.live ? `No capsule sessions are running ${VIEWS[model.view].where}.`
+      : model.live || model.asking ? `No capsule sessions are running ${VIEWS[model.view].where}.`
         : 'Nothing to show until the registry answers.';
   }
   renderSummary(shown);
 }
 
 function renderSummary(shown) {
-  const counts = { live: 0, unreachable: 0, gone: 0, unknown: 0 };
+  const counts = { live: 0, unreachable: 0, gone: 0, asking: 0, unknown: 0 };
   for (const session of model.sessions.values()) counts[stateOf(session)] += 1;
   const total = model.sessions.size;
   const parts = [`${total} ${total === 1 ? 'session' : 'sessions'}`];
@@ -767,12 +838,13 @@ function renderSummary(shown) {
     parts[0] += ` on ${hosts} ${hosts === 1 ? 'host' : 'hosts'}`;
   }
   const detail = STATES.filter((s) => counts[s] > 0).map((s) => `${counts[s]} ${s}`);
+  if (counts.asking > 0) detail.push(`${counts.asking} asking ${counts.asking === 1 ? 'its door' : 'their doors'}`);
   if (detail.length > 0) parts.push(detail.join(', '));
   if (model.unreadable > 0) {
     parts.push(`${model.unreadable} unreadable record ${model.unreadable === 1 ? 'file' : 'files'}`);
   }
   if (shown !== undefined && ui.filter.value !== 'all') parts.push(`${shown} shown`);
-  if (!model.live && total > 0) parts.push('last known state');
+  if (!model.live && !model.asking && total > 0) parts.push('last known state');
   ui.summary.textContent = parts.join(' · ');
   renderHosts();
 }
@@ -915,7 +987,7 @@ async function requestAction(kind, key, button) {
     return;
   }
   if (response.status === 401) {
-    tokenRefused();
+    tokenRefused((await readProblem(response)).detail);
     return;
   }
   const body = await readJson(response);
@@ -1051,6 +1123,8 @@ window.addEventListener('online', () => {
 });
 
 setInterval(tickAll, 1000);
+
+if (LINKED_TOKEN) setToken(LINKED_TOKEN);
 
 setView(model.view);
 

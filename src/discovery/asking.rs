@@ -1,0 +1,43 @@
+//! Asking a registry over HTTP from the command line: the one client configuration (no proxy,
+//! a deadline) and the one `/healthz` question, which `health` and the discovery file's trust
+//! check share.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// How long one question to a registry may take.
+const DEADLINE: Duration = Duration::from_secs(3);
+
+/// A client for a registry: never through a proxy (the bearer token must not travel to
+/// `$HTTP_PROXY`), no redirects followed, each request bounded by a few seconds.
+pub fn plain_client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(DEADLINE)
+        .build()
+}
+
+/// Ask `GET /healthz` at `addr` (an unspecified IP is asked on loopback). `Err` says, for a
+/// person, what answered instead of `200`, or that nothing did.
+pub async fn ask_healthz(client: &reqwest::Client, addr: SocketAddr) -> Result<(), String> {
+    let url = super::ServerInfo::url_for(addr);
+    let answer = client
+        .get(format!("{url}/healthz"))
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_connect() || e.is_timeout() {
+                format!("no registry answers at {url}")
+            } else {
+                format!("the registry at {url} did not answer: {e}")
+            }
+        })?;
+    match answer.status() {
+        reqwest::StatusCode::OK => Ok(()),
+        status => Err(format!(
+            "the registry at {url} answered HTTP {}",
+            status.as_u16()
+        )),
+    }
+}
