@@ -16,10 +16,10 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::EventStream;
 use common::etcd::Etcd;
 use common::fleet_sim::{SimFleet, SimSettings, sim_host_id, sim_session_id};
 use common::server::TestServer;
-use common::EventStream;
 use murmur_registry::fleet::etcd::EtcdSettings;
 use murmur_registry::fleet::keys::FleetKeys;
 use murmur_registry::fleet::watcher::{self, FleetWatcher};
@@ -52,7 +52,10 @@ async fn get(server: &TestServer, path: &str) -> (u16, Value) {
         .expect("the registry answers");
     let status = response.status().as_u16();
     let bytes = response.bytes().await.expect("a body");
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// Poll `done` until it holds, failing after a deadline (the pause only paces the polling).
@@ -101,9 +104,10 @@ async fn a_simulated_fleet_is_served_paged_followed_and_left() {
         };
         let (status, body) = get(server, &path).await;
         assert_eq!(status, 200, "{body}");
-        seen.extend((body["sessions"].as_array().into_iter().flatten()).map(|s| {
-            s["session_id"].as_str().unwrap_or_default().to_owned()
-        }));
+        seen.extend(
+            (body["sessions"].as_array().into_iter().flatten())
+                .map(|s| s["session_id"].as_str().unwrap_or_default().to_owned()),
+        );
         let Some(next) = body["next_cursor"].as_str() else {
             break;
         };
@@ -149,7 +153,10 @@ async fn a_simulated_fleet_is_served_paged_followed_and_left() {
                 "snapshot" => (event.data["sessions"].as_array().into_iter().flatten())
                     .filter_map(|s| s["changed_at"].as_str())
                     .collect(),
-                _ => event.data["session"]["changed_at"].as_str().into_iter().collect(),
+                _ => event.data["session"]["changed_at"]
+                    .as_str()
+                    .into_iter()
+                    .collect(),
             };
             for mark in carried {
                 pending.remove(mark);
