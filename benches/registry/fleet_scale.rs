@@ -426,13 +426,12 @@ async fn killed(rows: &mut Vec<Row>, fleet: &mut SimFleet, readers: &[Server], t
     let until = killed + ttl * 4;
     let mut left = Vec::new();
     for reader in readers {
-        let mut last = String::new();
         loop {
-            match shows(reader, host.as_str()).await {
+            let last = match shows(reader, host.as_str()).await {
                 Ok(false) => break,
-                Ok(true) => last = "still shown".to_owned(),
-                Err(why) => last = why,
-            }
+                Ok(true) => "still shown".to_owned(),
+                Err(why) => why,
+            };
             if Instant::now() > until {
                 eprintln!("fleet-scale: a reader still shows {host} or cannot say: {last}");
                 break;

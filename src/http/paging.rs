@@ -152,7 +152,7 @@ fn encode(held: &Held) -> String {
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn decode(text: &str) -> Option<Held> {
-    if text.len() > MAX_CURSOR_CHARS || text.len() % 2 != 0 {
+    if text.len() > MAX_CURSOR_CHARS || !text.len().is_multiple_of(2) {
         return None;
     }
     let digit = |c: u8| (c as char).to_digit(16).filter(|_| !c.is_ascii_uppercase());
