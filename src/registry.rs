@@ -46,7 +46,7 @@ pub use card::CardRefusal;
 pub use error::RegistryError;
 pub(crate) use error::copy_error;
 pub use exits::ProcessExits;
-pub use listing::{INLINE_SCAN_ENTRIES, Listing};
+pub use listing::{INLINE_SCAN_ENTRIES, Listing, listing_key};
 pub use process_key::ExitedProcess;
 pub use prune::{PruneDecision, PruneReport, PrunedListing};
 pub use removal::{Removal, RemovalCause};
@@ -59,7 +59,7 @@ pub use tally::{
     ActionEnd, COUNTED_REMOVALS, DURATION_BUCKETS, DurationFigures, PictureFigures, ProbeEnd,
     StateCounts, Tally,
 };
-pub use verify::{ProbesInFlight, Reading};
+pub use verify::{ProbesInFlight, Reading, ReadingCard};
 
 /// The registry over one running directory.
 #[derive(Debug)]

@@ -164,7 +164,8 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
     let home = Home::new();
     let begun = Instant::now();
 
-    // Oldest: a script capsule with no door (layers 1-2 decide: running), detached.
+    // Started an hour ago: a script capsule with no door (layers 1-2 decide: running),
+    // detached.
     let alpha = TestProcess::sleeping();
     let alpha_ago = Duration::from_secs(3600 + 2 * 60 + 3);
     let a = alpha
@@ -202,7 +203,7 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
         .set("started_at", started_ago(b_ago));
     home.write(&b);
 
-    // Newest: a capsule whose process is gone.
+    // A capsule whose process is gone.
     let gone = ExitedChild::spawn();
     let c = gone.record().no_door();
     let c_file = home.write(&c);
@@ -224,11 +225,13 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
     let ids: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
     assert_eq!(
         ids,
-        [b.session_id(), d.session_id(), a.session_id()],
-        "newest first, full ids, gone record not listed:\n{}",
+        [d.session_id(), a.session_id(), b.session_id()],
+        "newest first (started_at), full ids, gone record not listed:\n{}",
         done.stdout
     );
     let expected = [
+        ("delta@0.9.0", "running", "no", d_url.as_str(), d_ago),
+        ("alpha@1.2.3", "running", "yes", "-", alpha_ago),
         (
             "bravo@2.0.0-rc.1",
             "unreachable",
@@ -236,8 +239,6 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
             b_url.as_str(),
             b_ago,
         ),
-        ("delta@0.9.0", "running", "no", d_url.as_str(), d_ago),
-        ("alpha@1.2.3", "running", "yes", "-", alpha_ago),
     ];
     for (row, (capsule, status, detached, url, ago)) in rows.iter().zip(expected) {
         assert_eq!(row[1], capsule, "CAPSULE of {row:?}");
@@ -263,7 +264,7 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
             assert!(!row[6].contains('d'), "no day prefix under a day: {row:?}");
         }
     }
-    assert_eq!(rows[2][6].len(), "01:02:03".len());
+    assert_eq!(rows[1][6].len(), "01:02:03".len());
 
     // Listing changed nothing else: the live records stay.
     for record in [&a, &b, &d] {

@@ -36,8 +36,13 @@ pub struct EventListener {
 impl EventListener {
     /// Open `GET /events` on `server`.
     pub async fn open(server: &Server) -> Self {
+        Self::open_at(server, "/events").await
+    }
+
+    /// Open the event stream at `path` (`/events`, `/fleet/events`) on `server`.
+    pub async fn open_at(server: &Server, path: &str) -> Self {
         let mut client = server.client().await;
-        let mut body = client.stream("/events").await;
+        let mut body = client.stream(path).await;
         let (send, events) = mpsc::unbounded_channel();
         let reader = tokio::spawn(async move {
             let mut pending = String::new();

@@ -41,6 +41,12 @@ mod fleet_departure;
 mod fleet_listing;
 #[cfg(feature = "fleet")]
 mod fleet_publishing;
+#[cfg(feature = "fleet")]
+mod fleet_scale;
+#[cfg(feature = "fleet")]
+#[allow(dead_code)]
+#[path = "../../tests/common/fleet_sim.rs"]
+mod fleet_sim;
 mod idle_listener;
 mod include_card;
 mod kill_to_removed;
@@ -67,6 +73,11 @@ mod steps;
 #[allow(dead_code)]
 #[path = "../../tests/common/etcd.rs"]
 mod etcd;
+/// `fleet-scale` with the sizes `args` give.
+#[cfg(feature = "fleet")]
+async fn fleet_scale_figures(rows: &mut Vec<Row>, args: &[String]) {
+    fleet_scale::fleet_scale(rows, fleet_scale::Scale::from_args(args)).await;
+}
 /// The private temporary directory `etcd` keeps its data in.
 #[cfg(feature = "fleet")]
 use records::private_temp_dir as temp_dir;
@@ -104,7 +115,9 @@ fn main() {
         return;
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
-    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources` runs some scenarios.
+    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources` runs some
+    // scenarios; `--only fleet-scale [--hosts N --sessions M --readers K --churn C --ttl S]`
+    // the fleet at scale (never run unless named).
     let only: Vec<String> = args
         .iter()
         .position(|a| a == "--only")
@@ -117,10 +130,12 @@ fn main() {
         .build()
         .expect("runtime");
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
-    runtime.block_on(bench(full_baseline, &wanted));
+    // `fleet-scale` is long (a fleet of 100,000 sessions): run only when named.
+    let scale = only.iter().any(|o| o == "fleet-scale").then_some(&args[..]);
+    runtime.block_on(bench(full_baseline, &wanted, scale));
 }
 
-async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
+async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool, scale: Option<&[String]>) {
     let started = Instant::now();
     let binaries = Binaries::from_env();
     println!(
@@ -162,6 +177,15 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
     }
     if wanted("resources") {
         step!(resources_over_a_thousand_processes(&mut rows));
+    }
+    if let Some(args) = scale {
+        #[cfg(feature = "fleet")]
+        step!(fleet_scale_figures(&mut rows, args));
+        #[cfg(not(feature = "fleet"))]
+        eprintln!(
+            "fleet-scale: SKIPPED: built without the `fleet` feature ({} args)",
+            args.len()
+        );
     }
 
     println!();

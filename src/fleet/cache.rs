@@ -12,6 +12,7 @@
 //! of the fleet is a concatenation, not a re-encoding. Pure: no I/O, no clock.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use super::keys::{FleetKey, FleetKeys};
@@ -142,29 +143,44 @@ impl FleetCache {
         revision: i64,
         entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> (Self, Vec<Skipped>) {
-        let mut cache = Self {
+        let mut cache = Self::empty(keys, revision);
+        let skipped = cache.read_more(entries);
+        (cache, skipped)
+    }
+
+    /// A cache of nothing under `keys`, as of `revision`: where a read in pages starts.
+    pub fn empty(keys: FleetKeys, revision: i64) -> Self {
+        Self {
             keys,
             revision,
             hosts: BTreeMap::new(),
             sessions: BTreeMap::new(),
-        };
+        }
+    }
+
+    /// Take in `entries`, another page of the read at this cache's revision (no listener
+    /// hears of them); the entries it skipped.
+    pub fn read_more<'a>(
+        &mut self,
+        entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Vec<Skipped> {
         let mut skipped = Vec::new();
         for (key, value) in entries {
-            let parsed = cache.parse(key, value);
+            let parsed = self.parse(key, value);
             if parsed.is_ok() {
                 refusals::forget(&String::from_utf8_lossy(key));
             }
             match parsed {
                 Ok(Parsed::Host(id, entry)) => {
-                    cache.hosts.insert(id, entry);
+                    self.hosts.insert(id, entry);
                 }
                 Ok(Parsed::Session(host, id, entry)) => {
-                    cache.sessions.insert((host, id), entry);
+                    self.sessions.insert((host, id), entry);
                 }
                 Err(skip) => skipped.push(skip),
             }
         }
-        (cache, skipped)
+        skipped
     }
 
     /// The revision the cache describes.
@@ -185,6 +201,26 @@ impl FleetCache {
     /// Every session with its encoding, by host and session id.
     pub fn cached_sessions(&self) -> impl ExactSizeIterator<Item = &CachedSession> {
         self.sessions.values()
+    }
+
+    /// Every session after `after` (a host and a session id; from the first without one), by
+    /// host and session id, each with its key: where a page of the fleet starts, whether or not
+    /// `after` is still held.
+    pub fn sessions_after(
+        &self,
+        after: Option<&(HostId, String)>,
+    ) -> impl Iterator<Item = (&(HostId, String), &CachedSession)> {
+        let start = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Unbounded,
+        };
+        self.sessions
+            .range::<(HostId, String), _>((start, Bound::Unbounded))
+    }
+
+    /// The host `id`, if held.
+    pub fn host(&self, id: &HostId) -> Option<&Arc<HostEntry>> {
+        self.hosts.get(id)
     }
 
     /// The watch says nothing changed up to `revision` (a progress notice): the cache is

@@ -37,29 +37,67 @@ pub struct EtcdSettings {
     pub credentials_file: Option<PathBuf>,
 }
 
-/// The largest read of the fleet taken in: far above 10 hosts × 1,000 sessions (about 6 MiB).
+/// The largest answer of one read of the fleet taken in.
 const MAX_FLEET_READ_BYTES: usize = 256 << 20;
 
-/// Every entry under `keys`' prefix, in one read: the cache at the revision read, and the
-/// entries it skipped. What the watcher and `ps --fleet` start from.
+/// The most keys one read of the fleet asks for: at the 64 KiB a value may hold, with its key,
+/// a page stays within [`MAX_FLEET_READ_BYTES`]; at a usual entry's 600–700 bytes it is about
+/// 3 MB, so a fleet of any size is read in pages etcd and the client each hold one of.
+const READ_PAGE_KEYS: i64 = 4_000;
+
+/// Every entry under `keys`' prefix, read in pages of [`READ_PAGE_KEYS`] all at the revision
+/// of the first (so the pages are one consistent picture): the cache at that revision, and
+/// the entries it skipped. What the watcher and `ps --fleet` start from. A compaction past
+/// that revision while the pages are read fails the read (etcd says so); it is read again.
 pub async fn read_fleet(
     client: &Client,
     keys: &FleetKeys,
 ) -> Result<(FleetCache, Vec<Skipped>), etcd_client::Error> {
-    // A fleet of thousands of sessions outgrows gRPC's default 4 MiB message.
     let mut kv = client
         .kv_client()
         .max_decoding_message_size(MAX_FLEET_READ_BYTES);
-    let mut response = kv
-        .get(
-            keys.all(),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
-        .await?;
-    let revision = response.header().map_or(0, |header| header.revision());
-    let kvs = response.take_kvs();
-    let entries = kvs.iter().map(|kv| (kv.key(), kv.value()));
-    Ok(FleetCache::read(keys.clone(), revision, entries))
+    let prefix = keys.all().into_bytes();
+    let end = prefix_end(&prefix);
+    let (mut from, mut at, mut cache, mut skipped) = (prefix, 0, None, Vec::new());
+    loop {
+        let options = (etcd_client::GetOptions::new())
+            .with_range(end.clone())
+            .with_limit(READ_PAGE_KEYS)
+            .with_revision(at);
+        let mut response = kv.get(from.clone(), Some(options)).await?;
+        if at == 0 {
+            at = response.header().map_or(0, |header| header.revision());
+        }
+        let kvs = response.take_kvs();
+        let cache = cache.get_or_insert_with(|| FleetCache::empty(keys.clone(), at));
+        skipped.extend(cache.read_more(kvs.iter().map(|kv| (kv.key(), kv.value()))));
+        match (response.more(), kvs.last()) {
+            (true, Some(last)) => {
+                // The least key after the last one read.
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    Ok((
+        cache.unwrap_or_else(|| FleetCache::empty(keys.clone(), at)),
+        skipped,
+    ))
+}
+
+/// The end of the range of keys that start with `prefix` (etcd's own rule: the prefix with
+/// its last byte below 0xff raised by one, what follows cut).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte 0xff: to the end of the keyspace.
+    vec![0]
 }
 
 /// A client for `settings`, whose deadlines fit a lease of `ttl`.
@@ -178,6 +216,13 @@ fn read_private_text(path: &Path) -> Result<String, String> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_prefix_ends_where_etcd_ends_it() {
+        assert_eq!(prefix_end(b"/p/"), b"/p0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), [0]);
+    }
 
     #[test]
     fn a_call_may_take_a_third_of_the_ttl_and_no_less_than_200_ms() {

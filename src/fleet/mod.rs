@@ -19,6 +19,7 @@ pub mod cache;
 #[cfg(feature = "fleet")]
 pub mod etcd;
 mod figures;
+pub mod history;
 mod host_id;
 pub mod keys;
 pub mod model;

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use tokio::sync::{broadcast, watch};
 
 use super::cache::{FleetCache, FleetChange, WatchChange};
+use super::history::History;
 use super::{HostEntry, HostId, SessionEntry};
 use crate::monitor::{EVENT_BUFFER, SNAPSHOT_OVER};
 
@@ -62,7 +63,7 @@ pub struct FleetSnapshot {
 
 impl FleetSnapshot {
     /// Every session with its JSON encoding (made once, when it was read), newest first.
-    pub fn sessions_with_json(&self) -> impl Iterator<Item = (&SessionEntry, &str)> {
+    pub fn sessions_with_json(&self) -> impl Iterator<Item = (&SessionEntry, &str)> + Clone {
         (self.sessions.iter().map(|s| &**s)).zip(self.session_json.iter().map(|j| &**j))
     }
 
@@ -122,6 +123,8 @@ struct Shared {
     own: HostId,
     state: Mutex<ViewState>,
     closing: watch::Sender<bool>,
+    /// Asks etcd whether it holds a revision (for paging cursors), once a watcher connected.
+    history: Mutex<Option<Arc<dyn History>>>,
 }
 
 #[derive(Debug)]
@@ -163,6 +166,7 @@ impl FleetView {
                     own: None,
                 }),
                 closing: watch::Sender::new(false),
+                history: Mutex::new(None),
             })),
         }
     }
@@ -210,6 +214,38 @@ impl FleetView {
             skipping: false,
         };
         Ok((snapshot, subscription))
+    }
+
+    /// Ask `history` whether etcd holds a revision, from now on (the watcher's, on each
+    /// connection).
+    pub fn set_history(&self, history: Arc<dyn History>) {
+        if let Some(shared) = &self.shared {
+            *shared
+                .history
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(history);
+        }
+    }
+
+    /// Whether etcd still holds `revision` (has not compacted it away): on etcd's word, asked
+    /// now; every revision while no watcher has connected (a view fed otherwise) and any
+    /// revision not older than the view's. `Unavailable` when etcd could not say.
+    pub async fn holds(&self, revision: i64) -> Result<bool, FleetUnavailable> {
+        let shared = self.shared()?;
+        let history = shared
+            .history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let current = shared.lock().cache.as_ref().ok().map(FleetCache::revision);
+        match (history, current) {
+            (_, Some(now)) if revision >= now => Ok(true),
+            (None, _) => Ok(true),
+            (Some(history), _) => history
+                .holds(revision)
+                .await
+                .map_err(FleetUnavailable::Unavailable),
+        }
     }
 
     /// How many listeners are subscribed.
@@ -529,5 +565,8 @@ impl FleetSubscription {
     }
 }
 
+mod page;
 #[cfg(test)]
 mod tests;
+
+pub use page::FleetPage;

@@ -20,6 +20,7 @@ use tokio::time::{Instant, timeout, timeout_at};
 
 use super::cache::WatchChange;
 use super::etcd::{EtcdSettings, connect, read_fleet};
+use super::history::EtcdHistory;
 use super::keys::FleetKeys;
 use super::refusals;
 use super::view::FleetView;
@@ -249,6 +250,9 @@ impl Watcher {
             refusals::report(skipped);
         }
         self.view.read(cache);
+        // Paging cursors are checked against the member the fleet was read from.
+        let history = EtcdHistory::new(client.clone(), self.keys.clone());
+        self.view.set_history(std::sync::Arc::new(history));
         Ok(revision)
     }
 

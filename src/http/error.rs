@@ -35,6 +35,8 @@ pub enum ProblemType {
     InvalidQuery,
     /// 400: more than one `Host` header line (RFC 9112 section 3.2).
     InvalidHost,
+    /// 400: a paging `cursor` that this registry did not make, or for another listing.
+    InvalidCursor,
     /// 401: a missing or wrong bearer token.
     Unauthorized,
     /// 403: the `Host` is not this registry's.
@@ -61,6 +63,8 @@ pub enum ProblemType {
     StopRefused,
     /// 410: the process was already gone; nothing was sent.
     AlreadyGone,
+    /// 410: a fleet paging cursor whose revision etcd has compacted away: start the walk again.
+    CursorExpired,
     /// 413: a body over [`super::MAX_BODY_BYTES`].
     BodyTooLarge,
     /// 414: a request line over [`super::server::MAX_REQUEST_LINE`], answered at the
@@ -93,9 +97,11 @@ impl ProblemType {
     /// The status every problem of this type is answered with.
     pub const fn status(self) -> StatusCode {
         match self {
-            Self::BadRequest | Self::InvalidSessionId | Self::InvalidQuery | Self::InvalidHost => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::BadRequest
+            | Self::InvalidSessionId
+            | Self::InvalidQuery
+            | Self::InvalidHost
+            | Self::InvalidCursor => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::ForbiddenHost | Self::ForbiddenOrigin => StatusCode::FORBIDDEN,
             Self::NotFound | Self::NotARecord | Self::FleetNotConfigured => StatusCode::NOT_FOUND,
@@ -105,7 +111,7 @@ impl ProblemType {
             | Self::SessionNotLive
             | Self::SignalRefused
             | Self::StopRefused => StatusCode::CONFLICT,
-            Self::AlreadyGone => StatusCode::GONE,
+            Self::AlreadyGone | Self::CursorExpired => StatusCode::GONE,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UriTooLong => StatusCode::URI_TOO_LONG,
             Self::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -128,6 +134,7 @@ impl ProblemType {
             Self::InvalidSessionId => "invalid-session-id",
             Self::InvalidQuery => "invalid-query",
             Self::InvalidHost => "invalid-host",
+            Self::InvalidCursor => "invalid-cursor",
             Self::Unauthorized => "unauthorized",
             Self::ForbiddenHost => "forbidden-host",
             Self::ForbiddenOrigin => "forbidden-origin",
@@ -141,6 +148,7 @@ impl ProblemType {
             Self::SignalRefused => "signal-refused",
             Self::StopRefused => "stop-refused",
             Self::AlreadyGone => "already-gone",
+            Self::CursorExpired => "cursor-expired",
             Self::BodyTooLarge => "body-too-large",
             Self::UriTooLong => "uri-too-long",
             Self::HeadersTooLarge => "headers-too-large",

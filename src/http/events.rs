@@ -293,6 +293,7 @@ fn snapshot_event_data(snapshot: &Snapshot) -> &str {
         encode(&SessionList {
             sessions: snapshot.readings.iter().map(SessionView::of).collect(),
             unreadable: snapshot.unreadable,
+            next_cursor: None,
         })
     })
 }

@@ -29,6 +29,7 @@ use super::event_data::encode;
 use super::event_stream::EventName;
 use super::events::{fell_behind, last_words};
 use super::list_filter::{ListFilter, query_words};
+use super::paging::{FleetCursor, expired, page_size};
 use super::responses::GateProblems;
 use super::sessions::json_body;
 use super::sse_body::{Frame, shared_text, sse_response};
@@ -38,8 +39,8 @@ use crate::fleet::{HOST_ID_RULE, HostId, SessionEntry};
 use crate::registry::RegistryError;
 use wire::{
     FleetHosts, FleetQuery, FleetSessionAdded, FleetSessionChanged, FleetSessionRemoved,
-    FleetSessions, FleetStreamEvent, HostJoined, HostLeft, published_state, sessions_json,
-    state_of,
+    FleetSessions, FleetStreamEvent, HostJoined, HostLeft, page_json, published_state,
+    sessions_json, state_of,
 };
 
 /// The tag of the fleet endpoints in the OpenAPI spec.
@@ -64,7 +65,8 @@ const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions
 /// Every session of every host in the fleet, as their registries verified and published them.
 ///
 /// Served from this registry's cache of the fleet's etcd prefix (no door is asked); newest
-/// first. Takes the filters of `GET /sessions` (`status`, `capsule`, `skill`), plus `host`.
+/// first. With `limit`, one page by host then session id, and `next_cursor` (`null` on the
+/// last page): a session present for the whole walk is on exactly one page. Takes the filters of `GET /sessions` (`status`, `capsule`, `skill`), plus `host`.
 /// `host_id` names this registry's own host: act (stop, signal) only on sessions of that host,
 /// through this registry; talk to another host's session at its door (a door whose
 /// `door_scope` is `host` is reachable only from its own host).
@@ -75,10 +77,15 @@ const FLEET_EVENTS_503: &str = "Unavailable for now: as for `GET /fleet/sessions
     responses(
         (status = 200, description = "The fleet's sessions that match", body = FleetSessions),
         (status = 400, description = "Unknown status, an invalid host id, an empty capsule or \
-            skill name, or more than 64 words in one list",
+            skill name, more than 64 words in one list, a limit outside 1–10,000, a cursor \
+            without a limit (`invalid-query`), or a cursor this list did not hand out \
+            (`invalid-cursor`)",
             body = Problem, content_type = "application/problem+json"),
         (status = 404, description = FLEET_404, body = Problem,
             content_type = "application/problem+json"),
+        (status = 410, description = "The cursor's walk began at an etcd revision since \
+            compacted away (`cursor-expired`): start again without a cursor",
+            body = Problem, content_type = "application/problem+json"),
         GateProblems,
         (status = 503, description = FLEET_503, body = Problem,
             content_type = "application/problem+json"),
@@ -89,14 +96,48 @@ pub async fn fleet_sessions(
     Query(query): Query<FleetQuery>,
 ) -> Result<Response, ApiError> {
     let keep = Filter::of(&query)?;
+    if let Some(limit) = page_size(query.limit, query.cursor.as_deref())? {
+        return fleet_page(&state, &keep, limit, query.cursor.as_deref()).await;
+    }
     let snapshot = state.fleet().current()?;
     if keep.is_everything() {
-        // Made once per picture, shared with the streams' snapshots.
-        let body = snapshot.encoded(whole);
-        return Ok(json_body(Bytes::copy_from_slice(body.as_bytes())));
+        // Made once per picture, shared with the streams' snapshots: the body is those bytes,
+        // not a copy.
+        return Ok(json_body(shared_text(snapshot, |s| s.encoded(whole))));
     }
     let body = sessions_json(&snapshot, |h| keep.host(&h.host_id), |s| keep.session(s));
     Ok(json_body(Bytes::from(body)))
+}
+
+/// A page of `GET /fleet/sessions`: the `limit` sessions `keep` admits after the cursor, by
+/// host then session id. The cursor's walk must have begun at a revision etcd still holds.
+async fn fleet_page(
+    state: &AppState,
+    keep: &Filter,
+    limit: usize,
+    cursor: Option<&str>,
+) -> Result<Response, ApiError> {
+    let cursor = cursor.map(FleetCursor::decode).transpose()?;
+    if let Some(cursor) = &cursor
+        && !state.fleet().holds(cursor.revision).await?
+    {
+        return Err(expired(cursor.revision));
+    }
+    let after = (cursor.as_ref()).map(|c| (c.host_id.clone(), c.session_id.clone()));
+    let page = state
+        .fleet()
+        .page(after.as_ref(), limit, |s| keep.session(s))?;
+    let began = cursor.map_or(page.revision, |cursor| cursor.revision);
+    let last = page.sessions.last().filter(|_| page.more);
+    let next = last.map(|(host, cached)| {
+        FleetCursor {
+            revision: began,
+            host_id: host.clone(),
+            session_id: session_id(&cached.entry).to_owned(),
+        }
+        .encode()
+    });
+    Ok(json_body(Bytes::from(page_json(&page, next.as_deref()))))
 }
 
 /// Every host in the fleet: each registry taking part, by id.

@@ -110,6 +110,19 @@ impl ListFilter {
         }
     }
 
+    /// Whether `lean` (layers 1–2 read, its door not asked) may be kept once verified: its
+    /// capsule is admitted and so is its state, where layers 1–2 settled it; a state left to
+    /// the probe may be `live` or `unreachable`, and skills are the probe's, so not judged.
+    pub(crate) fn may_keep(&self, lean: &Reading) -> bool {
+        let settled = lean.liveness.as_ref().map(SessionState::from);
+        let state_may = (self.states.as_ref()).is_none_or(|states| match settled {
+            Some(state) => states.contains(&state),
+            None => states.iter().any(|state| *state != SessionState::Gone),
+        });
+        let capsule = &lean.record.capsule_name;
+        state_may && (self.capsules.as_ref()).is_none_or(|capsules| capsules.contains(capsule))
+    }
+
     /// Whether every filter given admits `reading`.
     pub(crate) fn keeps(&self, reading: &Reading) -> bool {
         let state = reading.liveness.as_ref().map(SessionState::from);
@@ -184,6 +197,22 @@ mod tests {
 
     fn filter(status: Option<&str>, capsule: Option<&str>, skill: Option<&str>) -> ListFilter {
         ListFilter::parse(status, capsule, skill).expect("a valid filter")
+    }
+
+    #[test]
+    fn a_lean_reading_may_be_kept_unless_what_layers_one_and_two_settled_is_turned_away() {
+        let gone = Liveness::Gone { reason: "x".into() };
+        let settled_gone = reading("alpha", Some(gone), &[]);
+        let undecided = reading("alpha", None, &[]);
+        let live = filter(Some("live"), None, None);
+        assert!(live.may_keep(&undecided));
+        assert!(!live.may_keep(&settled_gone));
+        let gone_only = filter(Some("gone"), None, None);
+        assert!(gone_only.may_keep(&settled_gone));
+        assert!(!gone_only.may_keep(&undecided));
+        assert!(!filter(None, Some("beta"), None).may_keep(&undecided));
+        assert!(filter(None, Some("alpha"), Some("any")).may_keep(&undecided));
+        assert!(filter(None, None, None).may_keep(&settled_gone));
     }
 
     #[test]

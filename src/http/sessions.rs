@@ -18,7 +18,9 @@ use super::body::NoBodyOrJson;
 use super::error::{ApiError, Problem, ProblemType};
 use super::include::Includes;
 use super::list_filter::ListFilter;
+use super::paging::{SessionsCursor, page_size};
 use super::responses::{BodyProblems, GateProblems, SessionProblems};
+use super::session_page::{self, PageAsk};
 use super::wire::{
     AgentCard, CardProblem, CardRefusalMembers, DoorStopView, ListMembers, ListQuery,
     LivenessReport, LivenessView, Outcome, ProbeQuery, ProcessStatus, PruneAllResponse,
@@ -55,8 +57,10 @@ fn valid_id(id: &str) -> Result<(), ApiError> {
 
 /// List every session, verified.
 ///
-/// All records are verified concurrently (one slow door delays no other), newest first.
-/// Nothing on disk changes. `include=card` adds each live session's card from the probe that
+/// All records are verified concurrently (one slow door delays no other), newest first
+/// (`started_at`, then `session_id`). Nothing on disk changes. With `limit`, one page: only its
+/// sessions' doors are probed, and `next_cursor` gives the next (`null` on the last; a page
+/// may come out empty when a filter needs the probe). `include=card` adds each live session's card from the probe that
 /// verified it (no second request to any door); `capsule` and `skill` filter as `status` does.
 #[utoipa::path(
     get, path = "/sessions", tag = TAG,
@@ -67,8 +71,9 @@ fn valid_id(id: &str) -> Result<(), ApiError> {
         (
             status = 400,
             description = "Unknown status or include word, an empty capsule or skill name, more \
-                than 64 words in one list, or live/unreachable, skill or include=card asked for \
-                without the probe",
+                than 64 words in one list, live/unreachable, skill or include=card asked for \
+                without the probe, a limit outside 1–10,000, a cursor without a limit \
+                (`invalid-query`), or a cursor this list did not hand out (`invalid-cursor`)",
             body = Problem,
             content_type = "application/problem+json"
         ),
@@ -93,6 +98,19 @@ pub async fn list_sessions(
                  session); drop probe=false",
             ));
         }
+    }
+    if let Some(limit) = page_size(query.limit, query.cursor.as_deref())? {
+        let cursor = (query.cursor.as_deref())
+            .map(SessionsCursor::decode)
+            .transpose()?;
+        let ask = PageAsk {
+            limit,
+            cursor,
+            probe,
+            includes,
+            filter,
+        };
+        return session_page::page(&state, ask).await;
     }
     let listing = if includes.card {
         // The cards live as long as this answer: they are dropped with the listing.
@@ -153,6 +171,7 @@ fn encode_list(
         members,
         |reading| filter.keeps(reading),
         listing.unreadable.len(),
+        None,
     )
     .map(Bytes::from)
     .map_err(|e| RegistryError::Task(format!("encoding the session list: {e}")).into())

@@ -21,6 +21,12 @@ use crate::running::{self, ProcessState, RunningRecord, UnreadableEntry};
 /// instead of the blocking pool (see the module's invariants).
 pub const INLINE_SCAN_ENTRIES: usize = 32;
 
+/// What orders every listing, newest first (descending): `started_at` as the record writes it
+/// (RFC 3339 in UTC), then the session id. A page of a listing starts after a session by it.
+pub fn listing_key(record: &RunningRecord) -> (&str, &str) {
+    (&record.started_at, &record.session_id)
+}
+
 /// What one directory pass gives every listing that waited for it: the `probe=false` listing,
 /// or why the directory could not be read.
 pub(super) type PassResult = Result<Arc<Listing>, Arc<RegistryError>>;
@@ -28,7 +34,7 @@ pub(super) type PassResult = Result<Arc<Listing>, Arc<RegistryError>>;
 /// Every record in the directory, read, plus how many entries are not records.
 #[derive(Debug)]
 pub struct Listing {
-    /// Newest session first.
+    /// Newest session first ([`listing_key`], descending).
     pub readings: Vec<Reading>,
     /// Entries that are not valid records.
     pub unreadable: Vec<UnreadableEntry>,
@@ -172,8 +178,10 @@ impl PassReader {
             scan.records.len() + scan.unreadable.len(),
             Ordering::Relaxed,
         );
-        let readings = scan.records.into_iter().zip(states).map(lean_reading);
-        Ok(Arc::new(Listing::new(readings.collect(), scan.unreadable)))
+        let mut readings: Vec<Reading> =
+            (scan.records.into_iter().zip(states).map(lean_reading)).collect();
+        readings.sort_by(|a, b| listing_key(&b.record).cmp(&listing_key(&a.record)));
+        Ok(Arc::new(Listing::new(readings, scan.unreadable)))
     }
 }
 
@@ -228,16 +236,30 @@ impl Registry {
 
     /// `lean`'s records verified with all three layers.
     async fn probed(&self, lean: &Listing, cards: Cards) -> Listing {
-        let (records, states) = lean
-            .readings
-            .iter()
-            .map(|reading| (Arc::clone(&reading.record), reading.process.clone()))
-            .unzip();
-        let (readings, cards) = self.probe_all(records, states, cards).await;
+        let (readings, cards) = self.verified(&lean.readings, cards == Cards::Wanted).await;
         let mut listing = Listing::new(readings, lean.unreadable.clone());
         listing.cards = cards;
         self.tally.listed(&listing);
         listing
+    }
+
+    /// `lean`'s readings (layers 1–2) verified with all three layers, in their order, with
+    /// each live one's card when `with_cards` (else no cards): a page of a listing, which
+    /// probes the doors of its own sessions only. Changes nothing on disk.
+    pub async fn verified(
+        &self,
+        lean: &[Reading],
+        with_cards: bool,
+    ) -> (Vec<Reading>, Vec<ReadingCard>) {
+        let (records, states) = (lean.iter())
+            .map(|reading| (Arc::clone(&reading.record), reading.process.clone()))
+            .unzip();
+        let cards = if with_cards {
+            Cards::Wanted
+        } else {
+            Cards::Unwanted
+        };
+        self.probe_all(records, states, cards).await
     }
 
     /// One record, verified like [`Registry::sessions`]. Changes nothing on disk.

@@ -19,6 +19,7 @@
 //! - [`sse`]: an [`EventStream`] reading `/events` or `/fleet/events` event by event, through
 //!   the one [`SseParser`] that checks every event against the stream contract.
 //! - [`etcd`] (feature `fleet`): real etcd servers and clusters on free loopback ports.
+//! - [`fleet_sim`] (feature `fleet`): simulated hosts publishing through the real `Publisher`.
 //!
 //! Invariants: every test builds its own world from these pieces and tears it down on drop;
 //! nothing reads `HOME` or touches `~/.murmur`. Waiting is by evidence, never by sleeping: a
@@ -36,6 +37,8 @@ pub mod doors;
 #[cfg(feature = "fleet")]
 pub mod etcd;
 pub mod files;
+#[cfg(feature = "fleet")]
+pub mod fleet_sim;
 pub mod pidfds;
 pub mod processes;
 pub mod records;

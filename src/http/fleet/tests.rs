@@ -378,6 +378,7 @@ async fn every_answer_is_byte_for_byte_the_serde_encoding_of_what_it_keeps() {
                 .filter(|h| keep.host(&h.host_id))
                 .map(|h| &**h)
                 .collect(),
+            next_cursor: None,
             sessions: (snapshot.sessions.iter())
                 .filter(|s| keep.session(s))
                 .map(|s| &**s)
@@ -386,6 +387,29 @@ async fn every_answer_is_byte_for_byte_the_serde_encoding_of_what_it_keeps() {
         .expect("encodes");
         assert_eq!(body, want, "{query}");
         assert!(!body.contains("secret"), "{query}");
+        // One page of everything: the same sessions by host then session id, the hosts of
+        // those sessions, and `next_cursor: null`.
+        let path = format!("/fleet/sessions?{query}&limit=10000");
+        let (status, page) = get(&state, &token, "GET", &path).await;
+        assert_eq!(status, StatusCode::OK, "{query}");
+        let mut sessions: Vec<&SessionEntry> = (snapshot.sessions.iter())
+            .filter(|s| keep.session(s))
+            .map(|s| &**s)
+            .collect();
+        let id = |s: &SessionEntry| s.session["session_id"].as_str().unwrap_or("").to_owned();
+        sessions.sort_by_key(|s| (s.host_id.clone(), id(s)));
+        let want = serde_json::to_string(&FleetSessions {
+            revision: snapshot.revision,
+            host_id: snapshot.host_id.as_str(),
+            hosts: (snapshot.hosts.iter())
+                .filter(|h| sessions.iter().any(|s| s.host_id == h.host_id))
+                .map(|h| &**h)
+                .collect(),
+            next_cursor: Some(None),
+            sessions,
+        })
+        .expect("encodes");
+        assert_eq!(page, want, "{query}");
     }
     assert!(
         snapshot.encoded(whole).contains("ünï"),

@@ -15,7 +15,7 @@ use utoipa::{IntoParams, PartialSchema, ToSchema};
 use super::super::event_data::encode;
 use super::super::event_stream::{EventName, one_event_schema};
 use super::super::wire::{SessionState, SessionView};
-use crate::fleet::view::FleetSnapshot;
+use crate::fleet::view::{FleetPage, FleetSnapshot};
 use crate::fleet::{DoorScope, HostEntry, SessionEntry};
 use crate::running::Skill;
 
@@ -51,10 +51,16 @@ pub struct FleetSessions<'a> {
     pub revision: i64,
     /// This registry's own host id: actions (stop, signal) belong on its own sessions only.
     pub host_id: &'a str,
-    /// The hosts in the fleet (those the `host` filter names, if given).
+    /// The hosts in the fleet (those the `host` filter names, if given); on a page (`limit`),
+    /// the hosts of its sessions (every host is `GET /fleet/hosts`).
     #[schema(value_type = Vec<HostEntry>)]
     pub hosts: Vec<&'a HostEntry>,
-    /// The sessions that match the filters, newest first.
+    /// With `limit`: the `cursor` of the next page, `null` on the last. Absent without `limit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, nullable)]
+    pub next_cursor: Option<Option<&'a str>>,
+    /// The sessions that match the filters, newest first (`started_at`, then host and session
+    /// id); on a page, by host then session id.
     #[schema(value_type = Vec<FleetSessionView>)]
     pub sessions: Vec<&'a SessionEntry>,
 }
@@ -151,6 +157,13 @@ pub struct FleetQuery {
     /// their verified card.
     #[param(example = "summarize,nlp", pattern = "^[^,]+(,[^,]+)*$")]
     pub skill: Option<String>,
+    /// Answer one page of at most this many sessions, by host then session id, with
+    /// `next_cursor`.
+    #[param(minimum = 1, maximum = 10000, example = 1000)]
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the page before (with `limit`): the page after it. A cursor whose
+    /// walk began at a revision etcd has since compacted is a 410 `cursor-expired`.
+    pub cursor: Option<String>,
 }
 
 /// The JSON of `GET /fleet/sessions` (and a snapshot's data) keeping the hosts and sessions the
@@ -161,33 +174,51 @@ pub(super) fn sessions_json(
     keep_host: impl Fn(&HostEntry) -> bool,
     keep_session: impl Fn(&SessionEntry) -> bool,
 ) -> String {
-    let hosts: Vec<&HostEntry> = (snapshot.hosts.iter().map(|h| &**h))
-        .filter(|h| keep_host(h))
-        .collect();
-    let sessions = (snapshot.sessions_with_json()).filter(|(entry, _)| keep_session(entry));
-    let head = encode(&FleetSessions {
+    let head = FleetSessions {
         revision: snapshot.revision,
         host_id: snapshot.host_id.as_str(),
-        hosts: hosts.clone(),
+        hosts: (snapshot.hosts.iter().map(|h| &**h))
+            .filter(|h| keep_host(h))
+            .collect(),
+        next_cursor: None,
         sessions: Vec::new(),
-    });
+    };
+    let sessions = (snapshot.sessions_with_json()).filter(|(entry, _)| keep_session(entry));
+    joined(head, sessions)
+}
+
+/// The JSON of a page of `GET /fleet/sessions`, with `next` as its `next_cursor`.
+pub(super) fn page_json(page: &FleetPage, next: Option<&str>) -> String {
+    let head = FleetSessions {
+        revision: page.revision,
+        host_id: page.host_id.as_str(),
+        hosts: page.hosts.iter().map(|h| &**h).collect(),
+        next_cursor: Some(next),
+        sessions: Vec::new(),
+    };
+    let sessions = (page.sessions.iter()).map(|(_, cached)| (&*cached.entry, &*cached.json));
+    joined(head, sessions)
+}
+
+/// `head` (its `sessions` empty) with `sessions`' encodings in its list.
+fn joined<'a>(
+    head: FleetSessions<'a>,
+    sessions: impl Iterator<Item = (&'a SessionEntry, &'a str)> + Clone,
+) -> String {
+    let encoded = encode(&head);
     // `sessions` is the last field: its empty list closes the object, so the kept sessions'
     // encodings go between the brackets.
-    let Some(head) = head.strip_suffix("[]}") else {
+    let Some(start) = encoded.strip_suffix("[]}") else {
         tracing::error!("the fleet's head is not as expected: encoding it whole");
         return encode(&FleetSessions {
-            revision: snapshot.revision,
-            host_id: snapshot.host_id.as_str(),
-            hosts,
             sessions: sessions.map(|(entry, _)| entry).collect(),
+            ..head
         });
     };
-    // At most every session: one allocation.
-    let most: usize = (snapshot.sessions_with_json())
-        .map(|(_, json)| json.len() + 1)
-        .sum();
-    let mut body = String::with_capacity(head.len() + most + 2);
-    body.push_str(head);
+    // One allocation: the kept sessions are measured before they are copied.
+    let most: usize = sessions.clone().map(|(_, json)| json.len() + 1).sum();
+    let mut body = String::with_capacity(start.len() + most + 2);
+    body.push_str(start);
     body.push('[');
     for (i, (_, json)) in sessions.enumerate() {
         if i > 0 {

@@ -95,6 +95,8 @@ pub(super) async fn read(state: &AppState, uri: &str) -> Result<ReadResourceResu
                 include: None,
                 capsule: None,
                 skill: None,
+                limit: None,
+                cursor: None,
             };
             sessions::list_sessions(State(state.clone()), Query(query))
                 .await

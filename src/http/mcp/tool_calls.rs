@@ -34,6 +34,8 @@ struct ListArguments {
     skill: Option<Vec<String>>,
     include: Option<Vec<String>>,
     probe: Option<bool>,
+    limit: Option<u32>,
+    cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,6 +86,8 @@ struct FleetArguments {
     host: Option<Vec<String>>,
     capsule: Option<Vec<String>>,
     skill: Option<Vec<String>>,
+    limit: Option<u32>,
+    cursor: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -181,6 +185,8 @@ async fn list(state: &AppState, arguments: Value) -> Answer {
         include: joined("include", args.include)?,
         capsule: joined("capsule", args.capsule)?,
         skill: joined("skill", args.skill)?,
+        limit: args.limit,
+        cursor: args.cursor,
     };
     into(sessions::list_sessions(st(state), Query(query)).await)
 }
@@ -193,6 +199,8 @@ async fn find_peers(state: &AppState, arguments: Value) -> Answer {
         include: Some("card".to_owned()),
         capsule: joined("capsule", args.capsule)?,
         skill: joined("skill", args.skill)?,
+        limit: None,
+        cursor: None,
     };
     into(sessions::list_sessions(st(state), Query(query)).await)
 }
@@ -243,6 +251,8 @@ async fn fleet_sessions(state: &AppState, arguments: Value) -> Answer {
         host: joined("host", args.host)?,
         capsule: joined("capsule", args.capsule)?,
         skill: joined("skill", args.skill)?,
+        limit: args.limit,
+        cursor: args.cursor,
     };
     into(fleet::fleet_sessions(st(state), Query(query)).await)
 }

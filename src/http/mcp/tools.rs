@@ -140,6 +140,10 @@ fn list_arguments(local: bool) -> Value {
         },
         "capsule": words("capsule names"),
         "skill": words("skill ids or tags the verified card lists"),
+        "limit": { "type": "integer", "minimum": 1, "maximum": 10000,
+            "description": "Answer one page of at most this many sessions, with next_cursor" },
+        "cursor": { "type": "string",
+            "description": "The next_cursor of the page before (with limit)" },
     });
     if local {
         arguments["include"] = include(&["card", "resources"]);

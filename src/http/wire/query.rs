@@ -79,6 +79,12 @@ pub struct ListQuery {
     /// of them as its `id` or among its `tags`. Needs the probe.
     #[param(example = "summarize,nlp", pattern = "^[^,]+(,[^,]+)*$")]
     pub skill: Option<String>,
+    /// Answer one page of at most this many sessions, with `next_cursor`. Only the page's
+    /// sessions are probed (layers 1–2 are read for every record: they order the list).
+    #[param(minimum = 1, maximum = 10000, example = 500)]
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the page before (with `limit`): the page after it.
+    pub cursor: Option<String>,
 }
 
 /// The schema of the `include` parameter of `GET /sessions`, pattern [`INCLUDE_PATTERN`].

@@ -22,6 +22,10 @@ pub struct SessionList {
     /// How many `*.json` entries in the running directory are not valid records.
     #[schema(example = 0)]
     pub unreadable: usize,
+    /// With `limit`: the `cursor` of the next page, `null` on the last. Absent without `limit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, nullable)]
+    pub next_cursor: Option<Option<String>>,
 }
 
 /// The optional members of every session in a list body (`include=`), each indexed like the
@@ -41,12 +45,14 @@ impl SessionList {
     /// is encoded afresh. A listing of 10,000 neither copies its records nor holds their views
     /// beside its body.
     ///
-    /// Each session carries the optional members `members` holds (`include=`), and no others.
+    /// Each session carries the optional members `members` holds (`include=`), and no others;
+    /// the body ends with `next_cursor` when it is a page (`Some`).
     pub fn encode(
         readings: &[Reading],
         members: ListMembers<'_>,
         keep: impl Fn(&Reading) -> bool,
         unreadable: usize,
+        next_cursor: Option<Option<&str>>,
     ) -> serde_json::Result<Vec<u8>> {
         // About what a session's view takes, so the body is seldom grown and copied.
         const VIEW_BYTES: usize = 400;
@@ -75,6 +81,10 @@ impl SessionList {
         }
         body.extend_from_slice(b"],\"unreadable\":");
         serde_json::to_writer(&mut body, &unreadable)?;
+        if let Some(next) = next_cursor {
+            body.extend_from_slice(b",\"next_cursor\":");
+            serde_json::to_writer(&mut body, &next)?;
+        }
         body.push(b'}');
         Ok(body)
     }
@@ -192,16 +202,34 @@ mod tests {
                     .map(SessionView::of)
                     .collect(),
                 unreadable: 4,
+                next_cursor: None,
             };
-            let streamed =
-                SessionList::encode(&readings, ListMembers::default(), keep, 4).expect("encodes");
+            let streamed = SessionList::encode(&readings, ListMembers::default(), keep, 4, None)
+                .expect("encodes");
             assert_eq!(
                 String::from_utf8(streamed).expect("utf-8"),
                 serde_json::to_string(&whole).expect("encodes")
             );
         }
-        let none = SessionList::encode(&[], ListMembers::default(), |_| true, 0).expect("encodes");
+        let none =
+            SessionList::encode(&[], ListMembers::default(), |_| true, 0, None).expect("encodes");
         assert_eq!(none, br#"{"sessions":[],"unreadable":0}"#);
+        for next in [None, Some("6162")] {
+            let page = SessionList {
+                sessions: vec![SessionView::of(&readings[0])],
+                unreadable: 1,
+                next_cursor: Some(next.map(str::to_owned)),
+            };
+            let written = SessionList::encode(
+                &readings[..1],
+                ListMembers::default(),
+                |_| true,
+                1,
+                Some(next),
+            )
+            .expect("encodes");
+            assert_eq!(written, serde_json::to_vec(&page).expect("encodes"));
+        }
     }
 
     #[test]
@@ -223,18 +251,20 @@ mod tests {
                 })
                 .collect(),
             unreadable: 0,
+            next_cursor: None,
         };
         let not_first = |r: &Reading| !Arc::ptr_eq(&r.record, &readings[0].record);
         let with_cards = ListMembers {
             cards: Some(&cards),
             resources: None,
         };
-        let written = SessionList::encode(&readings, with_cards, not_first, 0).expect("encodes");
+        let written =
+            SessionList::encode(&readings, with_cards, not_first, 0, None).expect("encodes");
         assert_eq!(
             String::from_utf8(written).expect("utf-8"),
             serde_json::to_string(&whole).expect("encodes")
         );
-        let all = SessionList::encode(&readings, with_cards, |_| true, 0).expect("encodes");
+        let all = SessionList::encode(&readings, with_cards, |_| true, 0, None).expect("encodes");
         let all: serde_json::Value = serde_json::from_slice(&all).expect("JSON");
         assert_eq!(all["sessions"][0]["card"], serde_json::Value::Null);
         assert_eq!(all["sessions"][1]["card"]["skills"][0]["id"], "s");
@@ -283,9 +313,10 @@ mod tests {
         let whole = SessionList {
             sessions: readings.iter().map(SessionView::of).collect(),
             unreadable: 0,
+            next_cursor: None,
         };
         for _ in 0..2 {
-            let written = SessionList::encode(&readings, ListMembers::default(), |_| true, 0)
+            let written = SessionList::encode(&readings, ListMembers::default(), |_| true, 0, None)
                 .expect("encodes");
             assert_eq!(
                 String::from_utf8(written).expect("utf-8"),

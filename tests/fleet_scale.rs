@@ -1,0 +1,184 @@
+//! The fleet at CI scale, correctness only (the figures are the bench's `fleet-scale`): 20
+//! simulated hosts × 200 sessions publishing through the registry's own `Publisher`
+//! (`common::fleet_sim`), two reading registries (the real app fed by the real watcher), one
+//! real etcd.
+//!
+//! What is held: each reader serves the whole fleet; a paged walk sees every session present
+//! throughout exactly once while sessions come, change and go; 200 changes published one by one
+//! reach every reader's `/fleet/events`, none lost; a host whose publisher is dropped without
+//! leaving is gone from every reader, host and sessions, once its lease lapses. Needs
+//! `/usr/bin/etcd` and the `fleet` feature.
+
+#![cfg(feature = "fleet")]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::EventStream;
+use common::etcd::Etcd;
+use common::fleet_sim::{SimFleet, SimSettings, sim_host_id, sim_session_id};
+use common::server::TestServer;
+use murmur_registry::fleet::etcd::EtcdSettings;
+use murmur_registry::fleet::keys::FleetKeys;
+use murmur_registry::fleet::watcher::{self, FleetWatcher};
+use murmur_registry::fleet::{FleetView, HostId};
+use serde_json::Value;
+
+const HOSTS: usize = 20;
+const SESSIONS: usize = 200;
+const PREFIX: &str = "/test/scale";
+const TTL: Duration = Duration::from_secs(3);
+
+/// A reading registry on host `reader<n>` following `etcd`.
+async fn reader(etcd: &Etcd, n: usize) -> (TestServer, FleetWatcher) {
+    let view = FleetView::new(format!("reader{n}").parse::<HostId>().expect("a host id"));
+    #[allow(clippy::needless_update)]
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..Default::default()
+    };
+    let watcher = watcher::start(settings, FleetKeys::new(PREFIX), TTL, view.clone());
+    (TestServer::builder().fleet(view).start().await, watcher)
+}
+
+async fn get(server: &TestServer, path: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .get(format!("{}{path}", server.base()))
+        .bearer_auth(server.token())
+        .send()
+        .await
+        .expect("the registry answers");
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.expect("a body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// Poll `done` until it holds, failing after a deadline (the pause only paces the polling).
+async fn wait_until_async(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done().await {
+        assert!(start.elapsed() < TTL * 5, "gave up waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn count(body: &Value, what: &str) -> usize {
+    body[what].as_array().map_or(0, Vec::len)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (/usr/bin/etcd) and the fleet feature"]
+async fn a_simulated_fleet_is_served_paged_followed_and_left() {
+    let etcd = Etcd::start().await;
+    let mut fleet = SimFleet::start(SimSettings {
+        endpoint: etcd.endpoint(),
+        prefix: PREFIX.to_owned(),
+        hosts: HOSTS,
+        sessions: SESSIONS,
+        ttl: TTL,
+        pass: Duration::from_millis(500),
+    })
+    .await;
+    let readers = [reader(&etcd, 0).await, reader(&etcd, 1).await];
+    for (server, _) in &readers {
+        wait_until_async("a reader serves the whole fleet", async || {
+            let (status, body) = get(server, "/fleet/sessions").await;
+            status == 200 && count(&body, "sessions") == HOSTS * SESSIONS
+        })
+        .await;
+    }
+    let seen = walk_while_churning(&readers[0].0, &fleet).await;
+    let mut each = std::collections::BTreeMap::<&str, usize>::new();
+    for id in &seen {
+        *each.entry(id).or_default() += 1;
+    }
+    for host in 0..HOSTS {
+        for session in 0..SESSIONS {
+            let id = sim_session_id(host, session);
+            assert_eq!(each.get(id.as_str()), Some(&1), "{id}");
+        }
+    }
+    assert!(each.values().all(|n| *n == 1));
+    every_change_arrives(&readers, &fleet).await;
+
+    let gone: HostId = fleet.kill(0);
+    assert_eq!(gone.as_str(), sim_host_id(0));
+    for (server, _) in &readers {
+        wait_until_async("the killed host leaves", async || {
+            let (_, hosts) = get(server, "/fleet/hosts").await;
+            let (_, sessions) = get(server, &format!("/fleet/sessions?host={gone}")).await;
+            let listed = (hosts["hosts"].as_array().into_iter().flatten())
+                .any(|h| h["host_id"] == gone.as_str());
+            !listed && sessions["sessions"].as_array().is_some_and(Vec::is_empty)
+        })
+        .await;
+        let (_, whole) = get(server, "/fleet/sessions").await;
+        assert!(count(&whole, "sessions") >= (HOSTS - 1) * SESSIONS);
+    }
+}
+
+/// Every page of `/fleet/sessions?limit=333` on `server`, sessions coming, changing and going
+/// between the pages; the session ids seen, in order.
+async fn walk_while_churning(server: &TestServer, fleet: &SimFleet) -> Vec<String> {
+    let (mut seen, mut cursor, mut page) = (Vec::new(), None::<String>, 0);
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/fleet/sessions?limit=333&cursor={c}"),
+            None => "/fleet/sessions?limit=333".to_owned(),
+        };
+        let (status, body) = get(server, &path).await;
+        assert_eq!(status, 200, "{body}");
+        let sessions = body["sessions"].as_array().into_iter().flatten();
+        seen.extend(sessions.map(|s| s["session_id"].as_str().unwrap_or_default().to_owned()));
+        let Some(next) = body["next_cursor"].as_str() else {
+            return seen;
+        };
+        cursor = Some(next.to_owned());
+        page += 1;
+        for host in [0, HOSTS / 2, HOSTS - 1] {
+            fleet.put(host, &sim_session_id(host, SESSIONS + page), "came", true);
+            fleet.remove(host, &sim_session_id(host, SESSIONS + page - 1));
+            fleet.put(host, &sim_session_id(host, page), "changed", true);
+        }
+    }
+}
+
+/// 200 changes, each published at once by its host, reach every reader's `/fleet/events`.
+async fn every_change_arrives(readers: &[(TestServer, FleetWatcher)], fleet: &SimFleet) {
+    let mut streams = Vec::new();
+    for (server, _) in readers {
+        let response = reqwest::Client::new()
+            .get(format!("{}/fleet/events", server.base()))
+            .bearer_auth(server.token())
+            .send()
+            .await
+            .expect("a stream");
+        let mut stream = EventStream::new(response, common::DEADLINE);
+        stream.snapshot().await;
+        streams.push(stream);
+    }
+    let marks: BTreeSet<String> = (0..200).map(|n| format!("mark-{n}")).collect();
+    for (n, mark) in marks.iter().enumerate() {
+        fleet.put(n % HOSTS, &sim_session_id(n % HOSTS, n / HOSTS), mark, true);
+    }
+    for stream in &mut streams {
+        let mut pending = marks.clone();
+        while !pending.is_empty() {
+            let event = stream.expect_event().await;
+            let carried: Vec<&str> = match event.name.as_str() {
+                "snapshot" => (event.data["sessions"].as_array().into_iter().flatten())
+                    .filter_map(|s| s["changed_at"].as_str())
+                    .collect(),
+                _ => (event.data["session"]["changed_at"].as_str().into_iter()).collect(),
+            };
+            for mark in carried {
+                pending.remove(mark);
+            }
+        }
+    }
+}
