@@ -1,5 +1,8 @@
 //! `ps --fleet`: every host's sessions as the fleet's etcd holds them, read directly (no
-//! server needed), with a HOST column.
+//! server needed) in pages of a few MB all at one revision ([`read_fleet`]), with a HOST
+//! column.
+//!
+//! [`read_fleet`]: crate::fleet::etcd::read_fleet
 //!
 //! Invariants: it only reads etcd: nothing is pruned, probed or written anywhere; what etcd
 //! holds is shown [`escaped`] (the table's cells, the `skipped:` lines), `--json` as JSON.
