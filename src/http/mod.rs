@@ -57,7 +57,7 @@ use auth::HostPolicy;
 use error::{ApiError, Problem, ProblemType};
 pub(crate) use list_filter::ListFilter;
 use metrics::HttpMetrics;
-pub use server::{ServeLimits, serve_router};
+pub use server::ServeLimits;
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;

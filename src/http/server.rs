@@ -123,8 +123,9 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// Serve `router` on `listener` under `limits` until `shutdown` resolves, then drain.
 ///
 /// Returns once every connection has finished or `limits.shutdown_grace` has passed since
-/// `shutdown` resolved. Errors only if the listener itself cannot be used.
-pub async fn serve_router(
+/// `shutdown` resolved. Errors only if the listener itself cannot be used. For tests (through
+/// `test_support`): the registry serves through [`serve_with`](super::serve_with).
+pub(crate) async fn serve_router(
     listener: TcpListener,
     router: Router,
     limits: ServeLimits,
