@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use crate::http::ServeLimits;
 use crate::registry::Registry;
 
+pub use crate::http::dashboard::CONTENT_SECURITY_POLICY;
 pub use crate::registry::verify::ProbesInFlight;
 
 /// Lift the soft open-files limit to the hard one, as `serve` does: tests and the bench hold

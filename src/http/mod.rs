@@ -12,23 +12,23 @@
 //!   [`crate::registry::Registry`].
 
 mod access;
-pub mod auth;
+pub(crate) mod auth;
 mod body;
-pub mod dashboard;
-pub mod error;
-pub mod event_data;
-pub mod event_stream;
-pub mod events;
-pub mod fleet;
+pub(crate) mod dashboard;
+pub(crate) mod error;
+pub(crate) mod event_data;
+pub(crate) mod event_stream;
+pub(crate) mod events;
+pub(crate) mod fleet;
 mod include;
 mod list_filter;
-pub mod mcp;
-pub mod metrics;
-pub mod resource_feed;
-pub mod responses;
+pub(crate) mod mcp;
+pub(crate) mod metrics;
+pub(crate) mod resource_feed;
+pub(crate) mod responses;
 mod routes;
-pub mod server;
-pub mod sessions;
+pub(crate) mod server;
+pub(crate) mod sessions;
 mod sse_body;
 pub mod wire;
 
@@ -88,7 +88,7 @@ struct Shared {
 impl AppState {
     /// State for a registry bound at `bound`.
     ///
-    /// `allow_hosts` and `allow_origins` extend the loopback defaults (see [`HostPolicy`]);
+    /// `allow_hosts` and `allow_origins` extend the loopback defaults (`auth::HostPolicy`);
     /// origins listed here are also granted CORS.
     pub fn new(
         registry: Registry,
@@ -335,7 +335,7 @@ pub async fn serve(
 }
 
 /// [`serve`] under the given limits (header and request timeouts, connection and in-flight
-/// caps, shutdown grace); see [`server`] for what each one guarantees. Event streams end
+/// caps, shutdown grace); see [`ServeLimits`] for what each one guarantees. Event streams end
 /// when `shutdown` resolves.
 pub async fn serve_with(
     listener: TcpListener,

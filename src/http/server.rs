@@ -71,7 +71,7 @@ pub struct ServeLimits {
     pub max_connections: usize,
     /// Requests handled at once. Default 256.
     pub max_in_flight: usize,
-    /// `GET /events` streams open at once. Default [`DEFAULT_MAX_EVENT_STREAMS`]. It keeps
+    /// `GET /events` streams open at once. Default `DEFAULT_MAX_EVENT_STREAMS`. It keeps
     /// connections for other requests only when below `max_connections`, which the CLI
     /// requires.
     pub max_event_streams: usize,
