@@ -24,6 +24,7 @@
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.
 //! - [`control_chars`]: the one rule that makes control characters visible in text a person
 //!   reads (the CLI's output, the text log); it depends on nothing.
+//! - `test_support`: what tests, the bench and fuzz targets reach that is no part of the API.
 //! - [`cli`]: the command line; the only place that reads `HOME` or binds a port, and that sets
 //!   process-wide policy (the open-files limit, the heap's, in `heap`) for `serve`.
 
@@ -42,4 +43,6 @@ pub mod running;
 mod socket_owner;
 #[cfg(test)]
 mod test_records;
+#[doc(hidden)]
+pub mod test_support;
 pub mod token;

@@ -29,7 +29,7 @@ mod signal;
 mod stop;
 mod stopping;
 mod tally;
-mod verify;
+pub(crate) mod verify;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,7 +59,7 @@ pub use tally::{
     ActionEnd, COUNTED_REMOVALS, DURATION_BUCKETS, DurationFigures, PictureFigures, ProbeEnd,
     StateCounts, Tally,
 };
-pub use verify::{ProbesInFlight, Reading, ReadingCard};
+pub use verify::{Reading, ReadingCard};
 
 /// The registry over one running directory.
 #[derive(Debug)]

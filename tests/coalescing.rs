@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{DEADLINE, RecordJson, temp_dir};
-use murmur_registry::registry::{ProbesInFlight, Registry};
+use murmur_registry::registry::Registry;
 use murmur_registry::running::{DoorProbe, Liveness};
+use murmur_registry::test_support::{ProbesInFlight, probes_in_flight};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -185,7 +186,7 @@ async fn concurrent_listings_share_one_probe_per_session_and_nothing_is_kept_aft
     until(
         "every caller to wait on the three probes, each at its door",
         || {
-            registry.probes_in_flight()
+            probes_in_flight(&registry)
                 == ProbesInFlight {
                     probes: 3,
                     waiters: 3 * callers,
@@ -208,7 +209,7 @@ async fn concurrent_listings_share_one_probe_per_session_and_nothing_is_kept_aft
             assert_eq!(states[id], Liveness::Live, "{id}");
         }
     }
-    assert_eq!(registry.probes_in_flight().probes, 0);
+    assert_eq!(probes_in_flight(&registry).probes, 0);
     gate.seen(|s| {
         for id in &ids {
             assert_eq!(s.most_open[id], 1, "{id} was probed twice at once");
@@ -256,7 +257,7 @@ async fn a_record_rewritten_mid_flight_gets_its_own_probe_and_answer() {
         gate.requests("new") == 1
     })
     .await;
-    assert_eq!(registry.probes_in_flight().probes, 2);
+    assert_eq!(probes_in_flight(&registry).probes, 2);
 
     // Same door, new door token: a different probe again (the token is part of what is asked).
     record
@@ -299,7 +300,7 @@ async fn a_caller_that_leaves_does_not_cancel_the_probe_others_wait_on() {
     let leaving = spawn_reader();
     let staying = spawn_reader();
     until("both callers to wait on one probe", || {
-        registry.probes_in_flight()
+        probes_in_flight(&registry)
             == ProbesInFlight {
                 probes: 1,
                 waiters: 2,
@@ -308,7 +309,7 @@ async fn a_caller_that_leaves_does_not_cancel_the_probe_others_wait_on() {
     .await;
     leaving.abort();
     until("the leaving caller to be gone", || {
-        registry.probes_in_flight().waiters == 1
+        probes_in_flight(&registry).waiters == 1
     })
     .await;
     gate.release();
@@ -334,7 +335,7 @@ async fn the_last_caller_leaving_stops_the_probe() {
         gate.seen(|s| s.abandoned) == 1
     })
     .await;
-    assert_eq!(registry.probes_in_flight().probes, 0);
+    assert_eq!(probes_in_flight(&registry).probes, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -355,7 +356,7 @@ async fn the_probe_limit_bounds_the_doors_asked_at_once() {
     until("two doors to be asked", || gate.seen(|s| s.open_total) == 2).await;
     // Six probes are in flight in the registry, but only two of them hold a socket.
     until("all six probes to be in flight", || {
-        registry.probes_in_flight().probes == 6
+        probes_in_flight(&registry).probes == 6
     })
     .await;
     assert_eq!(gate.seen(|s| s.requests.values().sum::<usize>()), 2);
@@ -392,7 +393,7 @@ async fn verifying_one_record_joins_the_listing_probe_in_flight() {
         tokio::spawn(async move { registry.verify(vec![scanned], true).await.remove(0) })
     };
     until("the single verification to wait on the same probe", || {
-        registry.probes_in_flight()
+        probes_in_flight(&registry)
             == ProbesInFlight {
                 probes: 1,
                 waiters: 2,
@@ -435,7 +436,7 @@ async fn an_answer_is_never_handed_to_a_caller_who_came_after_it() {
         || {
             open.requests(&older_id) == 1
                 && held.requests(&newer_id) == 1
-                && registry.probes_in_flight().probes == 1
+                && probes_in_flight(&registry).probes == 1
         },
     )
     .await;

@@ -17,8 +17,8 @@ mod common;
 use std::time::Duration;
 
 use common::server::TestServer;
-use murmur_registry::http::dashboard::CONTENT_SECURITY_POLICY;
 use murmur_registry::running::DoorProbe;
+use murmur_registry::test_support::CONTENT_SECURITY_POLICY;
 use reqwest::header::{self, HeaderMap};
 
 /// A registry served in-process over an empty running directory, and a client.

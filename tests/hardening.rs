@@ -23,8 +23,9 @@ use axum::Router;
 use axum::routing::get;
 use common::server::{ServeTask, TestServer};
 use common::*;
-use murmur_registry::http::{ServeLimits, serve_router};
+use murmur_registry::http::ServeLimits;
 use murmur_registry::running::DoorProbe;
+use murmur_registry::test_support::serve_router;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -619,7 +620,7 @@ async fn healthz_within_a_second(server: &Server) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_stalled_sockets_do_not_keep_a_real_client_from_healthz() {
-    murmur_registry::cli::raise_open_files_limit();
+    murmur_registry::test_support::raise_open_files_limit();
     // Default limits: a thousand stalled sockets fit under the cap.
     let server = Server::default_registry().await;
     let stalled = stalled_sockets(&server.addr, 1000).await;
@@ -630,7 +631,7 @@ async fn a_thousand_stalled_sockets_do_not_keep_a_real_client_from_healthz() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_connection_cap_stalled_sockets_are_evicted_not_the_real_client() {
-    murmur_registry::cli::raise_open_files_limit();
+    murmur_registry::test_support::raise_open_files_limit();
     // A cap far below the flood: every newcomer past it evicts the oldest stalled socket.
     let limits = ServeLimits {
         max_connections: 64,

@@ -485,7 +485,7 @@ async fn hold_a_listing(api: &Scraper) -> tokio::task::JoinHandle<(u16, String)>
     });
     let registry = api.server.state().registry();
     let deadline = std::time::Instant::now() + DEADLINE;
-    while registry.probes_in_flight().probes == 0 {
+    while murmur_registry::test_support::probes_in_flight(registry).probes == 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "the listing never probed"

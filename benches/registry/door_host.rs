@@ -47,7 +47,7 @@ pub fn serve_doors(args: DoorHostArgs) {
         threads,
     } = args;
     let tag = tag.as_str();
-    murmur_registry::cli::raise_open_files_limit();
+    murmur_registry::test_support::raise_open_files_limit();
     park_threads(threads);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -124,7 +124,7 @@ fn main() {
         .and_then(|at| args.get(at + 1))
         .map(|list| list.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
-    murmur_registry::cli::raise_open_files_limit();
+    murmur_registry::test_support::raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -146,7 +146,7 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool, scale: Option
     );
     let mut rows: Vec<Row> = Vec::new();
     if wanted("many") {
-        step!(many_live_records(&mut rows));
+        step!(many_live_records(&mut rows, &binaries));
     }
     if wanted("slow") {
         step!(slow_doors(&mut rows, full_baseline));

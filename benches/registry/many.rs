@@ -6,15 +6,16 @@ use std::time::{Duration, Instant};
 
 use murmur_registry::running::Liveness;
 
+use crate::binaries::{Binaries, Binary, Sides};
 use crate::door_host::Doors;
-use crate::figures::{Row, add, latency_row};
+use crate::figures::{Row, add, baseline_cell, latency_row, median, ms, speed_up};
 use crate::sequential::{sequential_layers_1_2, sequential_verify};
 use crate::server::{Client, Server, count_live, states_of};
 
 /// Live records with fast doors, for the full-verification and `probe=false` latencies.
 const MANY: usize = 1_000;
 
-pub async fn many_live_records(rows: &mut Vec<Row>) {
+pub async fn many_live_records(rows: &mut Vec<Row>, binaries: &Binaries) {
     let mut doors = Doors::start(MANY, Duration::ZERO, "0001");
     let dir = doors.running_dir(MANY);
     let server = Server::start(dir.path());
@@ -23,6 +24,56 @@ pub async fn many_live_records(rows: &mut Vec<Row>) {
     step!(layers_1_2_only(rows, &mut client, dir.path()));
     drop(client);
     step!(idle_memory(rows, &server));
+    drop(server);
+    if binaries.each().len() > 1 {
+        step!(full_verification_by_binary(rows, binaries, dir.path()));
+    }
+}
+
+/// The full listing's p50 against this build and the baseline, in balanced order, each on a
+/// server of its own over the same records and doors.
+async fn full_verification_by_binary(rows: &mut Vec<Row>, binaries: &Binaries, dir: &Path) {
+    let mut sides = Sides::new();
+    for binary in binaries.balanced() {
+        let took = step!(full_listings(binary, dir));
+        sides.push(binary, took);
+    }
+    let p50 = |runs: Vec<Vec<Duration>>| median(runs.concat());
+    let new = p50(sides.new).expect("this build was measured");
+    let baseline = p50(sides.baseline);
+    add(
+        rows,
+        Row {
+            scenario: format!("GET /sessions, {MANY} live, full, p50 (2 x 15, balanced)"),
+            measured: ms(new),
+            target: "-".to_owned(),
+            baseline: baseline_cell(baseline.map(ms)),
+            ratio: speed_up(baseline, new),
+            met: true,
+        },
+    );
+}
+
+/// 15 full listings (after 3 uncounted) of a fresh `binary` server.
+async fn full_listings(binary: Binary<'_>, dir: &Path) -> Vec<Duration> {
+    let server = Server::start_binary(binary.path, dir);
+    let mut client = server.client().await;
+    let mut took = Vec::new();
+    for round in 0..18 {
+        let (time, body) = client.timed_get("/sessions").await;
+        assert_eq!(count_live(&body), MANY, "every record is live");
+        if round >= 3 {
+            took.push(time);
+        }
+    }
+    let mut sorted = took.clone();
+    sorted.sort();
+    eprintln!(
+        "  full listing ({}): p50 {}",
+        binary.path.display(),
+        ms(sorted[sorted.len() / 2])
+    );
+    took
 }
 
 /// `GET /sessions` over [`MANY`] live records, against upstream's one-at-a-time verification.

@@ -42,7 +42,7 @@ use crate::private_fs::{WiderMode, hold_private_dir};
 use crate::registry::Registry;
 use crate::running::{self, DoorProbe};
 use crate::token;
-pub use serve::raise_open_files_limit;
+pub(crate) use serve::raise_open_files_limit;
 
 /// The verified registry of running murmur capsules.
 #[derive(Debug, Parser)]

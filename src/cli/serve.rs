@@ -362,8 +362,9 @@ fn check_origin(origin: &str) -> anyhow::Result<()> {
 /// Lift the soft open-files limit to the hard one: each door probe holds a socket, and a
 /// request that runs out of descriptors must not be what decides a record's fate.
 ///
-/// Public for the benchmark and the tests, which hold thousands of sockets of their own.
-pub fn raise_open_files_limit() {
+/// Reached by the benchmark and the tests (through `test_support`), which hold thousands of
+/// sockets of their own.
+pub(crate) fn raise_open_files_limit() {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {

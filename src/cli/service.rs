@@ -178,9 +178,11 @@ fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
     let judged = |fd: &OwnedFd, name: &str| {
         args.force || read_at(fd, name).is_ok_and(|bytes| bytes == existing)
     };
-    match unlink_checked(&dir_fd, UNIT_NAME, judged)
-        .with_context(|| format!("cannot remove {}", path.display()))?
-    {
+    // A failed unlink is a fate like the others: the unit stays, and the words say why.
+    let fate = unlink_checked(&dir_fd, UNIT_NAME, judged).unwrap_or_else(|e| FileFate::Kept {
+        error: e.to_string(),
+    });
+    match fate {
         FileFate::Removed => {
             writeln!(out, "removed {}", super::shown(&path))?;
             writeln!(
@@ -198,7 +200,6 @@ fn uninstall(args: &UninstallArgs) -> anyhow::Result<ExitCode> {
             "{} changed while it was being removed; left as it is: run uninstall again",
             path.display()
         ),
-        // A failed unlink is the `Err` above; named here so every fate has its words.
         FileFate::Kept { error } => bail!("cannot remove {}: {error}", path.display()),
     }
 }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use super::keys::{FleetKey, FleetKeys};
 use super::model::check_value_size;
+pub use super::refusals::{Refusal, Skipped};
 use super::{HostEntry, HostId, SessionEntry, refusals};
 
 /// Record fields that are secrets: never served, whatever a host published.
@@ -76,39 +77,6 @@ pub struct Applied {
     pub change: Option<FleetChange>,
     /// The value put, when it was refused (what the key held before has then left).
     pub refused: Option<Skipped>,
-}
-
-/// An entry under the prefix that the cache does not hold, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    /// The key, lossily decoded (for the log).
-    pub key: String,
-    /// Why it was skipped.
-    pub why: String,
-    /// Of which kind the refusal is.
-    pub refusal: Refusal,
-}
-
-/// Why a value was refused, as `/metrics` labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// Beyond the caps every value keeps ([`super::model::MAX_VALUE_BYTES`], its skills).
-    TooLarge,
-    /// Not an entry of the layout: a foreign key, a value not of its shape, or naming another.
-    Invalid,
-}
-
-impl Refusal {
-    /// Every kind, in the order of their numbers.
-    pub const ALL: [Self; 2] = [Self::TooLarge, Self::Invalid];
-
-    /// The label value.
-    pub fn word(self) -> &'static str {
-        match self {
-            Self::TooLarge => "too_large",
-            Self::Invalid => "invalid",
-        }
-    }
 }
 
 /// The hosts and sessions under one prefix, as of one revision.

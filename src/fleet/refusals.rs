@@ -11,7 +11,38 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::cache::{Refusal, Skipped};
+/// An entry under the prefix that the fleet cache does not hold, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The key, lossily decoded (for the log).
+    pub key: String,
+    /// Why it was skipped.
+    pub why: String,
+    /// Of which kind the refusal is.
+    pub refusal: Refusal,
+}
+
+/// Why a value was refused, as `/metrics` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Beyond the caps every value keeps ([`super::model::MAX_VALUE_BYTES`], its skills).
+    TooLarge,
+    /// Not an entry of the layout: a foreign key, a value not of its shape, or naming another.
+    Invalid,
+}
+
+impl Refusal {
+    /// Every kind, in the order of their numbers.
+    pub const ALL: [Self; 2] = [Self::TooLarge, Self::Invalid];
+
+    /// The label value.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::TooLarge => "too_large",
+            Self::Invalid => "invalid",
+        }
+    }
+}
 
 /// The most keys remembered as told.
 const REMEMBERED: usize = 4096;

@@ -12,25 +12,25 @@
 //!   [`crate::registry::Registry`].
 
 mod access;
-pub mod auth;
+pub(crate) mod auth;
 mod body;
-pub mod dashboard;
-pub mod error;
-pub mod event_data;
-pub mod event_stream;
-pub mod events;
-pub mod fleet;
+pub(crate) mod dashboard;
+pub(crate) mod error;
+pub(crate) mod event_data;
+pub(crate) mod event_stream;
+pub(crate) mod events;
+pub(crate) mod fleet;
 mod include;
 mod list_filter;
-pub mod mcp;
-pub mod metrics;
+pub(crate) mod mcp;
+pub(crate) mod metrics;
 mod paging;
-pub mod resource_feed;
-pub mod responses;
+pub(crate) mod resource_feed;
+pub(crate) mod responses;
 mod routes;
-pub mod server;
+pub(crate) mod server;
 mod session_page;
-pub mod sessions;
+pub(crate) mod sessions;
 mod sse_body;
 pub mod wire;
 
@@ -59,7 +59,7 @@ use auth::HostPolicy;
 use error::{ApiError, Problem, ProblemType};
 pub(crate) use list_filter::ListFilter;
 use metrics::HttpMetrics;
-pub use server::{ServeLimits, serve_router};
+pub use server::ServeLimits;
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -90,7 +90,7 @@ struct Shared {
 impl AppState {
     /// State for a registry bound at `bound`.
     ///
-    /// `allow_hosts` and `allow_origins` extend the loopback defaults (see [`HostPolicy`]);
+    /// `allow_hosts` and `allow_origins` extend the loopback defaults (`auth::HostPolicy`);
     /// origins listed here are also granted CORS.
     pub fn new(
         registry: Registry,
@@ -337,7 +337,7 @@ pub async fn serve(
 }
 
 /// [`serve`] under the given limits (header and request timeouts, connection and in-flight
-/// caps, shutdown grace); see [`server`] for what each one guarantees. Event streams end
+/// caps, shutdown grace); see [`ServeLimits`] for what each one guarantees. Event streams end
 /// when `shutdown` resolves.
 pub async fn serve_with(
     listener: TcpListener,

@@ -85,6 +85,8 @@ impl IntoResponses for LoadProblems {
 
 /// The problems every route naming one session may answer (OpenAPI responses).
 #[derive(Debug, IntoResponses)]
+// Named only in the OpenAPI document (`responses(...)`): a handler answers a `Problem`.
+#[allow(dead_code)]
 pub enum SessionProblems {
     /// Bad input.
     #[response(
@@ -104,6 +106,8 @@ pub enum SessionProblems {
 
 /// The problems of a request body (OpenAPI responses).
 #[derive(Debug, IntoResponses)]
+// Named only in the OpenAPI document (`responses(...)`): a handler answers a `Problem`.
+#[allow(dead_code)]
 pub enum BodyProblems {
     /// Too big.
     #[response(

@@ -71,7 +71,7 @@ pub struct ServeLimits {
     pub max_connections: usize,
     /// Requests handled at once. Default 256.
     pub max_in_flight: usize,
-    /// `GET /events` streams open at once. Default [`DEFAULT_MAX_EVENT_STREAMS`]. It keeps
+    /// `GET /events` streams open at once. Default `DEFAULT_MAX_EVENT_STREAMS`. It keeps
     /// connections for other requests only when below `max_connections`, which the CLI
     /// requires.
     pub max_event_streams: usize,
@@ -123,8 +123,9 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 /// Serve `router` on `listener` under `limits` until `shutdown` resolves, then drain.
 ///
 /// Returns once every connection has finished or `limits.shutdown_grace` has passed since
-/// `shutdown` resolved. Errors only if the listener itself cannot be used.
-pub async fn serve_router(
+/// `shutdown` resolved. Errors only if the listener itself cannot be used. For tests (through
+/// `test_support`): the registry serves through [`serve_with`](super::serve_with).
+pub(crate) async fn serve_router(
     listener: TcpListener,
     router: Router,
     limits: ServeLimits,

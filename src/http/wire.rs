@@ -1,8 +1,8 @@
 //! The sessions API's wire types: every JSON body, query and path parameter a client sees,
 //! each documented in the OpenAPI spec by its own type, one file per job: a session
 //! (`session`), the list body (`session_list`), paths and queries (`query`), signal, stop,
-//! prune and card. The events' own data is in [`super::event_data`], the fleet's in
-//! [`super::fleet::wire`].
+//! prune and card. The events' own data is in `http::event_data`, the fleet's in
+//! `http::fleet::wire`.
 //!
 //! Invariant: a session's JSON is built field by field from the record ([`SessionView::of`]);
 //! it has no place for `door_token` or `credentials`, so they cannot leak through it.

@@ -88,11 +88,8 @@ fn settle_file(
             return Ok(false);
         }
         *meetings -= 1;
-        let met = match meet(dir_fd, quarantine, name) {
-            Ok(met) => met,
-            // One of the two went meanwhile: the next link attempt tells which.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
+        let Some(met) = met_or_gone(meet(dir_fd, quarantine, name))? else {
+            continue;
         };
         match met {
             Meeting::DropOurs => return leave_quarantine(dir_fd, quarantine),
@@ -118,6 +115,16 @@ fn settle_file(
                 }
             }
         }
+    }
+}
+
+/// What a meeting came to: `None` when one of the two files went meanwhile (the next link
+/// attempt tells which), else the meeting; any other error is the put-back's.
+fn met_or_gone(met: std::io::Result<Meeting>) -> std::io::Result<Option<Meeting>> {
+    match met {
+        Ok(met) => Ok(Some(met)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -148,6 +155,10 @@ enum Meeting {
 
 /// The rule for two copies of one name: the later modification time wins; on a tie ours goes
 /// only if the bytes are the same. `same_bytes` matters only on a tie.
+///
+/// The modification time decides, not the order the copies reached the disk: it is the one
+/// order both copies carry. A copy whose time was set back (`touch -d`, a restored backup, a
+/// clock stepped back when it was written) counts as the older, though written last.
 fn meeting(ours: Mtime, occupant: Mtime, same_bytes: bool) -> Meeting {
     match ours.cmp(&occupant) {
         std::cmp::Ordering::Greater => Meeting::OursTakesName,
@@ -208,6 +219,59 @@ mod tests {
         assert_eq!(meeting(OLDER, NEWER, true), Meeting::DropOurs);
         assert_eq!(meeting(later, later, true), Meeting::DropOurs);
         assert_eq!(meeting(later, later, false), Meeting::KeepBoth);
+    }
+
+    #[test]
+    fn a_meeting_one_of_whose_files_went_is_tried_again_and_any_other_error_fails() {
+        assert_eq!(
+            met_or_gone(Ok(Meeting::KeepBoth)).unwrap(),
+            Some(Meeting::KeepBoth)
+        );
+        let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(met_or_gone(Err(gone)).unwrap(), None);
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let failed = met_or_gone(Err(denied)).expect_err("not a file gone");
+        assert_eq!(failed.kind(), std::io::ErrorKind::PermissionDenied);
+    }
+
+    /// Copies written in one order with modification times in the other: the times decide.
+    #[test]
+    fn the_modification_time_decides_whatever_order_the_copies_were_written_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = open_dir(dir.path()).unwrap();
+        // The name's file is written first, dated later; the quarantined copy written after
+        // it is dated earlier (set with utimensat; the machine's clock is never stepped).
+        write_dated(dir.path(), "a", b"written first", NEWER);
+        let quarantine = quarantine_name("a").unwrap();
+        write_dated(dir.path(), &quarantine, b"written last", OLDER);
+        let theirs = identity(dir.path(), "a");
+        assert!(put_back(&fd, &quarantine, "a", false).unwrap());
+        assert_eq!(names_in(dir.path()), ["a"]);
+        assert_eq!(identity(dir.path(), "a"), theirs);
+
+        // And the other way round: the copy written first but dated later takes the name.
+        let quarantine = quarantine_name("b").unwrap();
+        write_dated(dir.path(), &quarantine, b"written first", NEWER);
+        write_dated(dir.path(), "b", b"written last", OLDER);
+        let ours = identity(dir.path(), &quarantine);
+        assert!(put_back(&fd, &quarantine, "b", false).unwrap());
+        assert_eq!(identity(dir.path(), "b"), ours);
+        assert_eq!(names_in(dir.path()), ["a", "b"]);
+    }
+
+    #[test]
+    fn contents_are_compared_without_following_a_symlink_or_waiting_on_a_fifo() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = open_dir(dir.path()).unwrap();
+        write_dated(dir.path(), "a", b"same", NEWER);
+        write_dated(dir.path(), "b", b"same", NEWER);
+        assert!(same_contents(&fd, "a", "b").unwrap());
+        std::os::unix::fs::symlink("a", dir.path().join("link")).unwrap();
+        let followed = same_contents(&fd, "a", "link");
+        assert!(followed.is_err(), "a symlink was followed: {followed:?}");
+        // No writer holds the FIFO: a blocking open would wait for one for ever.
+        rustix::fs::mknodat(&fd, "fifo", FileType::Fifo, Mode::RUSR | Mode::WUSR, 0).unwrap();
+        assert!(!same_contents(&fd, "a", "fifo").unwrap());
     }
 
     #[test]

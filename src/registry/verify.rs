@@ -40,7 +40,7 @@ pub struct Reading {
     pub skills: Arc<[Skill]>,
 }
 
-/// The door probes in flight at one moment ([`Registry::probes_in_flight`]).
+/// The door probes in flight at one moment (`Registry::probes_in_flight`, for tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbesInFlight {
     /// Probes whose door has not answered yet: at most one per distinct record.
@@ -173,7 +173,7 @@ impl Registry {
 
     /// How many door probes are in flight right now, and how many verifications wait on them
     /// (several callers verifying one record wait on one probe).
-    pub fn probes_in_flight(&self) -> ProbesInFlight {
+    pub(crate) fn probes_in_flight(&self) -> ProbesInFlight {
         let (probes, waiters) = self.flights.in_flight();
         ProbesInFlight { probes, waiters }
     }

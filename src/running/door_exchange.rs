@@ -1,51 +1,77 @@
-//! One HTTP/1.1 exchange with a door: a request written whole on a fresh connection, once the
-//! connection is known to reach a socket of the records' owner, and the body of its answer,
-//! read to its framed end by [`AnswerReader`].
+//! One HTTP/1.1 exchange with a door, on hyper's client connection: a request on a fresh
+//! connection, sent once the connection is known to reach a socket of the records' owner
+//! (`door_owner`), and the body of a 2xx answer.
 //!
 //! Invariants kept here:
-//! - Only the bytes built by [`DoorRequest`] are sent: its header values come from a checked
-//!   door address and a token refused when it holds a byte a header cannot carry, so a record
-//!   can neither add a header nor smuggle a second request.
-//! - Not one byte is written before the kernel has said that the far end of this very
-//!   connection (its exact 4-tuple, [`far_end`]) is a socket accepted by a process of the
-//!   records' owner. A far end held by anyone else, by nobody, or that cannot be looked up
-//!   gets nothing: the connection is closed and the failure says who held it and that nothing
-//!   was sent. Every exchange is checked, with or without a token: a door's answer counts for
-//!   layer 3 only when the capsule's user gave it.
-//! - The connection carries one request (it says `Connection: close`) and is closed once the
-//!   answer is read (reset once it is whole): never pooled, never reused.
-//!
-//! Why not hyper's client here: a probe is one small request on a connection of its own, and in
-//! the idle live view (100 probes a second) hyper's dispatcher, its channel and its `shutdown`
-//! after the answer cost more CPU than the request itself.
+//! - Only requests built by [`DoorRequest`] are sent: a path of ours, a checked door address,
+//!   and a token refused when it holds a byte a header cannot carry, so a record can neither
+//!   add a header nor smuggle a second request.
+//! - Not one byte is written before the far end is known to be the records' owner's; when it
+//!   is not, the failure says whose it is and that nothing (the token least of all) was sent.
+//! - Nothing unbounded is buffered: the head (and any trailers) within [`MAX_HEAD_BYTES`], the
+//!   body within the caller's cap. A length over the cap is refused before the body is read,
+//!   a body that grows past it is cut there.
+//! - The connection carries one request (`Connection: close`) and is never pooled. Once the
+//!   answer is whole the socket is reset (`SO_LINGER` 0), not shut down: on loopback the
+//!   door's side of a graceful close runs on our CPU, about as dear as the request.
 
-use std::time::Duration;
-
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use futures_util::future::{Either, FutureExt, select};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::{Body, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::Secret;
 use super::door_address::DoorAddress;
-pub(crate) use super::door_answer::ExchangeFailure;
-use super::door_answer::{AnswerReader, Progress, broken};
-use crate::socket_owner::{FarEnd, far_end};
+use super::door_owner::held_by;
 
-/// How much room each read asks for.
-const READ_ROOM: usize = 8 * 1024;
+/// The largest answer head read (status line and headers), and the most trailer bytes.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 const USER_AGENT: &str = concat!("murmur-registry/", env!("CARGO_PKG_VERSION"));
 
-/// The bytes of one request to a door: its `Host`, our `User-Agent`, `A2A-Version: 1.0` and
+const NOT_HTTP: &str = "closed the connection without a valid HTTP answer";
+const BROKE_OFF: &str = "broke off its answer";
+
+/// Why one exchange with a door brought no body back; displayed as the end of a sentence that
+/// starts with the door (`door at … answered HTTP 401`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ExchangeFailure {
+    /// The door answered, with a status that is not 2xx.
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    /// No whole answer: the connection closed, broke off, or the answer was too large or not
+    /// HTTP/1.1.
+    #[error("{0}")]
+    Broken(String),
+    /// Nothing was sent: the connection's far end is not a socket of the records' owner
+    /// (`why` says whose it is, or why that could not be told).
+    #[error("{why}; {}", if *token { "the token was not sent" } else { "nothing was sent" })]
+    Withheld {
+        /// Who holds the far end, or why that is unknown.
+        why: String,
+        /// Whether the request withheld carried the door token.
+        token: bool,
+    },
+}
+
+fn broken(text: impl Into<String>) -> ExchangeFailure {
+    ExchangeFailure::Broken(text.into())
+}
+
+/// One request to a door: its `Host`, our `User-Agent`, `A2A-Version: 1.0` and
 /// `Connection: close`, then what the kind of request adds.
 pub(crate) struct DoorRequest {
-    bytes: Vec<u8>,
-    /// Whether the bytes carry a door token (said when they are withheld).
+    request: Request<Full<Bytes>>,
+    /// Whether the request carries a door token (said when it is withheld).
     carries_token: bool,
 }
 
 impl std::fmt::Debug for DoorRequest {
-    /// The bytes may carry a door token: they are never printed.
+    /// The request may carry a door token: it is never printed.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("DoorRequest(..)")
     }
@@ -53,13 +79,14 @@ impl std::fmt::Debug for DoorRequest {
 
 impl DoorRequest {
     /// `GET path`, with no body and no credentials.
-    pub(crate) fn get(address: &DoorAddress<'_>, path: &str) -> Self {
-        let mut text = head("GET", path, address.authority);
-        text.push_str("\r\n");
-        Self {
-            bytes: text.into_bytes(),
+    pub(crate) fn get(address: &DoorAddress<'_>, path: &'static str) -> Result<Self, String> {
+        let request = door_request(Method::GET, path, address)
+            .body(Full::default())
+            .map_err(|_| "the request is malformed".to_owned())?;
+        Ok(Self {
+            request,
             carries_token: false,
-        }
+        })
     }
 
     /// `POST /` with the JSON `body`, and `Authorization: Bearer <token>` when there is a
@@ -67,56 +94,54 @@ impl DoorRequest {
     /// other than tab): it is not sent, in part or mangled.
     pub(crate) fn post_json(
         address: &DoorAddress<'_>,
-        body: &[u8],
+        body: &'static [u8],
         token: Option<&Secret>,
     ) -> Result<Self, String> {
-        let mut text = head("POST", "/", address.authority);
+        let mut builder = door_request(Method::POST, "/", address)
+            .header(header::CONTENT_TYPE, "application/json");
         if let Some(token) = token {
-            let token = token.expose();
-            if !token
-                .bytes()
-                .all(|b| b == b'\t' || (b >= b' ' && b != 0x7f))
-            {
-                return Err("the door token cannot be sent in a header".to_owned());
-            }
-            text.push_str("Authorization: Bearer ");
-            text.push_str(token);
-            text.push_str("\r\n");
+            let bearer = format!("Bearer {}", token.expose());
+            let mut value = HeaderValue::from_bytes(bearer.as_bytes())
+                .map_err(|_| "the door token cannot be sent in a header".to_owned())?;
+            value.set_sensitive(true);
+            builder = builder.header(header::AUTHORIZATION, value);
         }
-        text.push_str("Content-Type: application/json\r\n");
-        text.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-        let mut bytes = text.into_bytes();
-        bytes.extend_from_slice(body);
+        let request = builder
+            .body(Full::new(Bytes::from_static(body)))
+            .map_err(|_| "the request is malformed".to_owned())?;
         Ok(Self {
-            bytes,
+            request,
             carries_token: token.is_some(),
         })
     }
 }
 
-/// The request line and the headers every request carries, `authority` being a checked
-/// `host:port` (no byte that could end a line).
-fn head(method: &str, path: &str, authority: &str) -> String {
-    format!(
-        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: {USER_AGENT}\r\n\
-         A2A-Version: 1.0\r\nConnection: close\r\n"
-    )
+/// The request line and the headers every request carries, `address` being a checked
+/// `host:port`.
+fn door_request(
+    method: Method,
+    path: &'static str,
+    address: &DoorAddress<'_>,
+) -> hyper::http::request::Builder {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, address.authority)
+        .header(header::USER_AGENT, USER_AGENT)
+        .header("a2a-version", "1.0")
+        .header(header::CONNECTION, "close")
 }
-
-/// How long the first wait for a door to accept lasts; each next one doubles, up to
-/// [`LONGEST_ACCEPT_PAUSE`].
-const FIRST_ACCEPT_PAUSE: Duration = Duration::from_millis(1);
-/// The longest wait between two looks at a far end not yet accepted.
-const LONGEST_ACCEPT_PAUSE: Duration = Duration::from_millis(64);
 
 /// Send `request` over `stream` once its far end is a socket of `owner` (the records' owner);
 /// the body of a 2xx answer, at most `max_bytes` of it.
 ///
-/// The socket is closed when this returns, whatever the door left unread or unsent: the caller
+/// The connection is driven here, beside the request, not in a task of its own (a probe is
+/// one request; a task per probe cost more than the request in the idle live view). The
+/// socket is closed when this returns, whatever the door left unread or unsent: the caller
 /// bounds the whole call with its own deadline, the wait for the door to accept included.
 pub(crate) async fn exchange(
-    mut stream: TcpStream,
-    request: &DoorRequest,
+    stream: TcpStream,
+    request: DoorRequest,
     max_bytes: usize,
     owner: u32,
 ) -> Result<Bytes, ExchangeFailure> {
@@ -126,81 +151,69 @@ pub(crate) async fn exchange(
             why,
             token: request.carries_token,
         })?;
-    stream
-        .write_all(&request.bytes)
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        // RFC 9112 section 5.2: a client must take a folded header line as one.
+        .allow_obsolete_multiline_headers_in_responses(true)
+        .max_header_size(MAX_HEAD_BYTES)
+        .handshake::<_, Full<Bytes>>(TokioIo::new(stream))
         .await
-        .map_err(|_| broken("closed the connection before answering"))?;
-    let mut reader = AnswerReader::new(max_bytes);
-    let mut received = BytesMut::with_capacity(READ_ROOM);
-    loop {
-        received.reserve(READ_ROOM);
-        let read = stream
-            .read_buf(&mut received)
-            .await
-            .map_err(|_| reader.broken_off())?;
-        if let Progress::Answered(body) = reader.take(&mut received, read == 0)? {
-            // Whole, so nothing is left to carry: reset, not closed in turn. On loopback the
-            // door's side of a graceful close runs on our CPU, about as dear as the request.
-            let _ = stream.set_zero_linger();
-            return Ok(body);
-        }
+        .map_err(|_| broken(NOT_HTTP))?;
+    let answer = std::pin::pin!(body_of(sender.send_request(request.request), max_bytes));
+    // Handed back instead of shut down once the answer is whole, so it can be reset.
+    let connection = std::pin::pin!(connection.without_shutdown());
+    let (answer, ended) = match select(answer, connection).await {
+        // The connection ends in the same turn that reads the answer's last byte; should it
+        // not be done yet, it is dropped (closed, not reset) rather than waited for.
+        Either::Left((answer, connection)) => (answer, connection.now_or_never()),
+        Either::Right((ended, answer)) => (answer.await, Some(ended)),
+    };
+    if let (Ok(_), Some(Ok(parts))) = (&answer, ended) {
+        let _ = parts.io.into_inner().set_zero_linger();
     }
+    answer
 }
 
-/// `Ok` once the far end of `stream` is a socket accepted by a process of `owner`; else why
-/// nothing may be written on it.
-///
-/// Looks again while the door has not accepted yet. That is a poll: the kernel tells a
-/// connecting socket nothing when its peer accepts (`sock_diag` announces only sockets'
-/// destruction), so there is nothing to wait on. The pauses double from 1 ms (a door's event
-/// loop accepts within a turn or two) up to 64 ms, so a door slow to accept costs at most
-/// about 16 lookups a second (some 5 µs each); the caller's deadline ends the wait.
-async fn held_by(stream: &TcpStream, owner: u32) -> Result<(), String> {
-    let (ours, theirs) = stream
-        .local_addr()
-        .and_then(|ours| Ok((ours, stream.peer_addr()?)))
-        .map_err(|e| format!("could not be checked for its owner ({e})"))?;
-    let mut pause = FIRST_ACCEPT_PAUSE;
-    loop {
-        match holder(far_end(ours, theirs), owner) {
-            Holder::Owner => return Ok(()),
-            Holder::Refused(why) => return Err(why),
-            Holder::NotYetAccepted => {}
+/// The body of the answer `sent` brings, if its status is 2xx and it is within `max_bytes`.
+async fn body_of(
+    sent: impl Future<Output = hyper::Result<Response<Incoming>>>,
+    max_bytes: usize,
+) -> Result<Bytes, ExchangeFailure> {
+    let response = sent.await.map_err(|e| {
+        if e.is_parse_too_large() {
+            broken(format!(
+                "answered a head larger than {MAX_HEAD_BYTES} bytes or with too many headers"
+            ))
+        } else {
+            broken(NOT_HTTP)
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(LONGEST_ACCEPT_PAUSE);
+    })?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(ExchangeFailure::Status(status.as_u16()));
     }
-}
-
-/// What one look at the far end of a door connection decides.
-#[derive(Debug, PartialEq, Eq)]
-enum Holder {
-    /// A socket accepted by a process of the records' owner: the request may be written.
-    Owner,
-    /// The door has not accepted the connection yet: look again.
-    NotYetAccepted,
-    /// Anything else: why nothing may be written.
-    Refused(String),
-}
-
-/// What the kernel's word on the far end (`far_end`) decides for a door that must be `owner`'s.
-///
-/// A uid is compared only when the kernel reports it for an accepted socket (one a process
-/// holds as a file), so the 0 some kernels fill in for a connection not yet accepted is never
-/// taken for root; an accepted root-owned door matches only a registry that runs as root,
-/// whose records root owns (and root can read every token anyway).
-fn holder(far_end: std::io::Result<FarEnd>, owner: u32) -> Holder {
-    match far_end {
-        Ok(FarEnd::Accepted { uid }) if uid == owner => Holder::Owner,
-        Ok(FarEnd::Accepted { uid }) => Holder::Refused(format!(
-            "is held by uid {uid}, not by the records' owner (uid {owner})"
-        )),
-        Ok(FarEnd::NotYetAccepted) => Holder::NotYetAccepted,
-        Ok(FarEnd::Absent) => {
-            Holder::Refused("closed the connection before its holder could be checked".to_owned())
-        }
-        Err(e) => Holder::Refused(format!("could not be checked for its owner ({e})")),
+    let too_large = || broken(format!("answered more than {max_bytes} bytes"));
+    let body = response.into_body();
+    if body.size_hint().lower() > max_bytes as u64 {
+        return Err(too_large());
     }
+    Limited::new(body, max_bytes)
+        .collect()
+        .await
+        .map(|whole| whole.to_bytes())
+        .map_err(|e| {
+            if e.is::<LengthLimitError>() {
+                too_large()
+            } else if e
+                .downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_parse_too_large)
+            {
+                broken(format!(
+                    "answered trailers larger than {MAX_HEAD_BYTES} bytes"
+                ))
+            } else {
+                broken(BROKE_OFF)
+            }
+        })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! - A door is probed only on loopback, over plain HTTP, without proxies or redirects: a
 //!   record's `door_token` is sent to the address the record names and nowhere else, and only
 //!   over a connection whose far end a process of the records' owner accepted (checked in
-//!   `door_exchange`, for every probe: a door held by another user is `Unreachable`, sent
+//!   `door_owner`, for every probe: a door held by another user is `Unreachable`, sent
 //!   nothing).
 //! - Reasons never quote a secret, and quote a door's own words only briefly and sanitised
 //!   (`door_redaction`).
@@ -264,9 +264,10 @@ async fn fetch_card(
     let request = match door_token {
         Some(token) => DoorRequest::post_json(address, EXTENDED_CARD_REQUEST, Some(token))
             .map_err(|why| format!("could not be asked: {why}"))?,
-        None => DoorRequest::get(address, "/.well-known/agent-card.json"),
+        None => DoorRequest::get(address, "/.well-known/agent-card.json")
+            .map_err(|why| format!("could not be asked: {why}"))?,
     };
-    exchange(stream, &request, MAX_CARD_BYTES, owner)
+    exchange(stream, request, MAX_CARD_BYTES, owner)
         .await
         .map_err(|failure| failure.to_string())
 }

@@ -8,7 +8,7 @@
 //! - One connection straight to the socket address whose answer just verified the session (the
 //!   record's name is not resolved again), the whole ask within [`STOP_ASK_DEADLINE`], at most
 //!   [`MAX_STOP_ANSWER_BYTES`] read; the door's own error message is never quoted.
-//! - The ask's connection is checked like the probe's (`door_exchange`): unless a process of
+//! - The ask's connection is checked like the probe's (`door_owner`): unless a process of
 //!   the records' owner accepted it, nothing is sent (the token least of all) and the door is
 //!   not asked ([`DoorStop::NotLive`]).
 //! - What the door answers is only reported: it never decides whether signals are sent. Every
@@ -153,7 +153,7 @@ async fn send_stop_session(
     let request =
         DoorRequest::post_json(&address, STOP_SESSION_REQUEST, record.door_token.as_ref())
             .map_err(|why| AskFailure::NoAnswer(format!("the door could not be asked: {why}")))?;
-    exchange(stream, &request, MAX_STOP_ANSWER_BYTES, owner)
+    exchange(stream, request, MAX_STOP_ANSWER_BYTES, owner)
         .await
         .map_err(|failure| match failure {
             ExchangeFailure::Withheld { .. } => AskFailure::NotAsked(format!("the door {failure}")),

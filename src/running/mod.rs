@@ -16,9 +16,9 @@
 
 mod dir;
 mod door_address;
-mod door_answer;
 mod door_exchange;
 mod door_json;
+mod door_owner;
 mod door_probe;
 mod door_redaction;
 mod door_stop;

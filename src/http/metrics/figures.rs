@@ -16,8 +16,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use serde::Serialize;
 
-use crate::fleet::cache::Refusal;
-use crate::fleet::refusals::refused;
+use crate::fleet::refusals::{Refusal, refused};
 use crate::fleet::{FleetView, PublishFigures};
 use crate::host_load::HostLoad;
 use crate::http::AppState;

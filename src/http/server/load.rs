@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Which limit a 503 was given for, named after the limit ([`super::ServeLimits`]' fields and
 /// `serve`'s flags): the one vocabulary of the `cause` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Each variant is the limit's own name (`--max-connections`, …), as the label says it.
+#[allow(clippy::enum_variant_names)]
 pub enum ShedCause {
     /// Every held connection was inside a request: the newcomer was answered unread.
     MaxConnections,

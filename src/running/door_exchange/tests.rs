@@ -1,29 +1,39 @@
-use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{DoorRequest, ExchangeFailure, Holder, exchange, holder};
+use super::{DoorRequest, ExchangeFailure, MAX_HEAD_BYTES, exchange};
 use crate::running::Secret;
 use crate::running::door_address::door_address;
-use crate::socket_owner::FarEnd;
 
 #[test]
-fn requests_are_written_whole_and_carry_what_they_must() {
+fn requests_carry_what_they_must() {
     let address = door_address("127.0.0.1:4100").expect("a door address");
-    let get = DoorRequest::get(&address, "/.well-known/agent-card.json");
-    let text = String::from_utf8(get.bytes.clone()).expect("ASCII");
-    assert!(
-        text.starts_with("GET /.well-known/agent-card.json HTTP/1.1\r\nHost: 127.0.0.1:4100\r\n")
-    );
-    assert!(text.contains("\r\nA2A-Version: 1.0\r\nConnection: close\r\n"));
-    assert!(text.ends_with("\r\n\r\n") && !text.contains("Authorization"));
+    let get = DoorRequest::get(&address, "/.well-known/agent-card.json").expect("a request");
+    let header = |request: &DoorRequest, name: &str| {
+        request
+            .request
+            .headers()
+            .get(name)
+            .map(|v| v.as_bytes().to_vec())
+    };
+    assert_eq!(get.request.uri(), "/.well-known/agent-card.json");
+    assert_eq!(header(&get, "host"), Some(b"127.0.0.1:4100".to_vec()));
+    assert_eq!(header(&get, "a2a-version"), Some(b"1.0".to_vec()));
+    assert_eq!(header(&get, "connection"), Some(b"close".to_vec()));
+    assert_eq!(header(&get, "authorization"), None);
 
     let token = Secret::new("tok-123".to_owned());
     let post = DoorRequest::post_json(&address, b"{\"a\":1}", Some(&token)).expect("a request");
-    let text = String::from_utf8(post.bytes.clone()).expect("ASCII");
-    assert!(text.starts_with("POST / HTTP/1.1\r\n"));
-    assert!(text.contains("\r\nAuthorization: Bearer tok-123\r\n"));
-    assert!(text.ends_with("Content-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"));
+    assert_eq!(post.request.method(), "POST");
+    assert_eq!(
+        header(&post, "authorization"),
+        Some(b"Bearer tok-123".to_vec())
+    );
+    assert!(post.request.headers()["authorization"].is_sensitive());
+    assert_eq!(
+        header(&post, "content-type"),
+        Some(b"application/json".to_vec())
+    );
     assert_eq!(format!("{post:?}"), "DoorRequest(..)");
 }
 
@@ -38,43 +48,6 @@ fn a_token_that_cannot_be_a_header_value_is_never_sent() {
     // Tab, space and bytes past ASCII may be in a field value, as hyper's own check allows.
     let sendable = Secret::new("a\tb c é".to_owned());
     assert!(DoorRequest::post_json(&address, b"{}", Some(&sendable)).is_ok());
-}
-
-#[test]
-fn only_an_accepted_socket_of_the_records_owner_may_carry_a_request() {
-    assert_eq!(
-        holder(Ok(FarEnd::Accepted { uid: 1000 }), 1000),
-        Holder::Owner
-    );
-    assert_eq!(holder(Ok(FarEnd::Accepted { uid: 0 }), 0), Holder::Owner);
-    let Holder::Refused(why) = holder(Ok(FarEnd::Accepted { uid: 65534 }), 1000) else {
-        panic!("another user's door is refused");
-    };
-    assert_eq!(
-        why,
-        "is held by uid 65534, not by the records' owner (uid 1000)"
-    );
-    // Root's door is no door of an unprivileged owner's.
-    let Holder::Refused(why) = holder(Ok(FarEnd::Accepted { uid: 0 }), 1000) else {
-        panic!("root's door is refused to another owner");
-    };
-    assert!(why.contains("held by uid 0"), "{why}");
-    // Not accepted yet: no owner to compare, whoever the records' owner is (root included).
-    for owner in [0, 1000] {
-        assert_eq!(
-            holder(Ok(FarEnd::NotYetAccepted), owner),
-            Holder::NotYetAccepted
-        );
-    }
-    assert!(matches!(
-        holder(Ok(FarEnd::Absent), 1000),
-        Holder::Refused(why) if why.contains("closed the connection")
-    ));
-    let failed = std::io::Error::other("no sock_diag here");
-    assert!(matches!(
-        holder(Err(failed), 1000),
-        Holder::Refused(why) if why.contains("could not be checked") && why.contains("no sock_diag here")
-    ));
 }
 
 #[test]
@@ -115,7 +88,7 @@ async fn a_door_of_another_owner_is_sent_nothing_and_the_failure_says_whose_it_i
     let token = Secret::new("tok-SECRET".to_owned());
     let request = DoorRequest::post_json(&address, b"{}", Some(&token)).expect("a request");
     // The listener is ours: as a door of any other owner, it must get nothing.
-    let failed = exchange(stream, &request, 1024, me().wrapping_add(1))
+    let failed = exchange(stream, request, 1024, me().wrapping_add(1))
         .await
         .expect_err("not the owner's door");
     assert_eq!(
@@ -130,33 +103,78 @@ async fn a_door_of_another_owner_is_sent_nothing_and_the_failure_says_whose_it_i
     assert!(received.is_empty(), "{received:?}");
 }
 
-#[tokio::test]
-async fn a_door_that_accepts_late_is_waited_for_and_sent_nothing_before() {
+/// What a door answering `answer` (after reading the request's head) gives an exchange whose
+/// cap is 1,024 bytes; and how many bytes the door could write before the exchange ended.
+async fn exchanged(answer: Vec<u8>) -> (Result<bytes::Bytes, ExchangeFailure>, usize) {
     let (listener, stream) = connection().await;
+    let door = tokio::spawn(async move {
+        let (mut accepted, _) = listener.accept().await.expect("accepted");
+        let mut room = [0u8; 4096];
+        let _ = accepted.read(&mut room).await;
+        let mut written = 0;
+        for piece in answer.chunks(1024) {
+            if accepted.write_all(piece).await.is_err() {
+                break;
+            }
+            written += piece.len();
+        }
+        written
+    });
     let address = door_address("127.0.0.1:4100").expect("a door address");
-    let request = DoorRequest::get(&address, "/card");
-    let mut exchanging = std::pin::pin!(exchange(stream, &request, 1024, me()));
-    // One look at the far end: not accepted yet, so the exchange waits.
-    assert!((&mut exchanging).now_or_never().is_none());
-    let (mut accepted, _) = listener.accept().await.expect("accepted");
-    let mut room = [0u8; 4096];
-    // Loopback delivers a write within the call: bytes written before the accept would be here.
-    let early = accepted.try_read(&mut room);
-    assert!(
-        early
-            .as_ref()
-            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
-        "{early:?}"
-    );
-    let door = async {
-        let read = accepted.read(&mut room).await.expect("the request");
-        accepted
-            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-            .await
-            .expect("answered");
-        read
-    };
-    let (answer, read) = tokio::join!(exchanging, door);
+    let request = DoorRequest::get(&address, "/card").expect("a request");
+    let answer = exchange(stream, request, 1024, me()).await;
+    (answer, door.await.expect("the door ran"))
+}
+
+#[tokio::test]
+async fn answers_are_read_however_http_frames_them_within_the_caps() {
+    let (answer, _) = exchanged(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".to_vec()).await;
     assert_eq!(answer.expect("an answer").as_ref(), b"{}");
-    assert!(room[..read].starts_with(b"GET /card HTTP/1.1\r\n"));
+
+    let chunked = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\
+                    X-Folded: a\r\n b\r\n\r\n1;ext=1\r\n{\r\n1\r\n}\r\n0\r\nTrailer: t\r\n\r\n";
+    let (answer, _) = exchanged(chunked.to_vec()).await;
+    assert_eq!(answer.expect("an answer").as_ref(), b"{}");
+
+    let (answer, _) =
+        exchanged(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n".to_vec()).await;
+    assert_eq!(answer, Err(ExchangeFailure::Status(401)));
+}
+
+#[tokio::test]
+async fn a_door_answering_too_much_is_cut_not_buffered() {
+    let said_length = b"HTTP/1.1 200 OK\r\nContent-Length: 1025\r\n\r\n".to_vec();
+    let (answer, _) = exchanged(said_length).await;
+    assert_eq!(
+        answer,
+        Err(ExchangeFailure::Broken(
+            "answered more than 1024 bytes".into()
+        ))
+    );
+
+    let mut endless = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..4096 {
+        endless.extend_from_slice(b"400\r\n");
+        endless.extend_from_slice(&[b'x'; 1024]);
+        endless.extend_from_slice(b"\r\n");
+    }
+    let (answer, written) = exchanged(endless).await;
+    assert_eq!(
+        answer,
+        Err(ExchangeFailure::Broken(
+            "answered more than 1024 bytes".into()
+        ))
+    );
+    assert!(written < 4096 * 1024, "the door wrote all {written} bytes");
+
+    let mut huge_head = b"HTTP/1.1 200 OK\r\n".to_vec();
+    while huge_head.len() <= MAX_HEAD_BYTES {
+        huge_head.extend_from_slice(b"X-Padding: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n");
+    }
+    let (answer, _) = exchanged(huge_head).await;
+    let failure = answer.expect_err("a head past the cap").to_string();
+    assert!(
+        failure.starts_with("answered a head larger than"),
+        "{failure}"
+    );
 }
