@@ -46,6 +46,8 @@ mod include_card;
 mod kill_to_removed;
 mod lean;
 mod many;
+mod mcp;
+mod mcp_client;
 mod pid_holders;
 mod pollers;
 mod records;
@@ -79,6 +81,7 @@ use include_card::listing_with_cards;
 use kill_to_removed::sigkill_to_removed;
 use lean::lean_path_throughput_and_memory;
 use many::many_live_records;
+use mcp::mcp_figures;
 use pollers::pollers_at_once;
 use resources::resources_over_a_thousand_processes;
 use slow::slow_doors;
@@ -104,7 +107,7 @@ fn main() {
         return;
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
-    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources` runs some scenarios.
+    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources,mcp` runs some scenarios.
     let only: Vec<String> = args
         .iter()
         .position(|a| a == "--only")
@@ -162,6 +165,9 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool) {
     }
     if wanted("resources") {
         step!(resources_over_a_thousand_processes(&mut rows));
+    }
+    if wanted("mcp") {
+        step!(mcp_figures(&mut rows));
     }
 
     println!();
