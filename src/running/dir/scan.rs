@@ -387,9 +387,21 @@ mod tests {
             let found = read_listed(dir.path(), &dir_fd, &cache, &listing(shown));
             assert_eq!(ids(&found), [b, a], "{shown:?}");
         }
+        // Counted with the unreadable entries: a name listed three times beside one that is
+        // no record must not pass for every known name (`ses_c` and `ses_a` missed).
+        write_record(dir.path(), "ses_c");
+        std::fs::write(dir.path().join("ses_bad.json"), "{").expect("write");
+        assert_eq!(
+            ids(&scan(dir.path(), Some(&cache)).expect("scan")),
+            ["ses_c", b, a]
+        );
+        let shown = ["ses_b.json", "ses_b.json", "ses_b.json", "ses_bad.json"];
+        let found = read_listed(dir.path(), &dir_fd, &cache, &listing(&shown));
+        assert_eq!(ids(&found), ["ses_c", b, a], "{shown:?}");
         std::fs::remove_file(dir.path().join("ses_a.json")).expect("remove");
-        let found = read_listed(dir.path(), &dir_fd, &cache, &listing(&["ses_b.json"]));
-        assert_eq!(ids(&found), [b], "really gone");
+        let shown = ["ses_b.json", "ses_c.json"];
+        let found = read_listed(dir.path(), &dir_fd, &cache, &listing(&shown));
+        assert_eq!(ids(&found), ["ses_c", b], "really gone");
         assert!(!cache.snapshot(dir.path()).contains_key("ses_a.json"));
     }
 
