@@ -363,6 +363,125 @@ async fn an_mcp_get_stream_takes_an_event_stream_place() {
     events_served_again(&server).await;
 }
 
+/// The revision whose streams are `subscriptions/listen` requests.
+const MODERN: &str = "2026-07-28";
+
+/// A 2026-07-28 `subscriptions/listen` for the list's changes.
+fn listen_body() -> String {
+    json!({ "jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen",
+        "params": { "notifications": { "resourcesListChanged": true }, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientInfo": { "name": "murmur-registry-tests", "version": "1" },
+            "io.modelcontextprotocol/clientCapabilities": {} } } })
+    .to_string()
+}
+
+/// [`listen_body`] to `server`, with the headers the revision asks for.
+fn listen(server: &TestServer) -> reqwest::RequestBuilder {
+    mcp_post(server, listen_body())
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "subscriptions/listen")
+}
+
+/// Read `stream` until `wanted` has arrived; everything read.
+async fn read_until(stream: &mut reqwest::Response, wanted: &str) -> String {
+    let mut seen = String::new();
+    while !seen.contains(wanted) {
+        let chunk = tokio::time::timeout(DEADLINE, stream.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no {wanted} in {seen:?}"))
+            .unwrap();
+        let Some(chunk) = chunk else {
+            panic!("the stream ended without {wanted}: {seen:?}");
+        };
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_subscriptions_listen_stream_takes_an_event_stream_place() {
+    let limits = ServeLimits {
+        max_event_streams: 1,
+        ..ServeLimits::default()
+    };
+    let server = TestServer::builder().limits(limits).start().await;
+    let mut stream = listen(&server).send().await.unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    read_until(&mut stream, "notifications/subscriptions/acknowledged").await;
+    let events = open_events(&server).await;
+    assert_eq!(events.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let second = listen(&server).send().await.unwrap();
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    drop(stream);
+    events_served_again(&server).await;
+}
+
+/// A listen that reaches `/mcp` without an event-stream place (here served past the accept
+/// loop, which takes one for each) is refused, never streamed uncounted.
+#[tokio::test]
+async fn a_listen_holding_no_stream_place_is_refused() {
+    let server = TestServer::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let bypass = listener.local_addr().unwrap();
+    let app = murmur_registry::http::app(server.state().clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let answer = http()
+        .post(format!("http://{bypass}/mcp"))
+        // The app's Host check knows the server's own address.
+        .header(header::HOST, server.addr().to_string())
+        .bearer_auth(server.token())
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "subscriptions/listen")
+        .body(listen_body())
+        .send()
+        .await
+        .unwrap();
+    let text = tokio::time::timeout(DEADLINE, answer.text())
+        .await
+        .expect("the refusal ends the stream")
+        .unwrap();
+    assert!(text.contains("-32020"), "{text}");
+    assert!(text.contains("--max-event-streams"), "{text}");
+}
+
+/// A body typed JSON that is not a JSON-RPC message gets 400 with JSON-RPC's error (no `id`),
+/// as MCP's transport asks of input it cannot accept; another media type keeps HTTP's 415.
+#[tokio::test]
+async fn a_body_that_is_not_json_rpc_gets_400_with_the_json_rpc_error() {
+    let server = TestServer::start().await;
+    for (body, code) in [
+        ("{", -32700),
+        ("[1, 2]", -32600),
+        (r#"{"hello":"x"}"#, -32600),
+    ] {
+        let answer = mcp_post(&server, body).send().await.unwrap();
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{body}");
+        let kind = answer.headers()[header::CONTENT_TYPE].to_str().unwrap();
+        assert_eq!(kind, "application/json", "{body}");
+        let error: Value = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+        assert_eq!(
+            (&error["jsonrpc"], &error["id"]),
+            (&json!("2.0"), &Value::Null)
+        );
+        assert_eq!(error["error"]["code"], code, "{body}: {error}");
+    }
+    let typed = http()
+        .post(format!("{}/mcp", server.base()))
+        .bearer_auth(server.token())
+        .header(header::CONTENT_TYPE, "text/plain")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .body(initialize().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(typed.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // A JSON-RPC message still reaches rmcp whole.
+    assert!(!open_session(&server).await.is_empty());
+}
+
 /// `/events` answers again once the MCP stream's place is free.
 async fn events_served_again(server: &TestServer) {
     let deadline = std::time::Instant::now() + DEADLINE;
@@ -540,4 +659,116 @@ async fn cors_lets_an_allowed_browser_origin_carry_its_mcp_session() {
         .to_str()
         .unwrap();
     assert!(exposed.contains("mcp-session-id"), "{exposed}");
+}
+
+/// The fleet tools against a real etcd (feature `fleet`, `/usr/bin/etcd`): another host's
+/// entries put under their lease as its registry would, this registry's view fed by the real
+/// watcher.
+#[cfg(feature = "fleet")]
+mod with_etcd {
+    use super::*;
+    use common::etcd::Etcd;
+    use etcd_client::PutOptions;
+    use murmur_registry::fleet::etcd::EtcdSettings;
+    use murmur_registry::fleet::keys::FleetKeys;
+    use murmur_registry::fleet::{FleetView, HostId, watcher};
+
+    const PREFIX: &str = "/test/mcp";
+
+    /// Host `b` with a live and an unreachable session, as its registry publishes them.
+    async fn publish_host_b(etcd: &Etcd) {
+        let mut client = etcd.client().await;
+        let keys = FleetKeys::new(PREFIX);
+        let b: HostId = "b".parse().expect("a host id");
+        let lease = client.lease_grant(60, None).await.expect("a lease").id();
+        let host = json!({"host_id": "b", "version": "1",
+            "started_at": "2026-12-01T00:00:00Z", "registry_url": null});
+        let under_lease = || Some(PutOptions::new().with_lease(lease));
+        client
+            .put(keys.host(&b), host.to_string(), under_lease())
+            .await
+            .expect("put the host");
+        for (session_id, state) in [("ses_b1", "live"), ("ses_b2", "unreachable")] {
+            let entry = json!({
+                "host_id": "b", "changed_at": "2026-12-01T00:00:00Z",
+                "door_scope": "network", "skills": [{"id": "plan", "tags": []}],
+                "session_id": session_id, "url": "10.0.0.2:4000", "pid": 7,
+                "process_start": "1", "capsule_name": "c", "capsule_version": "1",
+                "workdir": "/w", "outlives_launcher": false,
+                "started_at": "2026-12-01T00:00:00Z",
+                "liveness": {"state": state, "process": "alive", "reason": null}
+            });
+            client
+                .put(
+                    keys.session(&b, session_id),
+                    entry.to_string(),
+                    under_lease(),
+                )
+                .await
+                .expect("put a session");
+        }
+    }
+
+    /// With the fleet on a real etcd, `fleet_sessions` and `fleet_hosts` are listed and their
+    /// `structuredContent` is exactly what `/fleet/sessions` and `/fleet/hosts` answer, filters
+    /// and all.
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn the_fleet_tools_answer_what_the_fleet_routes_answer_over_etcd() {
+        let etcd = Etcd::start().await;
+        publish_host_b(&etcd).await;
+        let view = FleetView::new("a".parse::<HostId>().expect("a host id"));
+        // The shared settings carry TLS and credential fields on the publishing branch.
+        #[allow(clippy::needless_update)]
+        let settings = EtcdSettings {
+            endpoints: vec![etcd.endpoint()],
+            ..Default::default()
+        };
+        let keys = FleetKeys::new(PREFIX);
+        let _watcher = watcher::start(settings, keys, Duration::from_secs(3), view.clone());
+        let server = TestServer::builder().fleet(view).start().await;
+        // The watcher's first read takes both of b's entries at once.
+        let deadline = std::time::Instant::now() + DEADLINE;
+        while rest_json(&server, "/fleet/sessions").await["sessions"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "b's sessions never came"
+            );
+            // Paces the polling only.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let session = HandSession::open(&server).await;
+        let names = tool_names(&session.call("tools/list", json!({})).await);
+        assert!(names.contains(&"fleet_sessions".to_owned()), "{names:?}");
+        assert!(names.contains(&"fleet_hosts".to_owned()), "{names:?}");
+        for (tool, arguments, path) in [
+            ("fleet_hosts", json!({}), "/fleet/hosts"),
+            ("fleet_sessions", json!({}), "/fleet/sessions"),
+            (
+                "fleet_sessions",
+                json!({ "host": ["b"], "status": ["live"] }),
+                "/fleet/sessions?host=b&status=live",
+            ),
+            (
+                "fleet_sessions",
+                json!({ "skill": ["plan"], "capsule": ["c"] }),
+                "/fleet/sessions?skill=plan&capsule=c",
+            ),
+        ] {
+            let call = json!({ "name": tool, "arguments": arguments });
+            let answer = session.call("tools/call", call).await;
+            let result = &answer["result"];
+            assert_eq!(result["isError"], false, "{answer}");
+            let rest = rest_json(&server, path).await;
+            assert_eq!(result["structuredContent"], rest, "{tool} {arguments}");
+            let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap())
+                .expect("the text is the JSON");
+            assert_eq!(text, rest, "{tool}: the text is that JSON too");
+        }
+        let live_only = rest_json(&server, "/fleet/sessions?status=live").await;
+        assert_eq!(live_only["sessions"].as_array().map(Vec::len), Some(1));
+    }
 }

@@ -134,14 +134,14 @@ async fn listing_then_each_card(client: &mut Client, doors: &CardDoors) -> Vec<D
 
 /// Doors on `127.0.0.1:0`, served on a thread of their own, each answering an A2A card for its
 /// own session and counting the requests.
-struct CardDoors {
+pub struct CardDoors {
     /// `(session id, door address)`.
-    sessions: Vec<(String, String)>,
+    pub sessions: Vec<(String, String)>,
     asked: Arc<AtomicUsize>,
 }
 
 impl CardDoors {
-    fn start(count: usize) -> Self {
+    pub fn start(count: usize) -> Self {
         let asked = Arc::new(AtomicUsize::new(0));
         let (ready, listening) = std::sync::mpsc::channel();
         let counter = Arc::clone(&asked);
@@ -156,12 +156,12 @@ impl CardDoors {
         Self { sessions, asked }
     }
 
-    fn asked(&self) -> usize {
+    pub fn asked(&self) -> usize {
         self.asked.load(Ordering::SeqCst)
     }
 
     /// One record per door, naming this process (alive for as long as the bench runs).
-    fn write_records(&self, dir: &Path) {
+    pub fn write_records(&self, dir: &Path) {
         let pid = std::process::id();
         let token = process_start_token(pid).expect("this process's start token");
         for (session_id, url) in &self.sessions {

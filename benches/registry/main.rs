@@ -52,6 +52,8 @@ mod include_card;
 mod kill_to_removed;
 mod lean;
 mod many;
+mod mcp;
+mod mcp_client;
 mod pid_holders;
 mod pollers;
 mod records;
@@ -90,6 +92,7 @@ use include_card::listing_with_cards;
 use kill_to_removed::sigkill_to_removed;
 use lean::lean_path_throughput_and_memory;
 use many::many_live_records;
+use mcp::mcp_figures;
 use pollers::pollers_at_once;
 use resources::resources_over_a_thousand_processes;
 use slow::slow_doors;
@@ -115,7 +118,7 @@ fn main() {
         return;
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
-    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources` runs some
+    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources,mcp` runs some
     // scenarios; `--only fleet-scale [--hosts N --sessions M --readers K --churn C --ttl S]`
     // the fleet at scale (never run unless named).
     let only: Vec<String> = args
@@ -177,6 +180,9 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool, scale: Option
     }
     if wanted("resources") {
         step!(resources_over_a_thousand_processes(&mut rows));
+    }
+    if wanted("mcp") {
+        step!(mcp_figures(&mut rows));
     }
     if let Some(args) = scale {
         #[cfg(feature = "fleet")]

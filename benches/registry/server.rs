@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::net::TcpStream;
 
 use crate::figures::{cpu_time, status_kib};
+use crate::mcp_client::McpClient;
 use crate::records::private_temp_dir;
 use crate::served::ServedBinary;
 
@@ -98,6 +99,11 @@ impl Server {
 
     pub async fn client(&self) -> Client {
         Client::connect(&self.addr, &self.token).await
+    }
+
+    /// A new MCP session on `/mcp`, on a connection of its own.
+    pub async fn mcp(&self) -> McpClient {
+        McpClient::open(&self.addr, &self.token).await
     }
 }
 

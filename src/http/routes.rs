@@ -2,9 +2,12 @@
 //!
 //! Invariant: a route's class is looked up by the same path constant its handler is documented
 //! and routed under, so renaming a route cannot drop its stream cap or its stop deadline; a
-//! test ties each class to the OpenAPI document.
+//! test ties each class to the OpenAPI document. An MCP request whose answer stays open (a
+//! 2026-07-28 `subscriptions/listen`) is told by its `Mcp-Method` header, which rmcp holds
+//! equal to the body's method; the handler refuses a listen that holds no place
+//! ([`HoldsStreamPlace`]), so none streams uncounted.
 
-use axum::http::Method;
+use axum::http::{HeaderMap, Method};
 
 use super::{events, fleet, mcp, sessions};
 
@@ -33,8 +36,17 @@ const CLASSED: [(Method, &str, RouteClass); 7] = [
     (Method::POST, mcp::PATH, RouteClass::Stop),
 ];
 
-/// The class of a request for `method` on `path` (the request's path, no query).
-pub fn class_of(method: &Method, path: &str) -> RouteClass {
+/// Put in a request's extensions by the accept loop when it holds an event-stream place for
+/// it, so a handler that streams can tell the place is held.
+#[derive(Debug, Clone, Copy)]
+pub struct HoldsStreamPlace;
+
+/// The class of a request for `method` on `path` (the request's path, no query) with
+/// `headers`.
+pub fn class_of(method: &Method, path: &str, headers: &HeaderMap) -> RouteClass {
+    if method == Method::POST && path == mcp::PATH && mcp::opens_a_listen(headers) {
+        return RouteClass::EventStream;
+    }
     CLASSED
         .iter()
         .find(|(m, template, _)| m == method && matches_template(template, path))
@@ -56,43 +68,74 @@ fn matches_template(template: &str, path: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn class_of_path(method: &Method, path: &str) -> RouteClass {
+        class_of(method, path, &HeaderMap::new())
+    }
+
+    #[test]
+    fn an_mcp_listen_is_a_stream() {
+        let mut headers = HeaderMap::new();
+        headers.insert("mcp-method", "subscriptions/listen".parse().unwrap());
+        let listen = class_of(&Method::POST, "/mcp", &headers);
+        assert_eq!(listen, RouteClass::EventStream);
+        assert_eq!(
+            class_of(&Method::POST, "/events", &headers),
+            RouteClass::Ordinary
+        );
+        headers.insert("mcp-method", "tools/call".parse().unwrap());
+        let call = class_of(&Method::POST, "/mcp", &headers);
+        assert_eq!(call, RouteClass::Stop);
+    }
+
     #[test]
     fn classes_follow_the_templates() {
-        assert_eq!(class_of(&Method::GET, "/events"), RouteClass::EventStream);
-        assert_eq!(class_of(&Method::HEAD, "/events"), RouteClass::EventStream);
-        assert_eq!(class_of(&Method::POST, "/events"), RouteClass::Ordinary);
         assert_eq!(
-            class_of(&Method::GET, "/fleet/events"),
+            class_of_path(&Method::GET, "/events"),
             RouteClass::EventStream
         );
         assert_eq!(
-            class_of(&Method::GET, "/fleet/sessions"),
+            class_of_path(&Method::HEAD, "/events"),
+            RouteClass::EventStream
+        );
+        assert_eq!(
+            class_of_path(&Method::POST, "/events"),
             RouteClass::Ordinary
         );
-        assert_eq!(class_of(&Method::GET, "/events/"), RouteClass::Ordinary);
         assert_eq!(
-            class_of(&Method::POST, "/sessions/ses_1/stop"),
+            class_of_path(&Method::GET, "/fleet/events"),
+            RouteClass::EventStream
+        );
+        assert_eq!(
+            class_of_path(&Method::GET, "/fleet/sessions"),
+            RouteClass::Ordinary
+        );
+        assert_eq!(
+            class_of_path(&Method::GET, "/events/"),
+            RouteClass::Ordinary
+        );
+        assert_eq!(
+            class_of_path(&Method::POST, "/sessions/ses_1/stop"),
             RouteClass::Stop
         );
         assert_eq!(
-            class_of(&Method::GET, "/sessions/ses_1/stop"),
+            class_of_path(&Method::GET, "/sessions/ses_1/stop"),
             RouteClass::Ordinary
         );
         assert_eq!(
-            class_of(&Method::POST, "/sessions//stop"),
+            class_of_path(&Method::POST, "/sessions//stop"),
             RouteClass::Ordinary
         );
         assert_eq!(
-            class_of(&Method::POST, "/sessions/a/b/stop"),
+            class_of_path(&Method::POST, "/sessions/a/b/stop"),
             RouteClass::Ordinary
         );
         assert_eq!(
-            class_of(&Method::POST, "/sessions/a/signal"),
+            class_of_path(&Method::POST, "/sessions/a/signal"),
             RouteClass::Ordinary
         );
-        assert_eq!(class_of(&Method::GET, "/mcp"), RouteClass::EventStream);
-        assert_eq!(class_of(&Method::POST, "/mcp"), RouteClass::Stop);
-        assert_eq!(class_of(&Method::DELETE, "/mcp"), RouteClass::Ordinary);
+        assert_eq!(class_of_path(&Method::GET, "/mcp"), RouteClass::EventStream);
+        assert_eq!(class_of_path(&Method::POST, "/mcp"), RouteClass::Stop);
+        assert_eq!(class_of_path(&Method::DELETE, "/mcp"), RouteClass::Ordinary);
     }
 
     /// The document is what the router serves: every operation that answers a stream is classed
@@ -109,13 +152,17 @@ mod tests {
                 if content.get("text/event-stream").is_some() {
                     streams += 1;
                     assert_eq!(
-                        class_of(&method, &concrete),
+                        class_of_path(&method, &concrete),
                         RouteClass::EventStream,
                         "{path}"
                     );
                 }
                 if operation["operationId"] == "stop_session" {
-                    assert_eq!(class_of(&method, &concrete), RouteClass::Stop, "{path}");
+                    assert_eq!(
+                        class_of_path(&method, &concrete),
+                        RouteClass::Stop,
+                        "{path}"
+                    );
                 }
             }
         }

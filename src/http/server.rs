@@ -45,7 +45,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 use super::error::{Problem, ProblemType};
-use super::routes::{RouteClass, class_of};
+use super::routes::{HoldsStreamPlace, RouteClass, class_of};
 use crate::registry::LONGEST_STOP;
 use head_limit::{BodyFraming, HeadLimit};
 use head_scan::TooLong;
@@ -268,6 +268,12 @@ async fn serve_connection(
     mut stop: watch::Receiver<bool>,
     limits: ServeLimits,
 ) {
+    // Every answer is written whole or as events that must go out at once: Nagle's algorithm
+    // would hold a body's last small write (an SSE body's closing chunk, an event after another)
+    // until the peer's delayed ACK, 40 ms on Linux.
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "cannot set TCP_NODELAY");
+    }
     let framing = Arc::new(BodyFraming::default());
     let service = Handler {
         router,
@@ -357,7 +363,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
             };
             // Taken before routing, so a refused stream costs no token check, no subscription
             // and no directory pass; held by the body below for as long as the stream lasts.
-            let class = class_of(request.method(), request.uri().path());
+            let class = class_of(request.method(), request.uri().path(), request.headers());
             let stream = if class == RouteClass::EventStream {
                 match slot.gate.begin_stream() {
                     Some(stream) => Some(stream),
@@ -375,7 +381,10 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Handler {
             } else {
                 None
             };
-            let request = request.map(Body::new);
+            let mut request = request.map(Body::new);
+            if stream.is_some() {
+                request.extensions_mut().insert(HoldsStreamPlace);
+            }
             let deadline = match class {
                 RouteClass::Stop => limits.request_timeout.max(STOP_DEADLINE),
                 RouteClass::EventStream | RouteClass::Ordinary => limits.request_timeout,

@@ -149,12 +149,14 @@ impl PassReader {
         }
     }
 
-    /// The registry's one scan of its directory: through its cache, once the pins of processes
-    /// that exited are swept. Blocking: the blocking pool's, or the calling task's for a small
-    /// directory on a local filesystem.
+    /// The registry's one scan of its directory: through its cache, the pins no record names
+    /// any more swept once it is read. Blocking: the blocking pool's, or the calling task's for
+    /// a small directory on a local filesystem.
     fn scan(&self) -> Result<running::Scan, RegistryError> {
-        self.pins.sweep();
-        Ok(running::scan(&self.dir, Some(&self.cache))?)
+        let pass = self.pins.begin_pass();
+        let scan = running::scan(&self.dir, Some(&self.cache))?;
+        self.pins.sweep(pass, &scan.records);
+        Ok(scan)
     }
 
     /// One pass: scan the directory and read layers 1–2 for every record, in one trip to the

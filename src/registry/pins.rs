@@ -14,7 +14,8 @@
 //!   start token, so another key: it is judged afresh and never inherits a verdict.
 //! - Anything else reads `/proc` exactly as before: pidfds unavailable (before Linux 5.3, or
 //!   refused by seccomp), no descriptor to spare, a token that cannot be compared, a failed poll.
-//! - A pin no reading named during two whole-directory passes in a row is dropped.
+//! - A pin that no record of a whole-directory scan names, and that no reading named since that
+//!   pass began, is dropped as the scan ends: a removed record's pin goes within one pass.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -59,7 +60,8 @@ enum Pin {
 #[derive(Debug)]
 struct Entry {
     pin: Pin,
-    /// The sweep generation in which a reading last named this process.
+    /// The latest whole-directory pass in which a reading (or the pass's scan) named this
+    /// process.
     named_in: u64,
 }
 
@@ -69,7 +71,7 @@ struct Table {
     /// The key of each held pidfd, by its id in the epoll set.
     ids: HashMap<u64, ProcessKey>,
     next_id: u64,
-    /// Whole-directory passes begun so far.
+    /// Whole-directory passes begun so far: the number of the latest.
     generation: u64,
     /// Exits a reading found (and closed the pidfd of) while an exit watch runs: closing it
     /// took the kernel's report out of the epoll set, so the watch takes them from here.
@@ -185,21 +187,35 @@ impl Pins {
         ProcessKey::of(record)
     }
 
-    /// Drop the pins no reading named since the sweep before the last one; to be called as a
-    /// whole-directory pass begins. Two generations, not one: two such passes (a listing's and
-    /// the live view's) may begin back to back.
-    pub(super) fn sweep(&self) {
+    /// Begin a whole-directory pass: readings from now on name pins as this pass's. Answers
+    /// the pass's number, for [`Pins::sweep`] once its scan is read.
+    pub(super) fn begin_pass(&self) -> u64 {
+        let mut table = self.lock();
+        table.generation += 1;
+        table.generation
+    }
+
+    /// End the scan of pass `began`, which found `records`: drop every pin that none of them
+    /// names and no reading named since the pass began. A removed record's pin goes within the
+    /// pass that finds the record gone; a pin a concurrent reading (of a record written since
+    /// this scan) named stays.
+    pub(super) fn sweep(&self, began: u64, records: &[Arc<RunningRecord>]) {
+        let named: Vec<ProcessKey> = records.iter().filter_map(|r| self.pinnable(r)).collect();
         let watched = self.watches.load(Ordering::Acquire) > 0;
         let mut table = self.lock();
-        let generation = table.generation;
         let Table {
             entries,
             ids,
             closed_exits,
             ..
         } = &mut *table;
+        for key in &named {
+            if let Some(entry) = entries.get_mut(key) {
+                entry.named_in = entry.named_in.max(began);
+            }
+        }
         entries.retain(|key, entry| {
-            let keep = entry.named_in + 1 >= generation;
+            let keep = entry.named_in >= began;
             if let (false, Pin::Held { pidfd, id, .. }) = (keep, &entry.pin) {
                 ids.remove(id);
                 // Passes begun back to back can drop a pin still named: an exit it holds
@@ -210,7 +226,6 @@ impl Pins {
             }
             keep
         });
-        table.generation += 1;
         let closed = !table.closed_exits.is_empty();
         drop(table);
         if closed {

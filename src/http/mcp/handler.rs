@@ -7,10 +7,13 @@
 //!   sessions); a session's subscriptions live and die with its handler.
 //! - An unknown tool is a JSON-RPC invalid-params error (the protocol's, not a tool result);
 //!   what a known tool refuses is its result, with `isError`.
+//! - A `subscriptions/listen` streams only while the accept loop holds an event-stream place
+//!   for it; one that came without (no `Mcp-Method` header naming it) is refused.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use axum::http::request::Parts;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
@@ -22,6 +25,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::super::AppState;
 use super::super::error::quoted;
+use super::super::routes::HoldsStreamPlace;
 use super::resources::{self, Named};
 use super::subscriptions::{Listener, SessionSubscriptions, follow, listen_to};
 use super::{tool_calls, tools};
@@ -167,6 +171,13 @@ impl ServerHandler for McpHandler {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        if !holds_a_stream_place(&context) {
+            return Err(ErrorData::header_mismatch(
+                "a subscriptions/listen request names its method in the Mcp-Method header: its \
+                 stream takes an event-stream place (--max-event-streams)",
+                None,
+            ));
+        }
         let accepted = context.accepted();
         let uris: HashSet<String> = accepted
             .resource_subscriptions
@@ -193,4 +204,11 @@ impl ServerHandler for McpHandler {
         }
         Ok(())
     }
+}
+
+/// Whether the accept loop holds an event-stream place for the request behind `context`
+/// (it takes one for a POST whose `Mcp-Method` is `subscriptions/listen`).
+fn holds_a_stream_place(context: &SubscriptionContext) -> bool {
+    (context.request_context().extensions.get::<Parts>())
+        .is_some_and(|parts| parts.extensions.get::<HoldsStreamPlace>().is_some())
 }

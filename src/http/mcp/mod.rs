@@ -9,10 +9,12 @@
 //!   bodies, rmcp's plain 4xx) go out as the protocol defines them.
 //! - One path per job: every tool runs the very handler of the REST route for the same
 //!   operation ([`tool_calls`]), so its evidence rules, query words and JSON are the route's.
-//! - MCP sessions are bounded ([`session_bound`]); a GET stream takes an event-stream place
-//!   (`routes.rs`), and subscriptions listen to the live view's feed as `/events` does.
+//! - MCP sessions are bounded ([`session_bound`]); a GET stream and a `subscriptions/listen`
+//!   stream each take an event-stream place (`routes.rs`; a listen that holds none is
+//!   refused), and subscriptions listen to the live view's feed as `/events` does.
 
 mod handler;
+mod not_json_rpc;
 mod output_schema;
 mod resources;
 mod session_bound;
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
@@ -41,12 +43,28 @@ pub const PATH: &str = "/mcp";
 /// The header naming a 2025-11-25 MCP session.
 pub(super) const SESSION_HEADER: &str = "mcp-session-id";
 
+/// The header naming a 2026-07-28 request's method (rmcp refuses one that differs from the
+/// body's).
+const METHOD_HEADER: &str = "mcp-method";
+
+/// The 2026-07-28 method whose answer is a stream that stays open.
+const LISTEN_METHOD: &str = "subscriptions/listen";
+
+/// Whether a POST with `headers` opens a `subscriptions/listen` stream: it takes an
+/// event-stream place, as `GET /mcp` and `/events` do.
+pub(super) fn opens_a_listen(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(METHOD_HEADER)
+        .iter()
+        .any(|method| method.as_bytes() == LISTEN_METHOD.as_bytes())
+}
+
 /// The request headers a browser MCP client sends besides the API's own (granted by CORS to
 /// `--allow-origin`'s origins).
 pub(super) const CORS_REQUEST_HEADERS: [&str; 4] = [
     SESSION_HEADER,
     "mcp-protocol-version",
-    "mcp-method",
+    METHOD_HEADER,
     "last-event-id",
 ];
 
@@ -100,6 +118,9 @@ pub(super) fn routes(state: &AppState) -> Router<AppState> {
     );
     Router::new()
         .route_service(PATH, service)
+        .route_layer(middleware::from_fn(
+            not_json_rpc::bad_request_when_not_json_rpc,
+        ))
         .route_layer(middleware::from_fn(ended_is_no_content))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

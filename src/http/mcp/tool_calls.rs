@@ -265,9 +265,10 @@ async fn result_of(response: Response) -> CallToolResult {
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
         .unwrap_or_default();
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    // Built from the route's bytes: the JSON is not encoded again for the text.
+    let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    // The route's own bytes, not encoded again (nor copied: the body's buffer is taken over).
+    let text = String::from_utf8(Vec::from(bytes))
+        .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned());
     let content = vec![ContentBlock::text(text)];
     let mut result = if succeeded {
         CallToolResult::success(content)

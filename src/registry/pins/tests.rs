@@ -87,19 +87,27 @@ fn a_wrong_start_token_is_never_pinned() {
     child.wait().expect("reap");
 }
 
+/// One whole-directory pass over `records`: its begin, its scan's sweep.
+fn pass_over(pins: &Pins, records: &[Arc<RunningRecord>]) {
+    let pass = pins.begin_pass();
+    pins.sweep(pass, records);
+}
+
 #[test]
-fn pins_nobody_names_are_swept_after_two_passes() {
+fn a_pin_no_record_names_is_swept_within_one_pass() {
     let mut child = sleeper();
-    let record = record_of(child.id());
+    let record = Arc::new(record_of(child.id()));
     let pins = Pins::new();
-    pins.sweep();
     assert_eq!(pins.state(&record), ProcessState::Alive);
-    pins.sweep();
-    assert_eq!(pins.held(), 1, "named in the pass that just ended");
-    pins.sweep();
-    assert_eq!(pins.held(), 1, "named in the pass before that");
-    pins.sweep();
-    assert_eq!(pins.held(), 0, "named in neither of the last two passes");
+    pass_over(&pins, std::slice::from_ref(&record));
+    assert_eq!(pins.held(), 1, "its record is in the directory");
+    // Named by a reading after the pass began (a record written since its scan): kept.
+    let pass = pins.begin_pass();
+    assert_eq!(pins.state(&record), ProcessState::Alive);
+    pins.sweep(pass, &[]);
+    assert_eq!(pins.held(), 1, "named since the pass began");
+    pass_over(&pins, &[]);
+    assert_eq!(pins.held(), 0, "its record is gone: swept in the one pass");
     child.kill().expect("kill");
     child.wait().expect("reap");
 }
@@ -109,8 +117,9 @@ fn a_named_pin_survives_every_sweep() {
     let mut child = sleeper();
     let record = record_of(child.id());
     let pins = Pins::new();
+    let records = [Arc::new(record.clone())];
     for _ in 0..5 {
-        pins.sweep();
+        pass_over(&pins, &records);
         assert_eq!(pins.state(&record), ProcessState::Alive);
     }
     assert_eq!(pins.held(), 1);
@@ -249,11 +258,9 @@ fn kill_to_zombie(child: &mut Child) {
     wait_for_zombie(child.id());
 }
 
-/// Sweep until no pin is named in the last two passes: every pin is dropped.
+/// A pass whose scan finds no record: every pin is dropped.
 fn sweep_until_unnamed(pins: &Pins) {
-    for _ in 0..3 {
-        pins.sweep();
-    }
+    pass_over(pins, &[]);
     assert_eq!(pins.held(), 0, "the premise: swept");
 }
 

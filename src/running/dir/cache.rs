@@ -1,5 +1,7 @@
 //! The records already parsed, by file name, with the identity of the file each came from: a
 //! scan through it skips the open, read and parse of a file `lstat` shows unchanged and settled.
+//! It holds every record the latest scan read, settled or not, so that it also knows which
+//! names a listing should show (see `scan`); a parse is reused only from a settled file.
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
@@ -34,6 +36,9 @@ pub(super) type CacheMap = HashMap<Arc<str>, Arc<Cached>>;
 pub(super) struct Cached {
     seen: SeenFile,
     record: Arc<RunningRecord>,
+    /// Whether the file had not changed for a second when it was read: only then may the
+    /// parse be reused.
+    settled: bool,
 }
 
 impl RecordCache {
@@ -59,7 +64,8 @@ impl RecordCache {
 }
 
 /// [`read_entry`] through the cache: the entry is judged as always, and when it is still the
-/// very file `cached` was read from, that reading is reused. Also answers what to cache now.
+/// very file `cached` was read from, settled then, that reading is reused. Also answers what to
+/// cache now (every record read).
 pub(super) fn read_entry_cached(
     dir_fd: &OwnedFd,
     dir: &Path,
@@ -69,6 +75,7 @@ pub(super) fn read_entry_cached(
     cached: Option<&Arc<Cached>>,
 ) -> (Result<Arc<RunningRecord>, EntryError>, Option<Arc<Cached>>) {
     if let Some(cached) = cached
+        && cached.settled
         && let Ok(before) = judge_entry(dir_fd, file_name, me)
         && SeenFile::of(&before) == cached.seen
     {
@@ -77,13 +84,12 @@ pub(super) fn read_entry_cached(
     match read_entry_retried(dir_fd, dir, file_name, stem, me) {
         Ok((record, seen)) => {
             let record = Arc::new(record);
-            let cached = seen.is_settled().then(|| {
-                Arc::new(Cached {
-                    seen,
-                    record: Arc::clone(&record),
-                })
+            let cached = Arc::new(Cached {
+                settled: seen.is_settled(),
+                seen,
+                record: Arc::clone(&record),
             });
-            (Ok(record), cached)
+            (Ok(record), Some(cached))
         }
         Err(why) => (Err(why), None),
     }

@@ -19,6 +19,9 @@
 //! - A [`scan()`] through a [`RecordCache`] reuses a parse only while `lstat` shows the very file
 //!   read before, unchanged, and that file had not changed for a second before it was read; the
 //!   records it hands out are shared with the cache, never changed after they are parsed.
+//! - A record the cache knew is left out of a scan only once it is read by name and found gone:
+//!   a directory listing can miss a name a record is renamed over (btrfs >= 6.8, NFS), and a
+//!   record left out is taken for removed.
 
 mod cache;
 mod directory;

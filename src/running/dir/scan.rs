@@ -1,6 +1,7 @@
 //! One read of the running directory: every `*.json` entry judged and read (by two threads in a
 //! large directory), one entry per name, records newest first. Changes nothing.
 
+use std::collections::HashSet;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -36,15 +37,23 @@ const SPLIT_SCAN_ENTRIES: usize = 2_048;
 /// afresh on every call (an `lstat` without following links: a regular file, ours, and the
 /// very file that was read before, by device, inode, size, modification and change time).
 /// Only the open, read and parse of an unchanged file are skipped. A file changed within the
-/// last second is not cached at all, so a rewrite inside one tick of the filesystem's clock
-/// cannot hide behind an unchanged timestamp. The cache keeps only entries the latest scan
-/// saw, so it never outgrows the directory. Without one, every record is parsed.
+/// last second is read again at every scan until it has settled, so a rewrite inside one tick
+/// of the filesystem's clock cannot hide behind an unchanged timestamp. The cache keeps only entries the latest scan
+/// saw, so it never outgrows the directory. Without one, every record is parsed. A name the
+/// cache knew that the directory listing did not show is read by name before it is left out:
+/// a listing may miss a record renamed over its name (btrfs >= 6.8, NFS).
 pub fn scan(dir: &Path, cache: Option<&RecordCache>) -> Result<Scan, RunningError> {
     let this_scan_only = RecordCache::default();
     let cache = cache.unwrap_or(&this_scan_only);
-    let io_err = io_at(dir);
     let dir_fd = open_running_dir(dir)?;
-    let entries = rustix::fs::Dir::read_from(&dir_fd).map_err(|e| io_err(e.into()))?;
+    let names = candidate_names(dir, &dir_fd)?;
+    Ok(read_listed(dir, &dir_fd, cache, &names))
+}
+
+/// The names of `dir`'s entries that may be records: `*.json`, not hidden.
+fn candidate_names(dir: &Path, dir_fd: &OwnedFd) -> Result<EntryNames, RunningError> {
+    let io_err = io_at(dir);
+    let entries = rustix::fs::Dir::read_from(dir_fd).map_err(|e| io_err(e.into()))?;
     let mut names = EntryNames::default();
     for entry in entries {
         let entry = entry.map_err(|e| io_err(e.into()))?;
@@ -60,8 +69,13 @@ pub fn scan(dir: &Path, cache: Option<&RecordCache>) -> Result<Scan, RunningErro
         }
         names.push(file_name);
     }
+    Ok(names)
+}
+
+/// Read the entries `names` lists (and any the cache knew that it missed) through `cache`.
+fn read_listed(dir: &Path, dir_fd: &OwnedFd, cache: &RecordCache, names: &EntryNames) -> Scan {
     let reader = EntryReader {
-        dir_fd: &dir_fd,
+        dir_fd,
         dir,
         me: rustix::process::geteuid().as_raw(),
         known: cache.snapshot(dir),
@@ -84,16 +98,67 @@ pub fn scan(dir: &Path, cache: Option<&RecordCache>) -> Result<Scan, RunningErro
     } else {
         reader.read(&all)
     };
+    let mut found = found;
+    read_unlisted_known(&reader, &all, &mut found);
     let Found {
-        mut scan,
+        scan,
         seen,
         changed,
+        ..
     } = found;
     if changed || seen.len() != reader.known.len() {
         cache.replace(dir, seen.into_iter().collect());
     }
-    one_entry_per_name(&mut scan);
-    Ok(scan)
+    scan
+}
+
+/// Keep one entry per name in `found`, then read by name each entry the cache knew that the
+/// listing `all` did not show: a listing may miss a name a record was renamed over (btrfs 6.8
+/// and later, NFS), and a record left out of a scan is taken for removed. A name really gone
+/// is found gone again (one more `lstat`).
+fn read_unlisted_known(reader: &EntryReader<'_>, all: &[&str], found: &mut Found) {
+    let read = found.scan.records.len() + found.scan.unreadable.len();
+    one_entry_per_name(&mut found.scan);
+    let kept = found.scan.records.len() + found.scan.unreadable.len();
+    if every_known_name_listed(
+        reader.known.len(),
+        found.known_hits,
+        read,
+        kept,
+        found.vanished,
+    ) {
+        return;
+    }
+    let missing = unlisted(&reader.known, all);
+    if !missing.is_empty() {
+        found.append(reader.read(&missing));
+        one_entry_per_name(&mut found.scan);
+    }
+}
+
+/// Whether a listing surely showed every one of the `known` names the cache held, without
+/// comparing names: each name it showed was read into one entry (`read` entries were `kept`
+/// once repeats were dropped, none had `vanished`), so its `hits` on the cache counted each
+/// name once.
+fn every_known_name_listed(
+    known: usize,
+    hits: usize,
+    read: usize,
+    kept: usize,
+    vanished: usize,
+) -> bool {
+    vanished == 0 && read == kept && hits == known
+}
+
+/// The names in `known` (the entries the cache kept from earlier scans) that `listed` does not
+/// hold.
+fn unlisted<'a>(known: &'a CacheMap, listed: &[&str]) -> Vec<&'a str> {
+    let listed: HashSet<&str> = listed.iter().copied().collect();
+    known
+        .keys()
+        .map(AsRef::as_ref)
+        .filter(|name| !listed.contains(name))
+        .collect()
 }
 
 /// Sort `scan` (records newest first, unreadable entries by name) and keep one entry per file
@@ -151,11 +216,15 @@ struct EntryReader<'a> {
 /// What reading some entries found, and what the cache should hold for them.
 struct Found {
     scan: Scan,
-    /// Every entry now cacheable, by name.
+    /// Every record read, by name, as the cache should hold it.
     seen: Vec<(Arc<str>, Arc<Cached>)>,
     /// Whether any of them differs from what the cache held (the cache map is built anew only
     /// then: most passes find nothing new).
     changed: bool,
+    /// How many of the names read the cache knew (a name listed twice counts twice).
+    known_hits: usize,
+    /// How many names read were gone by then.
+    vanished: usize,
 }
 
 impl Found {
@@ -164,6 +233,8 @@ impl Found {
         self.scan.unreadable.append(&mut other.scan.unreadable);
         self.seen.append(&mut other.seen);
         self.changed |= other.changed;
+        self.known_hits += other.known_hits;
+        self.vanished += other.vanished;
     }
 }
 
@@ -177,6 +248,8 @@ impl EntryReader<'_> {
             },
             seen: Vec::with_capacity(names.len()),
             changed: false,
+            known_hits: 0,
+            vanished: 0,
         };
         for &file_name in names {
             let Some(stem) = file_name.strip_suffix(RECORD_SUFFIX) else {
@@ -191,7 +264,7 @@ impl EntryReader<'_> {
                 Ok(record) => found.scan.records.push(record),
                 // Gone since the listing: there is nothing to report (a rename onto the name
                 // never leaves it missing, so this is not a record being rewritten).
-                Err(EntryError::Vanished) => {}
+                Err(EntryError::Vanished) => found.vanished += 1,
                 Err(EntryError::Unreadable(why)) => found.scan.unreadable.push(UnreadableEntry {
                     file_name: file_name.to_owned(),
                     why,
@@ -209,6 +282,7 @@ impl EntryReader<'_> {
         found: &mut Found,
     ) -> Result<Arc<RunningRecord>, EntryError> {
         let before = self.known.get_key_value(file_name);
+        found.known_hits += usize::from(before.is_some());
         let (read, cached) = read_entry_cached(
             self.dir_fd,
             self.dir,
@@ -282,6 +356,67 @@ mod tests {
             .map(|u| u.file_name.as_str())
             .collect();
         assert_eq!(names, ["ses_d.json"]);
+    }
+
+    fn listing(names: &[&str]) -> EntryNames {
+        let mut listing = EntryNames::default();
+        for name in names {
+            listing.push(name);
+        }
+        listing
+    }
+
+    fn ids(scan: &Scan) -> Vec<&str> {
+        scan.records.iter().map(|r| r.session_id.as_str()).collect()
+    }
+
+    #[test]
+    fn a_record_a_listing_missed_is_read_by_name_when_the_cache_knew_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod 700");
+        let (a, b) = ("ses_a", "ses_b");
+        // Just written, so not settled: the cache knows the names all the same.
+        write_record(dir.path(), a);
+        write_record(dir.path(), b);
+        let cache = RecordCache::default();
+        assert_eq!(ids(&scan(dir.path(), Some(&cache)).expect("scan")), [b, a]);
+        let dir_fd = open_running_dir(dir.path()).expect("open");
+        // A listing that missed `ses_a.json`, and one that showed `ses_b.json` twice instead.
+        for shown in [&["ses_b.json"][..], &["ses_b.json", "ses_b.json"]] {
+            let found = read_listed(dir.path(), &dir_fd, &cache, &listing(shown));
+            assert_eq!(ids(&found), [b, a], "{shown:?}");
+        }
+        // Counted with the unreadable entries: a name listed three times beside one that is
+        // no record must not pass for every known name (`ses_c` and `ses_a` missed).
+        write_record(dir.path(), "ses_c");
+        std::fs::write(dir.path().join("ses_bad.json"), "{").expect("write");
+        assert_eq!(
+            ids(&scan(dir.path(), Some(&cache)).expect("scan")),
+            ["ses_c", b, a]
+        );
+        let shown = ["ses_b.json", "ses_b.json", "ses_b.json", "ses_bad.json"];
+        let found = read_listed(dir.path(), &dir_fd, &cache, &listing(&shown));
+        assert_eq!(ids(&found), ["ses_c", b, a], "{shown:?}");
+        std::fs::remove_file(dir.path().join("ses_a.json")).expect("remove");
+        let shown = ["ses_b.json", "ses_c.json"];
+        let found = read_listed(dir.path(), &dir_fd, &cache, &listing(&shown));
+        assert_eq!(ids(&found), ["ses_c", b], "really gone");
+        assert!(!cache.snapshot(dir.path()).contains_key("ses_a.json"));
+    }
+
+    #[test]
+    fn only_a_listing_read_one_entry_a_name_with_every_known_hit_skips_the_check() {
+        assert!(every_known_name_listed(2, 2, 5, 5, 0));
+        assert!(
+            !every_known_name_listed(2, 1, 5, 5, 0),
+            "a known name missing"
+        );
+        assert!(
+            !every_known_name_listed(2, 2, 5, 4, 0),
+            "a name listed twice"
+        );
+        assert!(!every_known_name_listed(2, 2, 5, 5, 1), "a name vanished");
     }
 
     #[test]

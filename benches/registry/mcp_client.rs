@@ -1,0 +1,255 @@
+//! A client of `/mcp` speaking MCP's streamable HTTP at the wire (2025-11-25: `initialize`,
+//! `notifications/initialized`, requests in the session, its GET stream, DELETE), over
+//! keep-alive HTTP/1.1 connections, as any MCP client does; no SDK's own costs in the figures.
+//!
+//! Invariant: a notification's `at` is taken by the stream's reader as its bytes arrive, never
+//! by whoever later takes it from the queue (as for `/events`, see `event_listener`).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Method, Request, header};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// The revision spoken: the one with MCP sessions and `resources/subscribe`.
+const REVISION: &str = "2025-11-25";
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// One MCP session on one keep-alive connection.
+pub struct McpClient {
+    sender: SendRequest<Full<Bytes>>,
+    addr: String,
+    authorization: String,
+    session: String,
+    next_id: u64,
+}
+
+/// A request's answer: its `result`, when its last byte arrived (before it was parsed), and
+/// how many bytes its body held.
+pub struct Answered {
+    pub result: Value,
+    pub arrived: Instant,
+    pub bytes: usize,
+}
+
+/// One server message read from a stream, stamped when its bytes arrived.
+pub struct McpMessage {
+    pub message: Value,
+    pub at: Instant,
+}
+
+impl McpClient {
+    /// Connect to `addr`, `initialize` and send `notifications/initialized`.
+    pub async fn open(addr: &str, token: &str) -> Self {
+        let mut client = Self {
+            sender: connect(addr).await,
+            addr: addr.to_owned(),
+            authorization: format!("Bearer {token}"),
+            session: String::new(),
+            next_id: 1,
+        };
+        let initialize = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": REVISION, "capabilities": {},
+            "clientInfo": { "name": "murmur-registry-bench", "version": "1" } } });
+        let (session, body) = client.post(&initialize).await;
+        client.session = session.expect("initialize names an MCP session");
+        let answer = answer_in(&body, 0);
+        assert!(answer["result"]["serverInfo"].is_object(), "{answer}");
+        let initialized = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" });
+        client.post(&initialized).await;
+        client
+    }
+
+    /// `method` with `params` in the session: the answer's `result` (an error panics).
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        self.call_timed(method, params).await.result
+    }
+
+    /// [`McpClient::call`], noting when the answer's last byte arrived and its size.
+    pub async fn call_timed(&mut self, method: &str, params: Value) -> Answered {
+        let id = self.next_id;
+        self.next_id += 1;
+        let request = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let (_, body) = self.post(&request).await;
+        let arrived = Instant::now();
+        let mut answer = answer_in(&body, id);
+        assert!(answer["error"].is_null(), "{method}: {answer}");
+        Answered {
+            result: answer["result"].take(),
+            arrived,
+            bytes: body.len(),
+        }
+    }
+
+    /// Open the session's GET stream on a connection of its own; its server messages arrive on
+    /// the returned queue until the reader is dropped.
+    pub async fn stream(&self) -> McpStream {
+        let mut sender: SendRequest<Full<Bytes>> = connect(&self.addr).await;
+        let request = self
+            .request(Method::GET)
+            .header(header::ACCEPT, "text/event-stream")
+            .body(Full::new(Bytes::new()))
+            .expect("a GET request");
+        sender.ready().await.expect("connection ready");
+        let response = sender.send_request(request).await.expect("GET /mcp");
+        assert!(
+            response.status().is_success(),
+            "GET /mcp: {}",
+            response.status()
+        );
+        McpStream::read(response.into_body(), sender)
+    }
+
+    /// End the session (`DELETE /mcp`).
+    pub async fn close(mut self) {
+        let request = self
+            .request(Method::DELETE)
+            .body(Full::new(Bytes::new()))
+            .expect("a DELETE request");
+        self.ready().await;
+        let response = self
+            .sender
+            .send_request(request)
+            .await
+            .expect("DELETE /mcp");
+        assert!(
+            response.status().is_success(),
+            "DELETE: {}",
+            response.status()
+        );
+    }
+
+    /// The connection, ready for a request: a new one if the registry closed it (it closes a
+    /// keep-alive connection idle past its header timeout, 10 s; the MCP session lives on).
+    async fn ready(&mut self) {
+        if self.sender.is_closed() {
+            self.sender = connect(&self.addr).await;
+        }
+        self.sender.ready().await.expect("connection ready");
+    }
+
+    fn request(&self, method: Method) -> hyper::http::request::Builder {
+        let builder = Request::builder()
+            .method(method)
+            .uri("/mcp")
+            .header(header::HOST, &self.addr)
+            .header(header::AUTHORIZATION, &self.authorization)
+            .header("mcp-protocol-version", REVISION);
+        if self.session.is_empty() {
+            builder
+        } else {
+            builder.header(SESSION_HEADER, &self.session)
+        }
+    }
+
+    /// POST `message`: the session id the answer names, and its whole body.
+    async fn post(&mut self, message: &Value) -> (Option<String>, Bytes) {
+        let request = self
+            .request(Method::POST)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .body(Full::new(Bytes::from(message.to_string())))
+            .expect("a POST request");
+        self.ready().await;
+        let response = self.sender.send_request(request).await.expect("POST /mcp");
+        let status = response.status();
+        let session = (response.headers().get(SESSION_HEADER))
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let body = response.into_body().collect().await.expect("the answer");
+        assert!(status.is_success(), "POST /mcp: {status}");
+        (session, body.to_bytes())
+    }
+}
+
+async fn connect(addr: &str) -> SendRequest<Full<Bytes>> {
+    let stream = TcpStream::connect(addr).await.expect("connect registry");
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+/// The JSON-RPC answer with `id` among the messages of an SSE (or plain JSON) body.
+fn answer_in(body: &[u8], id: u64) -> Value {
+    let text = std::str::from_utf8(body).expect("a UTF-8 answer");
+    if let Ok(answer) = serde_json::from_str::<Value>(text) {
+        return answer;
+    }
+    messages_in(text)
+        .into_iter()
+        .find(|message| message["id"] == id)
+        .unwrap_or_else(|| panic!("no answer {id} in {} bytes", body.len()))
+}
+
+/// The JSON messages of the `data:` lines of complete SSE blocks in `text`.
+fn messages_in(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let data: Vec<&str> = (block.lines())
+                .filter_map(|line| line.strip_prefix("data:"))
+                .map(|data| data.strip_prefix(' ').unwrap_or(data))
+                .collect();
+            serde_json::from_str(&data.join("\n")).ok()
+        })
+        .collect()
+}
+
+/// An open GET stream of an MCP session, read in a task of its own.
+pub struct McpStream {
+    messages: mpsc::UnboundedReceiver<McpMessage>,
+    reader: JoinHandle<()>,
+    _sender: SendRequest<Full<Bytes>>,
+}
+
+impl McpStream {
+    fn read(mut body: Incoming, sender: SendRequest<Full<Bytes>>) -> Self {
+        let (send, messages) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(async move {
+            let mut pending = String::new();
+            while let Some(Ok(frame)) = body.frame().await {
+                let at = Instant::now();
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                pending.push_str(&String::from_utf8_lossy(&data));
+                while let Some(end) = pending.find("\n\n") {
+                    let block: String = pending.drain(..end + 2).collect();
+                    for message in messages_in(&block) {
+                        if send.send(McpMessage { message, at }).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Self {
+            messages,
+            reader,
+            _sender: sender,
+        }
+    }
+
+    /// The next message, or `None` once `deadline` passes or the stream ended.
+    pub async fn next_before(&mut self, deadline: Instant) -> Option<McpMessage> {
+        tokio::time::timeout_at(deadline.into(), self.messages.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for McpStream {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
