@@ -24,12 +24,14 @@ mod include;
 mod list_filter;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
+mod panics;
 pub(crate) mod resource_feed;
 pub(crate) mod responses;
 mod routes;
 pub(crate) mod server;
 pub(crate) mod sessions;
 mod sse_body;
+pub(crate) use sse_body::{sse_comment_text, sse_event_text};
 pub mod wire;
 
 use std::future::Future;
@@ -308,6 +310,7 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             auth::check_host,
         ))
+        .layer(panics::catch_panics())
         // Method, route template, status and latency only: a query string or a header may
         // carry a token a client put in the wrong place, and neither is ever logged.
         .layer(middleware::from_fn_with_state(
