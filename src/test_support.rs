@@ -13,6 +13,7 @@ use crate::http::ServeLimits;
 use crate::registry::Registry;
 
 pub use crate::http::dashboard::CONTENT_SECURITY_POLICY;
+pub use crate::http::event_stream::EventName;
 pub use crate::registry::verify::ProbesInFlight;
 
 /// Lift the soft open-files limit to the hard one, as `serve` does: tests and the bench hold
@@ -36,4 +37,41 @@ pub async fn serve_router(
 /// them (several callers verifying one record wait on one probe).
 pub fn probes_in_flight(registry: &Registry) -> ProbesInFlight {
     registry.probes_in_flight()
+}
+
+/// A door's answer `body` read as the probe reads it (numbers that hold a secret read as
+/// strings), then redacted with `record`'s secrets: the card and its skills as a caller is
+/// shown them, or `None` when the body is not JSON.
+pub fn redacted_door_card(
+    body: &[u8],
+    record: &crate::running::RunningRecord,
+) -> Option<(serde_json::Value, Vec<crate::running::Skill>)> {
+    let card = crate::running::parse_door_json(body, record).ok()?;
+    let card = crate::running::RedactedCard::redacted(card, record);
+    let skills = card.skills();
+    Some((card.json().clone(), skills))
+}
+
+/// `reason` with `record`'s secrets replaced, as every failure of a probe is shown.
+pub fn redacted_reason(reason: String, record: &crate::running::RunningRecord) -> String {
+    crate::running::redact_secrets(reason, record)
+}
+
+/// Unlink what of `unreadable` (from a [`crate::running::scan`] of `dir`) is provably junk, as
+/// a pruning pass does; answers which went.
+pub fn remove_unreadable(
+    dir: &std::path::Path,
+    unreadable: &[crate::running::UnreadableEntry],
+) -> Result<Vec<crate::running::UnreadableEntry>, crate::running::RunningError> {
+    crate::running::remove_unreadable(dir, unreadable)
+}
+
+/// The bytes an event stream writes for event `name` with `id` and `value` as its data.
+pub fn sse_event_text(id: u64, name: EventName, value: &serde_json::Value) -> Vec<u8> {
+    crate::http::sse_event_text(id, name, value)
+}
+
+/// The bytes an event stream writes for the comment `text`.
+pub fn sse_comment_text(text: &str) -> Vec<u8> {
+    crate::http::sse_comment_text(text)
 }

@@ -7,7 +7,8 @@
 //! the order etcd gave them. An entry that does not parse is skipped with a reason, and a key
 //! overwritten with one leaves the cache (its old value is no longer what etcd holds); a value
 //! over the caps of [`super::model`] is refused before it is parsed, so never held or served. A
-//! session's `door_token` or `credentials`, should a faulty host publish one, is dropped. Each
+//! session member that `GET /sessions` does not serve ([`SESSION_MEMBERS`]), a `door_token` or
+//! `credentials` should a faulty host publish one, is dropped. Each
 //! session is held with its JSON encoding, made once when it is read, so an answer of any subset
 //! of the fleet is a concatenation, not a re-encoding. Pure: no I/O, no clock.
 
@@ -16,12 +17,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::keys::{FleetKey, FleetKeys};
-use super::model::check_value_size;
+use super::model::{SESSION_MEMBERS, check_value_size};
 pub use super::refusals::{Refusal, Skipped};
 use super::{HostEntry, HostId, SessionEntry, refusals};
-
-/// Record fields that are secrets: never served, whatever a host published.
-const SECRET_FIELDS: [&str; 2] = ["door_token", "credentials"];
 
 /// One change the watch reports, as etcd gives it.
 #[derive(Debug, Clone, Copy)]
@@ -329,9 +327,12 @@ impl FleetCache {
         };
         // Before a byte of it is parsed: a value over the cap costs nothing more than its read.
         check_value_size(value.len()).map_err(|why| skip(Refusal::TooLarge, why))?;
+        // JSON is UTF-8, and serde skips a member it ignores without checking its bytes.
+        let value =
+            std::str::from_utf8(value).map_err(|_| invalid("not UTF-8, so not JSON".to_owned()))?;
         match named {
             FleetKey::Host(id) => {
-                let entry: HostEntry = serde_json::from_slice(value)
+                let entry: HostEntry = serde_json::from_str(value)
                     .map_err(|e| invalid(format!("not a host entry: {e}")))?;
                 if entry.host_id != id.as_str() {
                     return Err(invalid(format!("names host {:?}", entry.host_id)));
@@ -339,13 +340,14 @@ impl FleetCache {
                 Ok(Parsed::Host(id, Arc::new(entry)))
             }
             FleetKey::Session { host, session_id } => {
-                let mut entry: SessionEntry = serde_json::from_slice(value)
+                let mut entry: SessionEntry = serde_json::from_str(value)
                     .map_err(|e| invalid(format!("not a session entry: {e}")))?;
                 entry.check().map_err(|why| skip(Refusal::TooLarge, why))?;
-                // Publishers never write these; should a faulty one, they go no further.
-                for secret in SECRET_FIELDS {
-                    entry.session.remove(secret);
-                }
+                // Only the members a session is served with go further: a faulty or hostile
+                // host adds nothing (a `door_token` or `credentials` least of all).
+                entry
+                    .session
+                    .retain(|name, _| SESSION_MEMBERS.contains(&name.as_str()));
                 if entry.host_id != host.as_str() {
                     return Err(invalid(format!("names host {:?}", entry.host_id)));
                 }

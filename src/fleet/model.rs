@@ -108,6 +108,27 @@ impl DoorScope {
     }
 }
 
+/// The members of a session a fleet entry carries on: those `GET /sessions` serves (its
+/// session view, checked against that view's schema by a test). A reader drops any other.
+pub const SESSION_MEMBERS: [&str; 16] = [
+    "session_id",
+    "url",
+    "pid",
+    "process_start",
+    "capsule_name",
+    "capsule_version",
+    "workdir",
+    "outlives_launcher",
+    "started_at",
+    "formation_id",
+    "formation_member",
+    "spawned_by",
+    "records_dir",
+    "liveness",
+    "card",
+    "resources",
+];
+
 /// `<prefix>/sessions/<host_id>/<session_id>`: one session as its host verified it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionEntry {
@@ -124,7 +145,8 @@ pub struct SessionEntry {
     /// [`MAX_VALUE_BYTES`]; absent when none were.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub skills_omitted: usize,
-    /// The session object `GET /sessions` serves for it, field for field.
+    /// The session object `GET /sessions` serves for it, field for field: as read, only the
+    /// members of [`SESSION_MEMBERS`].
     #[serde(flatten)]
     pub session: Map<String, Value>,
 }

@@ -375,7 +375,7 @@ pub fn problem_for(error: &RegistryError) -> Problem {
 }
 
 /// A 500 that says where to look, never what happened (the caller logs the error).
-fn internal() -> Problem {
+pub(crate) fn internal() -> Problem {
     Problem::new(
         ProblemType::Internal,
         "the registry could not complete this request; its log says why",

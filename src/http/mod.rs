@@ -25,6 +25,7 @@ mod list_filter;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
 mod paging;
+mod panics;
 pub(crate) mod resource_feed;
 pub(crate) mod responses;
 mod routes;
@@ -32,6 +33,7 @@ pub(crate) mod server;
 mod session_page;
 pub(crate) mod sessions;
 mod sse_body;
+pub(crate) use sse_body::{sse_comment_text, sse_event_text};
 pub mod wire;
 
 use std::future::Future;
@@ -310,6 +312,7 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             auth::check_host,
         ))
+        .layer(panics::catch_panics())
         // Method, route template, status and latency only: a query string or a header may
         // carry a token a client put in the wrong place, and neither is ever logged.
         .layer(middleware::from_fn_with_state(

@@ -83,6 +83,19 @@ impl Frame {
     }
 }
 
+/// The bytes a stream writes for event `name` with `id` and `value`, encoded as every event's
+/// data is (`test_support`: the fuzz target reads them back).
+pub(crate) fn sse_event_text(id: u64, name: EventName, value: &serde_json::Value) -> Vec<u8> {
+    Frame::event(id, name, super::event_data::encode(value).into())
+        .parts
+        .concat()
+}
+
+/// The bytes a stream writes for the comment `text` (`test_support`, as above).
+pub(crate) fn sse_comment_text(text: &str) -> Vec<u8> {
+    Frame::comment(text).parts.concat()
+}
+
 /// `text`, owned by `owner`, as bytes that share it: a frame's data without a copy.
 pub(super) fn shared_text<T: ?Sized + Send + Sync + 'static>(
     owner: Arc<T>,

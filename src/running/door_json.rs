@@ -6,7 +6,9 @@
 //! Invariants kept here:
 //! - A number is judged by its source text, never by a value printed again from it: `1e3`,
 //!   `0.08675309` past a float's precision, or thirty digits that fit no integer print
-//!   otherwise, and would slip a secret past a comparison of the printed value.
+//!   otherwise, and would slip a secret past a comparison of the printed value. A number whose
+//!   printed form holds a secret its source does not (a huge integer read as a float) is read
+//!   as a string of its source too: the printed form is never shown.
 //! - The answer is JSON exactly when `serde_json` says it is: the bytes are parsed as they came
 //!   first, and only an answer that parsed is rewritten, each chosen number token into a string
 //!   token of the same characters (which need no escaping). Everything else reads as it was.
@@ -33,7 +35,17 @@ pub(crate) fn parse_door_json(body: &[u8], record: &RunningRecord) -> serde_json
     }
     let holding: Vec<Range<usize>> = number_tokens(body)
         .into_iter()
-        .filter(|token| secrets.iter().any(|s| holds(&body[token.clone()], s)))
+        .filter(|token| {
+            let source = &body[token.clone()];
+            // Printed again, a number may spell what its source does not (a huge integer is
+            // read as a float: `8675867530008088..` prints as `8.675867530008089e+..`).
+            let printed = serde_json::from_slice::<Value>(source)
+                .map(|number| number.to_string())
+                .unwrap_or_default();
+            secrets
+                .iter()
+                .any(|s| holds(source, s) || holds(printed.as_bytes(), s))
+        })
         .collect();
     if holding.is_empty() {
         return Ok(value);
@@ -137,6 +149,15 @@ mod tests {
                 "frac": "0.08675309", "long": "123456789012345678901234567890",
                 "text": "8675309 \" 8675309", "esc\\": "8675309", "plain": 42, "ok": true})
         );
+    }
+
+    /// Found by the `card_redaction` fuzz target.
+    #[test]
+    fn a_number_whose_printed_form_spells_a_secret_reads_as_its_source_text() {
+        let record = record_with(&["7530008089e+1"]);
+        let source = format!("86758675300080{}{}1", "8".repeat(73), "0".repeat(17));
+        let card = parse_door_json(format!("{{\"n\":{source}}}").as_bytes(), &record).unwrap();
+        assert_eq!(card["n"], Value::String(source));
     }
 
     #[test]

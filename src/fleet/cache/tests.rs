@@ -250,3 +250,42 @@ fn secrets_a_faulty_host_published_are_dropped() {
     assert_eq!(entry.session.get("credentials"), None);
     assert_eq!(entry.session["pid"], 7);
 }
+
+#[test]
+fn members_a_session_is_not_served_with_are_dropped() {
+    let value = br#"{"host_id":"a","changed_at":"t","door_scope":null,"skills":[],
+        "session_id":"ses_1","pid":7,"script":"<img src=x>","environ":{"PATH":"/bin"}}"#;
+    let (cache, skipped) =
+        FleetCache::read(keys(), 1, [(&session_key("a", "ses_1")[..], &value[..])]);
+    assert_eq!(skipped, []);
+    let cached = cache.cached_sessions().next().expect("kept");
+    let members: Vec<&str> = cached.entry.session.keys().map(String::as_str).collect();
+    assert_eq!(members, ["pid", "session_id"]);
+    assert!(!cached.json.contains("script") && !cached.json.contains("environ"));
+}
+
+#[test]
+fn the_members_kept_are_the_session_views_own() {
+    use utoipa::PartialSchema;
+    let utoipa::openapi::RefOr::T(utoipa::openapi::schema::Schema::Object(view)) =
+        crate::http::wire::SessionView::schema()
+    else {
+        panic!("the session view's schema is an object");
+    };
+    let mut served: Vec<&str> = view.properties.keys().map(String::as_str).collect();
+    let mut kept = crate::fleet::model::SESSION_MEMBERS.to_vec();
+    served.sort_unstable();
+    kept.sort_unstable();
+    assert_eq!(kept, served);
+}
+
+/// Found by the `fleet_values` fuzz target: serde skipped an unknown member's invalid UTF-8.
+#[test]
+fn a_value_that_is_not_utf8_is_refused_even_in_a_member_ignored() {
+    let mut value = host_value("h");
+    value.splice(1..1, *b"\"x\xc1\":1,");
+    let (cache, skipped) = FleetCache::read(keys(), 1, [(&host_key("h")[..], &value[..])]);
+    assert_eq!(cache.hosts().count(), 0);
+    assert_eq!(skipped.len(), 1);
+    assert!(skipped[0].why.contains("UTF-8"), "{}", skipped[0].why);
+}
