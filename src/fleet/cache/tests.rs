@@ -49,9 +49,9 @@ fn names(changes: &[FleetChange]) -> Vec<String> {
             FleetChange::HostJoined(h) => format!("joined {}", h.host_id),
             FleetChange::HostChanged(h) => format!("host changed {}", h.host_id),
             FleetChange::HostLeft { host_id } => format!("left {host_id}"),
-            FleetChange::SessionAdded(s) => format!("added {}", s.session_id()),
+            FleetChange::SessionAdded(s) => format!("added {:?}", s.session_id()),
             FleetChange::SessionChanged { now, .. } => {
-                format!("changed {}", now.session_id())
+                format!("changed {:?}", now.session_id())
             }
             FleetChange::SessionRemoved { session_id, .. } => format!("removed {session_id}"),
         })
