@@ -45,9 +45,12 @@ pub(super) async fn fleet_ps(
         let why = skipped.why.to_string();
         eprintln!("skipped: {} — {}", escaped(&skipped.key), escaped(&why));
     }
-    let sessions: Vec<&SessionEntry> = (cache.sessions().map(AsRef::as_ref))
-        .filter(|entry| crate::http::fleet::admitted(filter, entry))
-        .collect();
+    let sessions = (cache.sessions())
+        .filter(|session| crate::http::fleet::admitted(filter, session))
+        .map(|session| session.entry())
+        .collect::<Result<Vec<SessionEntry>, _>>()
+        .context("a cached fleet entry no longer parses")?;
+    let sessions: Vec<&SessionEntry> = sessions.iter().collect();
     let mut out = std::io::stdout().lock();
     if json {
         serde_json::to_writer_pretty(&mut out, &sessions)?;

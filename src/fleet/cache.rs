@@ -10,7 +10,8 @@
 //! session member that `GET /sessions` does not serve ([`SESSION_MEMBERS`]), a `door_token` or
 //! `credentials` should a faulty host publish one, is dropped. Each
 //! session is held with its JSON encoding, made once when it is read, so an answer of any subset
-//! of the fleet is a concatenation, not a re-encoding. Pure: no I/O, no clock.
+//! of the fleet is a concatenation, not a re-encoding; only that encoding and the fields the
+//! endpoints filter by are kept ([`CachedSession`]), not the parsed tree. Pure: no I/O, no clock.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -20,6 +21,7 @@ use super::keys::{FleetKey, FleetKeys};
 use super::model::{SESSION_MEMBERS, check_value_size};
 pub use super::refusals::{Refusal, Skipped};
 use super::{HostEntry, HostId, SessionEntry, refusals};
+pub use session::CachedSession;
 
 /// One change the watch reports, as etcd gives it.
 #[derive(Debug, Clone, Copy)]
@@ -51,13 +53,13 @@ pub enum FleetChange {
         host_id: HostId,
     },
     /// A session appeared.
-    SessionAdded(Arc<SessionEntry>),
+    SessionAdded(Arc<CachedSession>),
     /// A session's entry changed.
     SessionChanged {
         /// The entry before.
-        old: Arc<SessionEntry>,
+        old: Arc<CachedSession>,
         /// The entry now.
-        now: Arc<SessionEntry>,
+        now: Arc<CachedSession>,
     },
     /// A session left.
     SessionRemoved {
@@ -83,22 +85,13 @@ pub struct FleetCache {
     keys: FleetKeys,
     revision: i64,
     hosts: BTreeMap<HostId, Arc<HostEntry>>,
-    sessions: BTreeMap<(HostId, String), CachedSession>,
-}
-
-/// A session as the cache holds it: the entry, and its serde JSON encoding made when it was read.
-#[derive(Debug, Clone)]
-pub struct CachedSession {
-    /// The entry.
-    pub entry: Arc<SessionEntry>,
-    /// `serde_json::to_string(&*entry)`, byte for byte.
-    pub json: Arc<str>,
+    sessions: BTreeMap<(HostId, String), Arc<CachedSession>>,
 }
 
 /// A parsed entry, ready to store.
 enum Parsed {
     Host(HostId, Arc<HostEntry>),
-    Session(HostId, String, CachedSession),
+    Session(HostId, String, Arc<CachedSession>),
 }
 
 impl FleetCache {
@@ -160,12 +153,7 @@ impl FleetCache {
     }
 
     /// Every session, by host and session id.
-    pub fn sessions(&self) -> impl ExactSizeIterator<Item = &Arc<SessionEntry>> {
-        self.sessions.values().map(|cached| &cached.entry)
-    }
-
-    /// Every session with its encoding, by host and session id.
-    pub fn cached_sessions(&self) -> impl ExactSizeIterator<Item = &CachedSession> {
+    pub fn sessions(&self) -> impl ExactSizeIterator<Item = &Arc<CachedSession>> {
         self.sessions.values()
     }
 
@@ -175,7 +163,7 @@ impl FleetCache {
     pub fn sessions_after(
         &self,
         after: Option<&(HostId, String)>,
-    ) -> impl Iterator<Item = (&(HostId, String), &CachedSession)> {
+    ) -> impl Iterator<Item = (&(HostId, String), &Arc<CachedSession>)> {
         let start = match after {
             Some(after) => Bound::Excluded(after),
             None => Bound::Unbounded,
@@ -258,9 +246,8 @@ impl FleetCache {
                 Some(_) => {}
             }
         }
-        for (key, cached) in &newer.sessions {
-            let entry = &cached.entry;
-            match self.sessions.get(key).map(|old| &old.entry) {
+        for (key, entry) in &newer.sessions {
+            match self.sessions.get(key) {
                 None => changes.push(FleetChange::SessionAdded(Arc::clone(entry))),
                 Some(old) if old != entry => changes.push(FleetChange::SessionChanged {
                     old: Arc::clone(old),
@@ -285,14 +272,9 @@ impl FleetCache {
         &mut self,
         host: HostId,
         id: String,
-        cached: CachedSession,
+        entry: Arc<CachedSession>,
     ) -> Option<FleetChange> {
-        let entry = Arc::clone(&cached.entry);
-        match self
-            .sessions
-            .insert((host, id), cached)
-            .map(|old| old.entry)
-        {
+        match self.sessions.insert((host, id), Arc::clone(&entry)) {
             None => Some(FleetChange::SessionAdded(entry)),
             Some(old) if old == entry => None,
             Some(old) => Some(FleetChange::SessionChanged { old, now: entry }),
@@ -355,17 +337,15 @@ impl FleetCache {
                     return Err(invalid("its session_id is not its key's".to_owned()));
                 }
                 // Infallible for this shape (string keys, JSON values), but never assumed.
-                let json = serde_json::to_string(&entry)
+                let json = serde_json::value::to_raw_value(&entry)
                     .map_err(|e| invalid(format!("cannot be encoded: {e}")))?;
-                let cached = CachedSession {
-                    entry: Arc::new(entry),
-                    json: json.into(),
-                };
-                Ok(Parsed::Session(host, session_id, cached))
+                let cached = CachedSession::new(host.clone(), session_id.clone(), entry, json);
+                Ok(Parsed::Session(host, session_id, Arc::new(cached)))
             }
         }
     }
 }
 
+mod session;
 #[cfg(test)]
 mod tests;

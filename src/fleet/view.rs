@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use tokio::sync::{broadcast, watch};
 
-use super::cache::{FleetCache, FleetChange, WatchChange};
+use super::cache::{CachedSession, FleetCache, FleetChange, WatchChange};
 use super::history::History;
-use super::{HostEntry, HostId, SessionEntry};
+use super::{HostEntry, HostId};
 use crate::monitor::{EVENT_BUFFER, SNAPSHOT_OVER};
 
 /// Why the fleet cannot be served now.
@@ -54,19 +54,12 @@ pub struct FleetSnapshot {
     pub host_id: HostId,
     /// Every host, by id.
     pub hosts: Vec<Arc<HostEntry>>,
-    /// Every session, newest first (then by host and session id).
-    pub sessions: Vec<Arc<SessionEntry>>,
-    /// Each session's JSON, as the cache made it: `session_json[i]` encodes `sessions[i]`.
-    session_json: Vec<Arc<str>>,
+    /// Every session, newest first (then by host and session id), shared with the cache.
+    pub sessions: Vec<Arc<CachedSession>>,
     encoded: OnceLock<String>,
 }
 
 impl FleetSnapshot {
-    /// Every session with its JSON encoding (made once, when it was read), newest first.
-    pub fn sessions_with_json(&self) -> impl Iterator<Item = (&SessionEntry, &str)> + Clone {
-        (self.sessions.iter().map(|s| &**s)).zip(self.session_json.iter().map(|j| &**j))
-    }
-
     /// Its wire form, made by `encode` once however many listeners send it.
     pub fn encoded(&self, encode: impl FnOnce(&Self) -> String) -> &str {
         self.encoded.get_or_init(|| encode(self))
@@ -424,19 +417,17 @@ fn snapshot_of(
     id: u64,
     own: &HostId,
 ) -> FleetSnapshot {
-    let others = (cache.cached_sessions()).filter(|c| c.entry.host_id != own.as_str());
-    let mut cached: Vec<_> = others
-        .chain(mine.into_iter().flat_map(FleetCache::cached_sessions))
+    let others = (cache.sessions()).filter(|c| c.host_id() != own);
+    let mut sessions: Vec<_> = others
+        .chain(mine.into_iter().flat_map(FleetCache::sessions))
+        .cloned()
         .collect();
     // Newest first; equal start times by host, then session id, as the cache orders them.
-    cached.sort_by(|a, b| {
-        (started_at(&b.entry).cmp(started_at(&a.entry)))
-            .then_with(|| a.entry.host_id.cmp(&b.entry.host_id))
-            .then_with(|| session_id(&a.entry).cmp(session_id(&b.entry)))
+    sessions.sort_by(|a, b| {
+        (b.started_at().cmp(a.started_at()))
+            .then_with(|| a.host_id().cmp(b.host_id()))
+            .then_with(|| a.session_id().cmp(b.session_id()))
     });
-    let (sessions, session_json) = (cached.into_iter())
-        .map(|c| (Arc::clone(&c.entry), Arc::clone(&c.json)))
-        .unzip();
     let mut hosts: Vec<_> = (cache.hosts())
         .filter(|host| host.host_id != own.as_str())
         .chain(mine.into_iter().flat_map(FleetCache::hosts))
@@ -449,7 +440,6 @@ fn snapshot_of(
         host_id: own.clone(),
         hosts,
         sessions,
-        session_json,
         encoded: OnceLock::new(),
     }
 }
@@ -459,7 +449,7 @@ fn is_about(change: &FleetChange, host: &HostId) -> bool {
     let about = match change {
         FleetChange::HostJoined(entry) | FleetChange::HostChanged(entry) => entry.host_id.as_str(),
         FleetChange::SessionAdded(entry) | FleetChange::SessionChanged { now: entry, .. } => {
-            entry.host_id.as_str()
+            entry.host_id().as_str()
         }
         FleetChange::HostLeft { host_id } | FleetChange::SessionRemoved { host_id, .. } => {
             host_id.as_str()
@@ -484,7 +474,7 @@ fn own_changes(
         (Some(shown), None) => (shown.sessions())
             .map(|s| FleetChange::SessionRemoved {
                 host_id: own.clone(),
-                session_id: session_id(s).to_owned(),
+                session_id: s.session_id().to_owned(),
             })
             .chain((shown.hosts()).map(|_| FleetChange::HostLeft {
                 host_id: own.clone(),
@@ -492,20 +482,6 @@ fn own_changes(
             .collect(),
         (None, None) => Vec::new(),
     }
-}
-
-fn session_id(entry: &SessionEntry) -> &str {
-    (entry.session.get("session_id"))
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-}
-
-fn started_at(entry: &SessionEntry) -> &str {
-    entry
-        .session
-        .get("started_at")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
 }
 
 /// A listener: every change after the snapshot it subscribed with.

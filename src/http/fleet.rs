@@ -33,9 +33,10 @@ use super::paging::{FleetCursor, expired, page_size};
 use super::responses::GateProblems;
 use super::sessions::json_body;
 use super::sse_body::{Frame, shared_text, sse_response};
+use crate::fleet::cache::CachedSession;
 use crate::fleet::cache::FleetChange;
 use crate::fleet::view::{FleetEvent, FleetNext, FleetSnapshot, FleetSubscription};
-use crate::fleet::{HOST_ID_RULE, HostId, SessionEntry};
+use crate::fleet::{HOST_ID_RULE, HostId};
 use crate::registry::RegistryError;
 use wire::{
     FleetHosts, FleetQuery, FleetSessionAdded, FleetSessionChanged, FleetSessionRemoved,
@@ -133,7 +134,7 @@ async fn fleet_page(
         FleetCursor {
             revision: began,
             host_id: host.clone(),
-            session_id: session_id(&cached.entry).to_owned(),
+            session_id: cached.session_id().to_owned(),
         }
         .encode()
     });
@@ -266,20 +267,18 @@ fn event_frame(event: Arc<FleetEvent>) -> Frame {
 
 fn encode_change(change: &FleetChange) -> String {
     match change {
-        FleetChange::SessionAdded(entry) => encode(&FleetSessionAdded {
-            session_id: session_id(entry),
-            host_id: &entry.host_id,
-            session: entry,
+        FleetChange::SessionAdded(session) => encode(&FleetSessionAdded {
+            session_id: session.session_id(),
+            host_id: session.host_id().as_str(),
+            session: session.json(),
         }),
         FleetChange::SessionChanged { old, now } => encode(&FleetSessionChanged {
-            session_id: session_id(now),
-            host_id: &now.host_id,
+            session_id: now.session_id(),
+            host_id: now.host_id().as_str(),
             old_state: state_of(old),
             new_state: state_of(now),
-            reason: (now.session.get("liveness"))
-                .and_then(|l| l.get("reason"))
-                .and_then(|r| r.as_str()),
-            session: now,
+            reason: now.reason(),
+            session: now.json(),
         }),
         FleetChange::SessionRemoved {
             host_id,
@@ -296,12 +295,6 @@ fn encode_change(change: &FleetChange) -> String {
             host_id: host_id.as_str(),
         }),
     }
-}
-
-fn session_id(entry: &SessionEntry) -> &str {
-    (entry.session.get("session_id"))
-        .and_then(|id| id.as_str())
-        .unwrap_or_default()
 }
 
 /// The filters of `GET /fleet/sessions`, parsed: those of `GET /sessions`, plus `host`.
@@ -335,15 +328,18 @@ impl Filter {
         (self.hosts.as_ref()).is_none_or(|hosts| hosts.contains(host_id))
     }
 
-    fn session(&self, entry: &SessionEntry) -> bool {
-        self.host(&entry.host_id) && admitted(&self.list, entry)
+    fn session(&self, session: &CachedSession) -> bool {
+        self.host(session.host_id().as_str()) && admitted(&self.list, session)
     }
 }
 
-/// Whether `filter` admits `entry`, judged on what its host published.
-pub(crate) fn admitted(filter: &ListFilter, entry: &SessionEntry) -> bool {
-    let capsule = (entry.session.get("capsule_name")).and_then(|name| name.as_str());
-    filter.admits(published_state(entry), capsule, &entry.skills)
+/// Whether `filter` admits `session`, judged on what its host published.
+pub(crate) fn admitted(filter: &ListFilter, session: &CachedSession) -> bool {
+    filter.admits(
+        published_state(session),
+        session.capsule_name(),
+        session.skills(),
+    )
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::{FleetUnavailable, FleetView};
 use crate::fleet::cache::CachedSession;
-use crate::fleet::{HostEntry, HostId, SessionEntry};
+use crate::fleet::{HostEntry, HostId};
 
 /// A page of the fleet.
 #[derive(Debug)]
@@ -24,7 +24,7 @@ pub struct FleetPage {
     /// The hosts of the page's sessions, by id.
     pub hosts: Vec<Arc<HostEntry>>,
     /// The sessions, by host then session id, each with its host's id and its JSON.
-    pub sessions: Vec<(HostId, CachedSession)>,
+    pub sessions: Vec<(HostId, Arc<CachedSession>)>,
     /// Whether the filter keeps a session after the page's last.
     pub more: bool,
 }
@@ -38,7 +38,7 @@ impl FleetView {
         &self,
         after: Option<&Key>,
         limit: usize,
-        keep: impl Fn(&SessionEntry) -> bool,
+        keep: impl Fn(&CachedSession) -> bool,
     ) -> Result<FleetPage, FleetUnavailable> {
         let shared = self.shared()?;
         let state = shared.lock();
@@ -50,10 +50,10 @@ impl FleetView {
         let others = (cache.sessions_after(after)).filter(|(key, _)| key.0 != *own);
         let mine = (state.own.as_ref()).map(|mine| mine.sessions_after(after));
         let mut kept = merged(others, mine.into_iter().flatten())
-            .filter(|(_, cached)| keep(&cached.entry))
+            .filter(|(_, cached)| keep(cached))
             .peekable();
-        let sessions: Vec<(HostId, CachedSession)> = (kept.by_ref().take(limit))
-            .map(|(key, cached)| (key.0.clone(), cached.clone()))
+        let sessions: Vec<(HostId, Arc<CachedSession>)> = (kept.by_ref().take(limit))
+            .map(|(key, cached)| (key.0.clone(), Arc::clone(cached)))
             .collect();
         let more = kept.peek().is_some();
         let host_of = |id: &HostId| match id == own {
@@ -81,9 +81,9 @@ impl FleetView {
 
 /// Two runs of sessions, each by key, as one run by key.
 fn merged<'a>(
-    a: impl Iterator<Item = (&'a Key, &'a CachedSession)>,
-    b: impl Iterator<Item = (&'a Key, &'a CachedSession)>,
-) -> impl Iterator<Item = (&'a Key, &'a CachedSession)> {
+    a: impl Iterator<Item = (&'a Key, &'a Arc<CachedSession>)>,
+    b: impl Iterator<Item = (&'a Key, &'a Arc<CachedSession>)>,
+) -> impl Iterator<Item = (&'a Key, &'a Arc<CachedSession>)> {
     let (mut a, mut b): (Peekable<_>, Peekable<_>) = (a.peekable(), b.peekable());
     std::iter::from_fn(move || match (a.peek(), b.peek()) {
         (Some((ka, _)), Some((kb, _))) if kb < ka => b.next(),
@@ -132,10 +132,11 @@ mod tests {
         loop {
             let page = view.page(after.as_ref(), 2, |_| true).expect("a page");
             assert!(page.sessions.len() <= 2);
-            walked.extend(page.sessions.iter().map(|(host, c)| {
-                let id = c.entry.session["session_id"].as_str().unwrap_or_default();
-                key(host.as_str(), id)
-            }));
+            walked.extend(
+                page.sessions
+                    .iter()
+                    .map(|(host, c)| key(host.as_str(), c.session_id())),
+            );
             let last = walked.last().cloned();
             if !page.more {
                 break;

@@ -92,11 +92,7 @@ fn a_listener_gets_the_snapshot_then_each_change_with_growing_ids() {
     // A newcomer's snapshot includes both, and the next change follows it without a gap.
     let (snapshot, mut late) = view.subscribe().expect("current");
     assert_eq!((snapshot.id, snapshot.revision), (2, 8));
-    let sessions: Vec<_> = snapshot
-        .sessions
-        .iter()
-        .map(|s| s.session["session_id"].as_str().unwrap_or(""))
-        .collect();
+    let sessions: Vec<_> = snapshot.sessions.iter().map(|s| s.session_id()).collect();
     assert_eq!(sessions, ["ses_2", "ses_1"], "newest first");
     view.apply([(9, WatchChange::Delete { key: &s2.0 })]);
     assert_eq!(event_id(next_now(&mut late)), 3);
@@ -267,8 +263,8 @@ fn own_published() -> FleetCache {
 fn capsules(snapshot: &FleetSnapshot) -> Vec<(&str, &str, &str)> {
     (snapshot.sessions.iter())
         .map(|s| {
-            let text = |field: &str| s.session[field].as_str().unwrap_or("");
-            (s.host_id.as_str(), text("session_id"), text("capsule_name"))
+            let capsule = s.capsule_name().unwrap_or("");
+            (s.host_id().as_str(), s.session_id(), capsule)
         })
         .collect()
 }

@@ -173,10 +173,10 @@ async fn a_compacted_watch_is_read_again_and_listeners_get_the_differences() {
         match next {
             Ok(FleetNext::Event(event)) => seen.push(match &event.change {
                 FleetChange::SessionChanged { now, .. } => {
-                    format!("changed {}", now.session["liveness"]["state"])
+                    format!("changed {:?}", now.state().unwrap_or_default())
                 }
                 FleetChange::SessionAdded(entry) => {
-                    format!("added {}", entry.session["session_id"])
+                    format!("added {:?}", entry.session_id())
                 }
                 other => format!("{other:?}"),
             }),

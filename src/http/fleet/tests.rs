@@ -381,7 +381,7 @@ async fn every_answer_is_byte_for_byte_the_serde_encoding_of_what_it_keeps() {
             next_cursor: None,
             sessions: (snapshot.sessions.iter())
                 .filter(|s| keep.session(s))
-                .map(|s| &**s)
+                .map(|s| s.json())
                 .collect(),
         })
         .expect("encodes");
@@ -392,21 +392,20 @@ async fn every_answer_is_byte_for_byte_the_serde_encoding_of_what_it_keeps() {
         let path = format!("/fleet/sessions?{query}&limit=10000");
         let (status, page) = get(&state, &token, "GET", &path).await;
         assert_eq!(status, StatusCode::OK, "{query}");
-        let mut sessions: Vec<&SessionEntry> = (snapshot.sessions.iter())
+        let mut sessions: Vec<&CachedSession> = (snapshot.sessions.iter())
             .filter(|s| keep.session(s))
             .map(|s| &**s)
             .collect();
-        let id = |s: &SessionEntry| s.session["session_id"].as_str().unwrap_or("").to_owned();
-        sessions.sort_by_key(|s| (s.host_id.clone(), id(s)));
+        sessions.sort_by_key(|s| (s.host_id().clone(), s.session_id().to_owned()));
         let want = serde_json::to_string(&FleetSessions {
             revision: snapshot.revision,
             host_id: snapshot.host_id.as_str(),
             hosts: (snapshot.hosts.iter())
-                .filter(|h| sessions.iter().any(|s| s.host_id == h.host_id))
+                .filter(|h| sessions.iter().any(|s| s.host_id().as_str() == h.host_id))
                 .map(|h| &**h)
                 .collect(),
             next_cursor: Some(None),
-            sessions,
+            sessions: sessions.iter().map(|s| s.json()).collect(),
         })
         .expect("encodes");
         assert_eq!(page, want, "{query}");

@@ -8,6 +8,7 @@
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 use utoipa::{IntoParams, PartialSchema, ToSchema};
@@ -15,8 +16,9 @@ use utoipa::{IntoParams, PartialSchema, ToSchema};
 use super::super::event_data::encode;
 use super::super::event_stream::{EventName, one_event_schema};
 use super::super::wire::{SessionState, SessionView};
+use crate::fleet::cache::CachedSession;
 use crate::fleet::view::{FleetPage, FleetSnapshot};
-use crate::fleet::{DoorScope, HostEntry, SessionEntry};
+use crate::fleet::{DoorScope, HostEntry};
 use crate::running::Skill;
 
 /// One session of the fleet: the session object `GET /sessions` serves on its host, plus whose
@@ -62,7 +64,7 @@ pub struct FleetSessions<'a> {
     /// The sessions that match the filters, newest first (`started_at`, then host and session
     /// id); on a page, by host then session id.
     #[schema(value_type = Vec<FleetSessionView>)]
-    pub sessions: Vec<&'a SessionEntry>,
+    pub sessions: Vec<&'a RawValue>,
 }
 
 /// The fleet's hosts (`GET /fleet/hosts`).
@@ -86,7 +88,7 @@ pub struct FleetSessionAdded<'a> {
     pub host_id: &'a str,
     /// The session as its host published it.
     #[schema(value_type = FleetSessionView)]
-    pub session: &'a SessionEntry,
+    pub session: &'a RawValue,
 }
 
 /// Data of a fleet `session.changed` event.
@@ -104,7 +106,7 @@ pub struct FleetSessionChanged<'a> {
     pub reason: Option<&'a str>,
     /// The session as it is now.
     #[schema(value_type = FleetSessionView)]
-    pub session: &'a SessionEntry,
+    pub session: &'a RawValue,
 }
 
 /// Data of a fleet `session.removed` event: its host removed it, or left the fleet.
@@ -172,7 +174,7 @@ pub struct FleetQuery {
 pub(super) fn sessions_json(
     snapshot: &FleetSnapshot,
     keep_host: impl Fn(&HostEntry) -> bool,
-    keep_session: impl Fn(&SessionEntry) -> bool,
+    keep_session: impl Fn(&CachedSession) -> bool,
 ) -> String {
     let head = FleetSessions {
         revision: snapshot.revision,
@@ -183,7 +185,7 @@ pub(super) fn sessions_json(
         next_cursor: None,
         sessions: Vec::new(),
     };
-    let sessions = (snapshot.sessions_with_json()).filter(|(entry, _)| keep_session(entry));
+    let sessions = (snapshot.sessions.iter().map(|s| &**s)).filter(|s| keep_session(s));
     joined(head, sessions)
 }
 
@@ -196,14 +198,14 @@ pub(super) fn page_json(page: &FleetPage, next: Option<&str>) -> String {
         next_cursor: Some(next),
         sessions: Vec::new(),
     };
-    let sessions = (page.sessions.iter()).map(|(_, cached)| (&*cached.entry, &*cached.json));
+    let sessions = (page.sessions.iter()).map(|(_, cached)| &**cached);
     joined(head, sessions)
 }
 
 /// `head` (its `sessions` empty) with `sessions`' encodings in its list.
 fn joined<'a>(
     head: FleetSessions<'a>,
-    sessions: impl Iterator<Item = (&'a SessionEntry, &'a str)> + Clone,
+    sessions: impl Iterator<Item = &'a CachedSession> + Clone,
 ) -> String {
     let encoded = encode(&head);
     // `sessions` is the last field: its empty list closes the object, so the kept sessions'
@@ -211,36 +213,35 @@ fn joined<'a>(
     let Some(start) = encoded.strip_suffix("[]}") else {
         tracing::error!("the fleet's head is not as expected: encoding it whole");
         return encode(&FleetSessions {
-            sessions: sessions.map(|(entry, _)| entry).collect(),
+            sessions: sessions.map(CachedSession::json).collect(),
             ..head
         });
     };
     // One allocation: the kept sessions are measured before they are copied.
-    let most: usize = sessions.clone().map(|(_, json)| json.len() + 1).sum();
+    let most: usize = sessions.clone().map(|s| s.json().get().len() + 1).sum();
     let mut body = String::with_capacity(start.len() + most + 2);
     body.push_str(start);
     body.push('[');
-    for (i, (_, json)) in sessions.enumerate() {
+    for (i, session) in sessions.enumerate() {
         if i > 0 {
             body.push(',');
         }
-        body.push_str(json);
+        body.push_str(session.json().get());
     }
     body.push_str("]}");
     body
 }
 
 /// A fleet session's state, as its host judged it.
-pub(super) fn published_state(entry: &SessionEntry) -> Option<SessionState> {
-    (entry.session.get("liveness"))
-        .and_then(|l| l.get("state"))
-        .and_then(|s| SessionState::deserialize(s).ok())
+pub(super) fn published_state(session: &CachedSession) -> Option<SessionState> {
+    let word = serde::de::value::StrDeserializer::<serde::de::value::Error>::new(session.state()?);
+    SessionState::deserialize(word).ok()
 }
 
 /// A fleet session's state for an event (`unreachable` if its host did not say, as `/events`
 /// says of a verdict without one).
-pub(super) fn state_of(entry: &SessionEntry) -> SessionState {
-    published_state(entry).unwrap_or(SessionState::Unreachable)
+pub(super) fn state_of(session: &CachedSession) -> SessionState {
+    published_state(session).unwrap_or(SessionState::Unreachable)
 }
 
 /// One event of `GET /fleet/events` as a client parses it (documentation only).
