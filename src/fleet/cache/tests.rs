@@ -263,10 +263,12 @@ fn members_a_session_is_not_served_with_are_dropped() {
     let (cache, skipped) =
         FleetCache::read(keys(), 1, [(&session_key("a", "ses_1")[..], &value[..])]);
     assert_eq!(skipped, []);
-    let cached = cache.cached_sessions().next().expect("kept");
-    let members: Vec<&str> = cached.entry.session.keys().map(String::as_str).collect();
+    let cached = cache.sessions().next().expect("kept");
+    let entry = cached.entry().expect("the held JSON is a session entry");
+    let members: Vec<&str> = entry.session.keys().map(String::as_str).collect();
     assert_eq!(members, ["pid", "session_id"]);
-    assert!(!cached.json.contains("script") && !cached.json.contains("environ"));
+    let json = cached.json().get();
+    assert!(!json.contains("script") && !json.contains("environ"));
 }
 
 #[test]
