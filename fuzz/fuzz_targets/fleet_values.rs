@@ -79,8 +79,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     for cached in cache.sessions() {
-        let served: Value =
-            serde_json::from_str(cached.json().get()).expect("served JSON decodes");
+        let served: Value = serde_json::from_str(cached.json().get()).expect("served JSON decodes");
         let Value::Object(members) = served else {
             panic!("a session served as no object");
         };
