@@ -9,18 +9,6 @@ use common::server::TestServer;
 use common::*;
 use serde_json::{Value, json};
 
-/// GET `path` with the token: the status and the body as text.
-async fn get(server: &TestServer, path: &str) -> (u16, String) {
-    let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    let response = (client.get(format!("{}{path}", server.base())))
-        .bearer_auth(server.token())
-        .send()
-        .await
-        .expect("the registry answers");
-    let status = response.status().as_u16();
-    (status, response.text().await.expect("a body"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_all_digit_credential_a_door_echoes_as_a_number_never_reaches_a_card() {
     const PIN: &str = "8675309";
@@ -44,9 +32,9 @@ async fn an_all_digit_credential_a_door_echoes_as_a_number_never_reaches_a_card(
     );
     record.write_in(server.dir());
 
-    let (status, alone) = get(&server, &format!("/sessions/{id}/card")).await;
+    let (status, alone) = server.get_text(&format!("/sessions/{id}/card")).await;
     assert_eq!(status, 200, "{alone}");
-    let (status, listed) = get(&server, "/sessions?include=card").await;
+    let (status, listed) = server.get_text("/sessions?include=card").await;
     assert_eq!(status, 200, "{listed}");
     let listed: Value = serde_json::from_str(&listed).expect("JSON");
     let listed_card = &listed["sessions"][0]["card"];

@@ -43,21 +43,6 @@ async fn reader(etcd: &Etcd, n: usize) -> (TestServer, FleetWatcher) {
     (TestServer::builder().fleet(view).start().await, watcher)
 }
 
-async fn get(server: &TestServer, path: &str) -> (u16, Value) {
-    let response = reqwest::Client::new()
-        .get(format!("{}{path}", server.base()))
-        .bearer_auth(server.token())
-        .send()
-        .await
-        .expect("the registry answers");
-    let status = response.status().as_u16();
-    let bytes = response.bytes().await.expect("a body");
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
-
 /// Poll `done` until it holds, failing after a deadline (the pause only paces the polling).
 async fn wait_until_async(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let start = std::time::Instant::now();
@@ -87,7 +72,7 @@ async fn a_simulated_fleet_is_served_paged_followed_and_left() {
     let readers = [reader(&etcd, 0).await, reader(&etcd, 1).await];
     for (server, _) in &readers {
         wait_until_async("a reader serves the whole fleet", async || {
-            let (status, body) = get(server, "/fleet/sessions").await;
+            let (status, body) = server.get_json("/fleet/sessions").await;
             status == 200 && count(&body, "sessions") == HOSTS * SESSIONS
         })
         .await;
@@ -110,14 +95,16 @@ async fn a_simulated_fleet_is_served_paged_followed_and_left() {
     assert_eq!(gone.as_str(), sim_host_id(0));
     for (server, _) in &readers {
         wait_until_async("the killed host leaves", async || {
-            let (_, hosts) = get(server, "/fleet/hosts").await;
-            let (_, sessions) = get(server, &format!("/fleet/sessions?host={gone}")).await;
+            let (_, hosts) = server.get_json("/fleet/hosts").await;
+            let (_, sessions) = server
+                .get_json(&format!("/fleet/sessions?host={gone}"))
+                .await;
             let listed = (hosts["hosts"].as_array().into_iter().flatten())
                 .any(|h| h["host_id"] == gone.as_str());
             !listed && sessions["sessions"].as_array().is_some_and(Vec::is_empty)
         })
         .await;
-        let (_, whole) = get(server, "/fleet/sessions").await;
+        let (_, whole) = server.get_json("/fleet/sessions").await;
         assert!(count(&whole, "sessions") >= (HOSTS - 1) * SESSIONS);
     }
 }
@@ -131,7 +118,7 @@ async fn walk_while_churning(server: &TestServer, fleet: &SimFleet) -> Vec<Strin
             Some(c) => format!("/fleet/sessions?limit=333&cursor={c}"),
             None => "/fleet/sessions?limit=333".to_owned(),
         };
-        let (status, body) = get(server, &path).await;
+        let (status, body) = server.get_json(&path).await;
         assert_eq!(status, 200, "{body}");
         let sessions = body["sessions"].as_array().into_iter().flatten();
         seen.extend(sessions.map(|s| s["session_id"].as_str().unwrap_or_default().to_owned()));

@@ -18,19 +18,6 @@ use common::server::TestServer;
 use common::{DoorMode, DoorServer, RecordJson, session_id};
 use serde_json::Value;
 
-/// `GET path` on `server`: its status and JSON body.
-async fn get(server: &TestServer, path: &str) -> (u16, Value) {
-    let response = reqwest::Client::new()
-        .get(format!("{}{path}", server.base()))
-        .bearer_auth(server.token())
-        .send()
-        .await
-        .expect("the registry answers");
-    let status = response.status().as_u16();
-    let bytes = response.bytes().await.expect("a body");
-    (status, serde_json::from_slice(&bytes).expect("a JSON body"))
-}
-
 /// Every page of `path` (which has its `?`) at `limit` a page, calling `between` after each
 /// page but the last; the session ids of each page, in order.
 async fn walk(
@@ -46,7 +33,7 @@ async fn walk(
             Some(cursor) => format!("{path}&limit={limit}&cursor={cursor}"),
             None => format!("{path}&limit={limit}"),
         };
-        let (status, body) = get(server, &query).await;
+        let (status, body) = server.get_json(&query).await;
         assert_eq!(status, 200, "{query}: {body}");
         let sessions = body["sessions"].as_array().expect("sessions");
         assert!(sessions.len() <= limit);
@@ -106,7 +93,7 @@ async fn a_walk_of_sessions_sees_each_one_present_throughout_exactly_once() {
     })
     .await;
     each_once(&pages, &stable_ids);
-    let whole = get(&server, "/sessions").await.1;
+    let whole = server.get_json("/sessions").await.1;
     assert!(
         whole.get("next_cursor").is_none(),
         "no limit, no next_cursor"
@@ -122,20 +109,22 @@ async fn limits_outside_the_bounds_and_cursors_not_handed_out_are_refused() {
     let server = TestServer::start().await;
     for path in ["/sessions", "/fleet/sessions"] {
         for query in ["limit=0", "limit=10001", "cursor=00"] {
-            let (status, problem) = get(&server, &format!("{path}?{query}")).await;
+            let (status, problem) = server.get_json(&format!("{path}?{query}")).await;
             assert_eq!(status, 400, "{path}?{query}");
             assert_eq!(problem["type"], "urn:murmur-registry:problem:invalid-query");
         }
     }
     for cursor in ["zz", "7b7d", "0", &"ab".repeat(3000)] {
-        let (status, problem) = get(&server, &format!("/sessions?limit=5&cursor={cursor}")).await;
+        let (status, problem) = server
+            .get_json(&format!("/sessions?limit=5&cursor={cursor}"))
+            .await;
         assert_eq!(status, 400, "{cursor}");
         assert_eq!(
             problem["type"],
             "urn:murmur-registry:problem:invalid-cursor"
         );
     }
-    let (status, body) = get(&server, "/sessions?limit=10000").await;
+    let (status, body) = server.get_json("/sessions?limit=10000").await;
     assert_eq!((status, &body["next_cursor"]), (200, &Value::Null));
 }
 
@@ -154,7 +143,7 @@ async fn a_page_probes_only_its_own_sessions_doors() {
         .set("started_at", "2026-12-01T10:30:00Z");
     newer.write_in(server.dir());
     record_at(20).write_in(server.dir());
-    let (status, page) = get(&server, "/sessions?limit=2").await;
+    let (status, page) = server.get_json("/sessions?limit=2").await;
     assert_eq!(status, 200, "{page}");
     let ids: Vec<&str> = (page["sessions"].as_array().expect("sessions").iter())
         .map(|s| s["session_id"].as_str().unwrap_or_default())
@@ -171,7 +160,7 @@ async fn a_page_probes_only_its_own_sessions_doors() {
         "the door of a session off the page was asked"
     );
     // `status=live` fills its page past a session it turns away, still short of the third.
-    let (_, live) = get(&server, "/sessions?limit=1&status=live").await;
+    let (_, live) = server.get_json("/sessions?limit=1&status=live").await;
     assert_eq!(live["sessions"][0]["session_id"], newer_id.as_str());
     assert!(silent.requests().is_empty());
 }
@@ -230,7 +219,7 @@ mod with_etcd {
     async fn caught_up(server: &TestServer, revision: i64) {
         let start = std::time::Instant::now();
         loop {
-            let (status, body) = get(server, "/fleet/hosts").await;
+            let (status, body) = server.get_json("/fleet/hosts").await;
             if status == 200 && body["revision"].as_i64() >= Some(revision) {
                 return;
             }
@@ -267,7 +256,7 @@ mod with_etcd {
                 Some(cursor) => format!("/fleet/sessions?limit=5&cursor={cursor}"),
                 None => "/fleet/sessions?limit=5".to_owned(),
             };
-            let (status, body) = get(&server, &query).await;
+            let (status, body) = server.get_json(&query).await;
             assert_eq!(status, 200, "{body}");
             let page: Vec<String> = (body["sessions"].as_array().expect("sessions").iter())
                 .map(|s| {
@@ -299,7 +288,7 @@ mod with_etcd {
             caught_up(&server, revision).await;
         }
         each_once(&pages, &stable);
-        let whole = get(&server, "/fleet/sessions").await.1;
+        let whole = server.get_json("/fleet/sessions").await.1;
         assert!(whole.get("next_cursor").is_none());
     }
 
@@ -314,15 +303,18 @@ mod with_etcd {
             revision = put_session(&mut client, "b", &format!("ses_{n}")).await;
         }
         caught_up(&server, revision).await;
-        let (_, first) = get(&server, "/fleet/sessions?limit=1").await;
+        let (_, first) = server.get_json("/fleet/sessions?limit=1").await;
         let cursor = first["next_cursor"].as_str().expect("a cursor").to_owned();
-        let (status, _) = get(&server, &format!("/fleet/sessions?limit=1&cursor={cursor}")).await;
+        let (status, _) = server
+            .get_json(&format!("/fleet/sessions?limit=1&cursor={cursor}"))
+            .await;
         assert_eq!(status, 200, "etcd still holds the walk's revision");
         revision = put_session(&mut client, "b", "ses_later").await;
         caught_up(&server, revision).await;
         client.compact(revision, None).await.expect("compact");
-        let (status, problem) =
-            get(&server, &format!("/fleet/sessions?limit=1&cursor={cursor}")).await;
+        let (status, problem) = server
+            .get_json(&format!("/fleet/sessions?limit=1&cursor={cursor}"))
+            .await;
         assert_eq!(status, 410, "{problem}");
         assert_eq!(
             problem["type"],
@@ -336,11 +328,12 @@ mod with_etcd {
         );
         record_at(1).write_in(server.dir());
         record_at(2).write_in(server.dir());
-        let sessions_cursor = get(&server, "/sessions?limit=1").await.1["next_cursor"].clone();
+        let sessions_cursor = server.get_json("/sessions?limit=1").await.1["next_cursor"].clone();
         let foreign = sessions_cursor.as_str().expect("a sessions cursor");
         for cursor in ["zz", foreign] {
-            let (status, problem) =
-                get(&server, &format!("/fleet/sessions?limit=1&cursor={cursor}")).await;
+            let (status, problem) = server
+                .get_json(&format!("/fleet/sessions?limit=1&cursor={cursor}"))
+                .await;
             assert_eq!(status, 400, "{cursor}");
             assert_eq!(
                 problem["type"],

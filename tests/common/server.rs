@@ -250,6 +250,26 @@ impl TestServer {
         &self.token
     }
 
+    /// `GET path` with the token: the status and the body as text.
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let client = reqwest::Client::builder().no_proxy().build();
+        let response = (client
+            .expect("a client")
+            .get(format!("{}{path}", self.base)))
+        .bearer_auth(&self.token)
+        .send()
+        .await
+        .expect("the registry answers");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("a body"))
+    }
+
+    /// `GET path` with the token: the status and the body as JSON (`Null` when it is none).
+    pub async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
+        let (status, text) = self.get_text(path).await;
+        (status, serde_json::from_str(&text).unwrap_or_default())
+    }
+
     /// The running directory the registry reads.
     pub fn dir(&self) -> &Path {
         match &self.running {
