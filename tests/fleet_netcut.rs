@@ -9,7 +9,8 @@
 //!   lease lapses one TTL after its last renewal, and etcd looks for lapsed leases every
 //!   500 ms), and hold each other only;
 //! - `c`'s own `/fleet/*` answer 503 `fleet-unavailable` within one TTL, while its `/sessions`
-//!   answers the same sessions, live;
+//!   answers the same sessions, live; so it stays, and `a` and `b` hold each other only, for as
+//!   long as the cut lasts (a TTL past the lapse of `c`'s lease);
 //! - healed, `c` is back within one TTL in every view (its own included), on a new lease, its
 //!   old one lapsed: every view holds each host once with exactly its sessions (no ghost, no
 //!   duplicate), and so do etcd's keys.
@@ -37,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use common::binary::Home;
 use common::etcd::Etcd;
-use common::fleet_members::{Member, Picture, poll, serve_member};
+use common::fleet_members::{Member, POLL_PACE, Picture, poll, serve_member};
 use common::netns::{Cut, CutNetwork};
 use common::{CapsuleProcess, DEADLINE, ServedBinary, session_id};
 use etcd_client::{Client, GetOptions};
@@ -311,10 +312,27 @@ async fn cut_off_and_healed(how: Cut) {
     for reader in rest {
         until_whole(reader, &rest, cut_at).await;
     }
-    assert_eq!(c.local().await, local, "c's /sessions untouched by the cut");
-    assert_unavailable(&c, "/fleet/sessions")
-        .await
-        .expect("c's fleet stays 503 while cut");
+    // The cut outlasts c's lease by a TTL more (the scenario's length, not a
+    // synchronisation), so its retries meet a dead network again and again; asked all along,
+    // c's /sessions must not notice, its fleet must stay 503, a and b must hold each other.
+    let rest_only = Picture::expected(&rest);
+    while cut_at.elapsed() < LEAVE_BOUND + TTL {
+        assert_eq!(c.local().await, local, "c's /sessions untouched by the cut");
+        assert_unavailable(&c, "/fleet/sessions")
+            .await
+            .expect("c's fleet stays 503 while cut");
+        for reader in rest {
+            let served = reader.fleet().await;
+            assert_eq!(
+                served.as_ref().ok(),
+                Some(&rest_only),
+                "{}: {served:?}",
+                reader.id
+            );
+        }
+        // Paces the asking only.
+        tokio::time::sleep(POLL_PACE).await;
+    }
 
     let healed_at = Instant::now();
     net.heal(how);
