@@ -49,7 +49,8 @@ const TTL: Duration = Duration::from_secs(3);
 /// How long a host cut off may stay in another's fleet: the issue's bound, TTL + 1 s.
 const LEAVE_BOUND: Duration = Duration::from_secs(4);
 /// What a measured time may exceed its bound by: the answer showing a change comes at most one
-/// poll of that registry (a request on a loaded 2-core machine, plus the 10 ms pace of [`poll`]) after it.
+/// poll of that registry after it (a request on a loaded 2-core machine, plus the 10 ms pace of
+/// [`poll`]).
 const POLL_SLACK: Duration = Duration::from_millis(250);
 /// Where the registries keep their keys (the default `--fleet-prefix`).
 const PREFIX: &str = "/murmur/registry/v1";
@@ -270,6 +271,79 @@ async fn leases(client: &mut Client, hosts: &[&Host]) -> BTreeMap<String, i64> {
     leases
 }
 
+/// Cut `c` off `how`: `a` and `b` drop it within [`LEAVE_BOUND`] and hold each other only, its
+/// own `/fleet/*` answer 503 within one TTL. When the cut was made.
+async fn cut_off(net: &CutNetwork, how: Cut, rest: [&Host; 2], c: &Host) -> Instant {
+    let cut_at = Instant::now();
+    net.cut(how);
+    let (left_a, left_b, dark) = tokio::join!(
+        until_gone(rest[0], "c", cut_at),
+        until_gone(rest[1], "c", cut_at),
+        until_unavailable(c, cut_at)
+    );
+    println!(
+        "measured ({how:?}): c left a in {left_a:?}, b in {left_b:?}; c's /fleet/* 503 in {dark:?}"
+    );
+    for left in [left_a, left_b] {
+        assert!(left <= LEAVE_BOUND + POLL_SLACK, "c left after {left:?}");
+    }
+    assert!(dark <= TTL + POLL_SLACK, "c's /fleet/* 503 after {dark:?}");
+    for reader in rest {
+        until_whole(reader, &rest, cut_at).await;
+    }
+    cut_at
+}
+
+/// Keep the cut a TTL past the lapse of `c`'s lease (the scenario's length, not a
+/// synchronisation), so its retries meet a dead network again and again; asked all along, its
+/// `/sessions` still answers `local`, its fleet stays 503, `a` and `b` hold each other only.
+async fn hold_the_cut(
+    cut_at: Instant,
+    rest: [&Host; 2],
+    c: &Host,
+    local: &BTreeMap<String, String>,
+) {
+    let rest_only = Picture::expected(&rest);
+    while cut_at.elapsed() < LEAVE_BOUND + TTL {
+        assert_eq!(
+            &c.local().await,
+            local,
+            "c's /sessions untouched by the cut"
+        );
+        assert_unavailable(c, "/fleet/sessions")
+            .await
+            .expect("c's fleet stays 503 while cut");
+        for reader in rest {
+            let served = reader.fleet().await;
+            assert_eq!(
+                served.as_ref().ok(),
+                Some(&rest_only),
+                "{}: {served:?}",
+                reader.id
+            );
+        }
+        // Paces the asking only.
+        tokio::time::sleep(POLL_PACE).await;
+    }
+}
+
+/// Heal the cut: every view (`c`'s own included) whole again within one TTL.
+async fn heal(net: &CutNetwork, how: Cut, all: &[&Host; 3]) {
+    let healed_at = Instant::now();
+    net.heal(how);
+    let (back_a, back_b, back_c) = tokio::join!(
+        until_whole(all[0], all, healed_at),
+        until_whole(all[1], all, healed_at),
+        until_whole(all[2], all, healed_at)
+    );
+    println!(
+        "measured ({how:?}): healed, c whole again in a's view in {back_a:?}, b's {back_b:?}, its own {back_c:?}"
+    );
+    for back in [back_a, back_b, back_c] {
+        assert!(back <= TTL + POLL_SLACK, "whole again after {back:?}");
+    }
+}
+
 /// Cut `c` off `how`, check how each registry takes it, heal, check the fleet whole again.
 async fn cut_off_and_healed(how: Cut) {
     let net = CutNetwork::build();
@@ -294,59 +368,9 @@ async fn cut_off_and_healed(how: Cut) {
         c.live_sessions()
     );
 
-    let cut_at = Instant::now();
-    net.cut(how);
-    let (left_a, left_b, dark) = tokio::join!(
-        until_gone(&a, "c", cut_at),
-        until_gone(&b, "c", cut_at),
-        until_unavailable(&c, cut_at)
-    );
-    println!(
-        "measured ({how:?}): c left a in {left_a:?}, b in {left_b:?}; c's /fleet/* 503 in {dark:?}"
-    );
-    for left in [left_a, left_b] {
-        assert!(left <= LEAVE_BOUND + POLL_SLACK, "c left after {left:?}");
-    }
-    assert!(dark <= TTL + POLL_SLACK, "c's /fleet/* 503 after {dark:?}");
-    let rest = [&a, &b];
-    for reader in rest {
-        until_whole(reader, &rest, cut_at).await;
-    }
-    // The cut outlasts c's lease by a TTL more (the scenario's length, not a
-    // synchronisation), so its retries meet a dead network again and again; asked all along,
-    // c's /sessions must not notice, its fleet must stay 503, a and b must hold each other.
-    let rest_only = Picture::expected(&rest);
-    while cut_at.elapsed() < LEAVE_BOUND + TTL {
-        assert_eq!(c.local().await, local, "c's /sessions untouched by the cut");
-        assert_unavailable(&c, "/fleet/sessions")
-            .await
-            .expect("c's fleet stays 503 while cut");
-        for reader in rest {
-            let served = reader.fleet().await;
-            assert_eq!(
-                served.as_ref().ok(),
-                Some(&rest_only),
-                "{}: {served:?}",
-                reader.id
-            );
-        }
-        // Paces the asking only.
-        tokio::time::sleep(POLL_PACE).await;
-    }
-
-    let healed_at = Instant::now();
-    net.heal(how);
-    let (back_a, back_b, back_c) = tokio::join!(
-        until_whole(&a, &all, healed_at),
-        until_whole(&b, &all, healed_at),
-        until_whole(&c, &all, healed_at)
-    );
-    println!(
-        "measured ({how:?}): healed, c whole again in a's view in {back_a:?}, b's {back_b:?}, its own {back_c:?}"
-    );
-    for back in [back_a, back_b, back_c] {
-        assert!(back <= TTL + POLL_SLACK, "whole again after {back:?}");
-    }
+    let cut_at = cut_off(&net, how, [&a, &b], &c).await;
+    hold_the_cut(cut_at, [&a, &b], &c, &local).await;
+    heal(&net, how, &all).await;
     let new = leases(&mut client, &all).await["c"];
     assert_ne!(new, old, "c rejoined on a new lease");
     let lapsed = client

@@ -20,8 +20,9 @@
 //!   the one [`SseParser`] that checks every event against the stream contract.
 //! - [`etcd`] (feature `fleet`): real etcd servers and clusters on free loopback ports.
 //! - [`fleet_sim`] (feature `fleet`): simulated hosts publishing through the real `Publisher`.
-//! - [`fleet_members`] (feature `fleet`): a fleet host's `serve` command, the [`fleet_members::Picture`]
-//!   a member serves, and polling a member until it serves what is wanted.
+//! - [`fleet_members`] (feature `fleet`): a fleet host's `serve` command, the
+//!   [`fleet_members::Picture`] a member serves, and polling a member until it serves what is
+//!   wanted.
 //! - [`netns`]: a host behind a router in network namespaces of its own, cut off and healed
 //!   there (needs root and `ip`).
 //!
