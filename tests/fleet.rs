@@ -41,8 +41,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::binary::{Home, User, registry, run};
+use common::binary::{Home, run};
 use common::etcd::{Etcd, EtcdCluster, connect};
+use common::fleet_members::{Member, Picture, poll, serve_member};
 use common::{
     CapsuleProcess, DEADLINE, DoorMode, DoorServer, EventStream, RecordJson, Rejection,
     ServedBinary, session_id,
@@ -221,17 +222,17 @@ impl Host {
 
 /// `serve` in `home` as host `id` of the fleet in `endpoints`, with the short lease and pass.
 fn serve(home: &Home, id: &str, endpoints: &str) -> Command {
-    let mut command = registry(home.path(), User::Me);
-    command.args(["serve", "--bind", "127.0.0.1:0", "--fleet-etcd", endpoints]);
-    command.args([
-        "--host-id",
-        id,
-        "--fleet-ttl",
-        "3s",
-        "--events-interval",
-        "500ms",
-    ]);
-    command
+    serve_member(home, id, endpoints, "127.0.0.1:0")
+}
+
+impl Member for Host {
+    fn id(&self) -> &str {
+        self.id
+    }
+
+    fn live_sessions(&self) -> BTreeSet<String> {
+        self.sessions()
+    }
 }
 
 /// Hosts `a`, `b` and `c` against `endpoints`, each with two capsules, once every one serves
@@ -253,79 +254,6 @@ async fn three_hosts(endpoints: &[String]) -> Vec<Host> {
 // ---------------------------------------------------------------------------------------------
 // What a registry serves as the fleet
 // ---------------------------------------------------------------------------------------------
-
-/// A fleet as `GET /fleet/sessions` serves it: its hosts and its sessions as (host, session,
-/// state), sorted, duplicates kept (so a duplicate makes it differ from any expected picture).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Picture {
-    hosts: Vec<String>,
-    sessions: Vec<(String, String, String)>,
-}
-
-impl Picture {
-    fn of(body: &Value) -> Self {
-        let list = |name: &str| body[name].as_array().cloned().unwrap_or_default();
-        let text = |value: &Value| value.as_str().unwrap_or("?").to_owned();
-        let mut hosts: Vec<String> = list("hosts").iter().map(|h| text(&h["host_id"])).collect();
-        hosts.sort();
-        let mut sessions: Vec<_> = list("sessions")
-            .iter()
-            .map(|s| {
-                let mut state = text(&s["liveness"]["state"]);
-                // Shown only when it fails a comparison: why a session is not live.
-                if let Some(reason) = s["liveness"]["reason"].as_str() {
-                    state = format!("{state}: {reason}");
-                }
-                (text(&s["host_id"]), text(&s["session_id"]), state)
-            })
-            .collect();
-        sessions.sort();
-        Self { hosts, sessions }
-    }
-
-    /// Every one of `hosts`, with each of their capsules' sessions live.
-    fn expected(hosts: &[&Host]) -> Self {
-        let mut ids: Vec<String> = hosts.iter().map(|h| h.id.to_owned()).collect();
-        ids.sort();
-        let mut sessions: Vec<_> = hosts
-            .iter()
-            .flat_map(|h| {
-                (h.sessions().into_iter()).map(|s| (h.id.to_owned(), s, "live".to_owned()))
-            })
-            .collect();
-        sessions.sort();
-        Self {
-            hosts: ids,
-            sessions,
-        }
-    }
-
-    /// Whether host `id` is gone from it: neither the host nor any of its sessions.
-    fn lacks(&self, id: &str) -> bool {
-        !self.hosts.iter().any(|h| h == id) && !self.sessions.iter().any(|(h, ..)| h == id)
-    }
-}
-
-/// Poll `probe` until it answers `Ok`; that answer and how long since `since` it took. Fails
-/// after `deadline` (from `since`) with `what` and the last `Err` it answered.
-async fn poll<T>(
-    what: &str,
-    since: Instant,
-    deadline: Duration,
-    mut probe: impl AsyncFnMut() -> Result<T, String>,
-) -> (T, Duration) {
-    loop {
-        match probe().await {
-            Ok(found) => return (found, since.elapsed()),
-            Err(last) => assert!(
-                since.elapsed() < deadline,
-                "gave up after {deadline:?} waiting until {what}; last: {last}"
-            ),
-        }
-        // Paces the polling only.
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// Wait until every one of `readers` serves exactly the fleet of `members` (within
 /// [`DEADLINE`]); how long each took, in order.

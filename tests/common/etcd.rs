@@ -1,5 +1,6 @@
 //! Real etcd servers for the fleet tests: `/usr/bin/etcd` (Debian's `etcd-server`) on free
-//! loopback ports with a private data directory, alone ([`Etcd`]) or as a cluster of members
+//! loopback ports (a solo server also on one more address, for a host in another network
+//! namespace) with a private data directory, alone ([`Etcd`]) or as a cluster of members
 //! ([`EtcdCluster`]), over plain HTTP or over TLS with client certificates ([`TestCerts`], made
 //! by the `openssl` command).
 //!
@@ -9,7 +10,7 @@
 //! server that loses that tiny race and exits is started again on fresh ports.
 
 use std::fs::File;
-use std::net::TcpListener;
+use std::net::{IpAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,6 +37,8 @@ pub struct Etcd {
     dir: TempDir,
     /// Set for a server that talks TLS only and asks clients for a certificate.
     tls: Option<TestCerts>,
+    /// Another address it answers clients on, beside loopback (same port).
+    also_on: Option<IpAddr>,
     child: Option<Child>,
 }
 
@@ -51,13 +54,24 @@ impl Etcd {
         Self::start_solo(Some(certs)).await
     }
 
+    /// A one-member etcd answering clients on `ip` too (same port as on loopback), for a
+    /// host in another network namespace ([`Etcd::endpoint_on`]).
+    pub async fn start_also_on(ip: IpAddr) -> Self {
+        Self::start_solo_on(None, Some(ip)).await
+    }
+
     async fn start_solo(tls: Option<TestCerts>) -> Self {
+        Self::start_solo_on(tls, None).await
+    }
+
+    async fn start_solo_on(tls: Option<TestCerts>, also_on: Option<IpAddr>) -> Self {
         for _ in 0..PORT_RETRIES {
             let [client_port, peer_port] = free_port_pairs(1)[0];
             let name = "solo".to_owned();
             let initial_cluster = format!("{name}=http://127.0.0.1:{peer_port}");
             let mut etcd = Self::configured(name, client_port, peer_port, initial_cluster);
             etcd.tls = tls.clone();
+            etcd.also_on = also_on;
             etcd.spawn();
             if etcd.wait_ready().await {
                 return etcd;
@@ -74,6 +88,7 @@ impl Etcd {
             initial_cluster,
             dir: temp_dir(),
             tls: None,
+            also_on: None,
             child: None,
         }
     }
@@ -82,6 +97,13 @@ impl Etcd {
     pub fn endpoint(&self) -> String {
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The endpoint on `ip`, an address it was started to answer on too
+    /// ([`Etcd::start_also_on`]).
+    pub fn endpoint_on(&self, ip: IpAddr) -> String {
+        assert_eq!(self.also_on, Some(ip), "etcd answers on {ip}");
+        self.endpoint().replace("127.0.0.1", &ip.to_string())
     }
 
     /// A client of this member alone, with short deadlines (and the client certificate, for a
@@ -147,6 +169,10 @@ impl Etcd {
 
     fn spawn(&mut self) {
         let client_url = self.endpoint();
+        let client_urls = match self.also_on {
+            Some(ip) => format!("{client_url},{}", self.endpoint_on(ip)),
+            None => client_url.clone(),
+        };
         let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
         let log = File::options()
             .create(true)
@@ -168,7 +194,7 @@ impl Etcd {
             .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
-            .args(["--listen-client-urls", &client_url])
+            .args(["--listen-client-urls", &client_urls])
             .args(["--advertise-client-urls", &client_url])
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])

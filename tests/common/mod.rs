@@ -20,6 +20,11 @@
 //!   the one [`SseParser`] that checks every event against the stream contract.
 //! - [`etcd`] (feature `fleet`): real etcd servers and clusters on free loopback ports.
 //! - [`fleet_sim`] (feature `fleet`): simulated hosts publishing through the real `Publisher`.
+//! - [`fleet_members`] (feature `fleet`): a fleet host's `serve` command, the
+//!   [`fleet_members::Picture`] a member serves, and polling a member until it serves what is
+//!   wanted.
+//! - [`netns`]: a host behind a router in network namespaces of its own, cut off and healed
+//!   there (needs root and `ip`).
 //!
 //! Invariants: every test builds its own world from these pieces and tears it down on drop;
 //! nothing reads `HOME` or touches `~/.murmur`. Waiting is by evidence, never by sleeping: a
@@ -38,7 +43,10 @@ pub mod doors;
 pub mod etcd;
 pub mod files;
 #[cfg(feature = "fleet")]
+pub mod fleet_members;
+#[cfg(feature = "fleet")]
 pub mod fleet_sim;
+pub mod netns;
 pub mod pidfds;
 pub mod processes;
 pub mod records;

@@ -327,9 +327,14 @@ pub struct CapsuleProcess {
 impl CapsuleProcess {
     /// A capsule process holding one door for each of `session_ids`.
     pub fn spawn(session_ids: &[String]) -> Self {
+        Self::spawn_with(Command::new("python3"), session_ids)
+    }
+
+    /// [`CapsuleProcess::spawn`], run by `command`: `python3`, or something that execs it (so
+    /// the pid is python's), e.g. in another network namespace, whose loopback its doors use.
+    pub fn spawn_with(mut command: Command, session_ids: &[String]) -> Self {
         use std::io::BufRead;
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/capsule.py");
-        let mut command = Command::new("python3");
         command.arg(script).args(["--card", "a2a"]);
         for session_id in session_ids {
             command.args(["--session", session_id]);
