@@ -33,6 +33,7 @@
 use std::time::{Duration, Instant};
 
 pub mod binary;
+pub mod capsules;
 pub mod doors;
 #[cfg(feature = "fleet")]
 pub mod etcd;
