@@ -195,7 +195,8 @@ pub async fn chaos_soak(args: ChaosArgs) {
     if stderr.contains("panicked") {
         shared.violation(format!("the registry panicked:\n{stderr}"));
     }
-    drop(etcd.take());
+    // etcd (with the fleet) is killed and reaped here, its data directory removed.
+    let _ = etcd.take();
     let timings = [
         ("quiesce phases settled in", settle_times),
         ("registry killed and listening again in", restart_times),
