@@ -7,7 +7,7 @@
 //!   counts as exited, as it does for the registry). Capsules never asked to stop must still
 //!   run, record in place, at the end.
 //! - **No process other than the one a record named is signalled.** Every capsule
-//!   ([`tests/fixtures/capsule.py`]) logs each catchable signal it receives. Bystanders — live
+//!   ([`tests/fixtures/capsule.py`], started through `common::capsules`) logs each catchable signal it receives. Bystanders — live
 //!   processes named by crafted records with the wrong start token, as after pid reuse — are
 //!   asked to be signalled and stopped all the time: they must end with an empty log, still
 //!   running (so no SIGKILL either). Protected capsules, never asked, likewise.
@@ -17,19 +17,16 @@
 mod common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::capsules::{CapsuleSpec, Rng, SoakCapsule};
 use common::server::TestServer;
 use common::*;
 use murmur_registry::running::{DoorProbe, process_start_token};
-
-const CAPSULE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/capsule.py");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -43,36 +40,14 @@ enum Kind {
 
 struct Capsule {
     kind: Kind,
-    child: Child,
-    pid: u32,
-    session_id: String,
-    record: PathBuf,
-    log: PathBuf,
+    process: SoakCapsule,
     exited: Option<std::process::ExitStatus>,
 }
 
 impl Capsule {
-    fn signals(&self) -> Vec<i32> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
-    }
-}
-
-/// Deterministic pseudo-randomness (xorshift), seeded from the clock and printed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+    /// Whether its own record is in place (a bystander has none of its own).
+    fn record_exists(&self) -> bool {
+        self.process.record.as_ref().is_some_and(|r| r.exists())
     }
 }
 
@@ -108,56 +83,23 @@ struct Counts {
 }
 
 fn spawn_capsule(running: &Path, logs: &Path, kind: Kind) -> Capsule {
-    let session_id = session_id();
-    let log = logs.join(format!("{session_id}.log"));
-    let mut command = Command::new("python3");
-    command
-        .arg(CAPSULE)
-        .args(["--session", &session_id, "--log"])
-        .arg(&log)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    match kind {
-        Kind::Target => {
-            command
-                .arg("--exit-on-term")
-                .arg("--running-dir")
-                .arg(running);
-        }
-        Kind::Protected => {
-            command.arg("--running-dir").arg(running);
-        }
-        Kind::Bystander => {}
+    let mut spec = CapsuleSpec::new(&session_id(), logs);
+    spec.exit_on_term = kind == Kind::Target;
+    if kind != Kind::Bystander {
+        spec.running_dir = Some(running.to_owned());
     }
-    let mut child = command.spawn().expect("spawn a capsule");
-    let pid = child.id();
-    // The capsule says `ready` once its record (if any) is in place: evidence, not a pause.
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read ready");
-    assert!(
-        line.starts_with("ready "),
-        "capsule did not start: {line:?}"
-    );
-    let record = running.join(format!("{session_id}.json"));
+    let process = SoakCapsule::spawn(&spec).expect("spawn a capsule");
     if kind == Kind::Bystander {
         // A record naming this live pid with a start token it never had: what a reused pid
         // looks like to the registry.
-        RecordJson::new(&session_id)
-            .process(pid, &wrong_start_token(pid))
+        RecordJson::new(&process.session_id)
+            .process(process.pid, &wrong_start_token(process.pid))
             .no_door()
             .write_in(running);
     }
     Capsule {
         kind,
-        child,
-        pid,
-        session_id,
-        record,
-        log,
+        process,
         exited: None,
     }
 }
@@ -169,10 +111,7 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(15);
     let duration = Duration::from_secs(secs);
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
-        | 1;
+    let seed = Rng::from_clock().0;
     let home = temp_dir();
     let running = home.path().join("running");
     let logs = home.path().join("logs");
@@ -211,7 +150,7 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
             .chain([Kind::Target; 6])
         {
             let capsule = spawn_capsule(&running, &logs, kind);
-            w.ids.insert(capsule.session_id.clone(), kind);
+            w.ids.insert(capsule.process.session_id.clone(), kind);
             counts.capsules_started.fetch_add(1, Ordering::Relaxed);
             if kind == Kind::Bystander {
                 counts.bystander_records.fetch_add(1, Ordering::Relaxed);
@@ -355,10 +294,11 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
             let capsule = spawn_capsule(&running, &logs, Kind::Target);
             counts.capsules_started.fetch_add(1, Ordering::Relaxed);
             let mut w = world.lock().expect("world");
-            if w.dead_pids.contains(&capsule.pid) {
+            if w.dead_pids.contains(&capsule.process.pid) {
                 counts.pids_reused.fetch_add(1, Ordering::Relaxed);
             }
-            w.ids.insert(capsule.session_id.clone(), Kind::Target);
+            w.ids
+                .insert(capsule.process.session_id.clone(), Kind::Target);
             w.capsules.push(capsule);
         }
         if rng.below(3) == 0 {
@@ -373,7 +313,7 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
                 .collect();
             if !running_targets.is_empty() {
                 let i = running_targets[rng.below(running_targets.len())];
-                if w.capsules[i].child.kill().is_ok() {
+                if w.capsules[i].process.child.kill().is_ok() {
                     counts.sigkills_injected.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -387,7 +327,7 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
                 .capsules
                 .iter()
                 .filter(|c| c.kind == Kind::Protected && c.exited.is_none())
-                .map(|c| c.pid)
+                .map(|c| c.process.pid)
                 .filter(|&pid| process_start_token(pid).is_some())
                 .collect();
             if protected.is_empty() {
@@ -416,33 +356,44 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
     check_records(&mut w, &counts);
     let mut violations = std::mem::take(&mut w.violations);
     for capsule in &mut w.capsules {
-        let signals = capsule.signals();
+        let signals = capsule.process.signals();
         match capsule.kind {
             Kind::Protected | Kind::Bystander => {
-                if capsule.exited.is_some() || capsule.child.try_wait().ok().flatten().is_some() {
+                if capsule.exited.is_some()
+                    || capsule.process.child.try_wait().ok().flatten().is_some()
+                {
                     violations.push(format!(
                         "{:?} pid {} is no longer running",
-                        capsule.kind, capsule.pid
+                        capsule.kind, capsule.process.pid
                     ));
                 }
                 if !signals.is_empty() {
                     violations.push(format!(
                         "{:?} pid {} received signals {signals:?}",
-                        capsule.kind, capsule.pid
+                        capsule.kind, capsule.process.pid
                     ));
                 }
-                if capsule.kind == Kind::Protected && !capsule.record.exists() {
-                    violations.push(format!("protected record {} removed", capsule.session_id));
+                if capsule.kind == Kind::Protected && !capsule.record_exists() {
+                    violations.push(format!(
+                        "protected record {} removed",
+                        capsule.process.session_id
+                    ));
                 }
             }
             Kind::Target => {
                 if signals.iter().any(|&s| s != libc_sigterm()) {
-                    violations.push(format!("target pid {} got {signals:?}", capsule.pid));
+                    violations.push(format!(
+                        "target pid {} got {signals:?}",
+                        capsule.process.pid
+                    ));
                 }
                 if let Some(status) = capsule.exited
                     && status.signal().is_some_and(|s| s != 9)
                 {
-                    violations.push(format!("target pid {} ended by {status:?}", capsule.pid));
+                    violations.push(format!(
+                        "target pid {} ended by {status:?}",
+                        capsule.process.pid
+                    ));
                 }
             }
         }
@@ -479,8 +430,8 @@ fn soak_list_liveness_prune_signal_and_stop_under_churn() {
         violations.len(),
     );
     for capsule in &mut w.capsules {
-        let _ = capsule.child.kill();
-        let _ = capsule.child.wait();
+        let _ = capsule.process.child.kill();
+        let _ = capsule.process.child.wait();
     }
     assert!(violations.is_empty(), "violations: {violations:#?}");
     assert!(n(&c.requests) > 50, "the soak barely ran");
@@ -504,15 +455,15 @@ fn check_records(w: &mut World, counts: &Counts) {
         }
         // The record is looked at first: if it is gone and the process has not exited
         // (`try_wait` reaps a zombie and reports it exited), a live record was removed.
-        let missing = !capsule.record.exists();
-        match capsule.child.try_wait() {
+        let missing = !capsule.record_exists();
+        match capsule.process.child.try_wait() {
             Ok(Some(status)) => {
                 capsule.exited = Some(status);
-                newly_dead.push(capsule.pid);
+                newly_dead.push(capsule.process.pid);
             }
             Ok(None) if missing => violations.push(format!(
                 "the record of live {:?} pid {} ({}) was removed",
-                capsule.kind, capsule.pid, capsule.session_id
+                capsule.kind, capsule.process.pid, capsule.process.session_id
             )),
             _ => {}
         }
@@ -523,7 +474,7 @@ fn check_records(w: &mut World, counts: &Counts) {
     // Keep start tokens honest: a capsule still running must still have the token it wrote.
     for capsule in &w.capsules {
         if capsule.exited.is_none() && capsule.kind != Kind::Bystander {
-            debug_assert!(process_start_token(capsule.pid).is_some());
+            debug_assert!(process_start_token(capsule.process.pid).is_some());
         }
     }
 }

@@ -31,6 +31,12 @@ macro_rules! step {
 }
 
 mod binaries;
+mod chaos;
+mod chaos_clients;
+mod chaos_picture;
+mod chaos_registry;
+mod chaos_tally;
+mod chaos_world;
 mod door_host;
 mod event_listener;
 mod figures;
@@ -64,6 +70,9 @@ mod slow;
 mod ten_thousand;
 mod threaded_process;
 
+// The chaos scenario starts its capsules exactly as the soak test does.
+#[path = "../../tests/common/capsules.rs"]
+mod capsules;
 // The served binary is started and read exactly as the tests do; the bench uses part of it.
 #[allow(dead_code)]
 #[path = "../../tests/common/served.rs"]
@@ -120,7 +129,8 @@ fn main() {
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
     // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources,mcp` runs some
     // scenarios; `--only fleet-scale [--hosts N --sessions M --readers K --churn C --ttl S]`
-    // the fleet at scale (never run unless named).
+    // the fleet at scale (never run unless named); `--only chaos [--secs N] [--fleet]` the
+    // chaos soak (never run unless named; fails on a violated invariant).
     let only: Vec<String> = args
         .iter()
         .position(|a| a == "--only")
@@ -132,6 +142,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    if only.iter().any(|o| o == "chaos") {
+        runtime.block_on(chaos::chaos_soak(chaos::ChaosArgs::from_args(&args)));
+        return;
+    }
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     // `fleet-scale` is long (a fleet of 100,000 sessions): run only when named.
     let scale = only.iter().any(|o| o == "fleet-scale").then_some(&args[..]);

@@ -14,6 +14,8 @@
 //! - [`served`]: [`ServedBinary`], the `murmur-registry serve` process and the address its
 //!   first line names (the bench runs it through the same file).
 //! - [`binary`]: the binary's command line for a test (a private `HOME`, run as which user).
+//! - [`capsules`]: `tests/fixtures/capsule.py` started for the soaks ([`capsules::SoakCapsule`]),
+//!   its signal log, the soaks' seeded [`capsules::Rng`] (the bench's `chaos` uses it too).
 //! - [`server`]: the real app served in-process ([`server::TestServer`]).
 //! - [`steps`]: named steps for long scenarios, so a failure says which step.
 //! - [`sse`]: an [`EventStream`] reading `/events` or `/fleet/events` event by event, through
@@ -38,6 +40,7 @@
 use std::time::{Duration, Instant};
 
 pub mod binary;
+pub mod capsules;
 pub mod doors;
 #[cfg(feature = "fleet")]
 pub mod etcd;
