@@ -119,8 +119,9 @@ fn main() {
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
     // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources,mcp` runs some
-    // scenarios; `--only fleet-scale [--hosts N --sessions M --readers K --churn C --ttl S]`
-    // the fleet at scale (never run unless named).
+    // scenarios; `--only fleet-scale [--hosts N --sessions M --readers K --churn C --ttl S
+    // --pass S --quota-gib G --load-concurrency L --no-events]` the fleet at scale (never run
+    // unless named).
     let only: Vec<String> = args
         .iter()
         .position(|a| a == "--only")

@@ -36,28 +36,36 @@ pub struct Etcd {
     dir: TempDir,
     /// Set for a server that talks TLS only and asks clients for a certificate.
     tls: Option<TestCerts>,
+    /// More flags for the server (the bench's `--quota-backend-bytes`).
+    flags: Vec<String>,
     child: Option<Child>,
 }
 
 impl Etcd {
     /// A one-member etcd, answering.
     pub async fn start() -> Self {
-        Self::start_solo(None).await
+        Self::start_solo(None, &[]).await
+    }
+
+    /// A one-member etcd started with `flags` besides the usual ones, answering.
+    pub async fn start_with(flags: &[String]) -> Self {
+        Self::start_solo(None, flags).await
     }
 
     /// A one-member etcd that talks TLS only (a certificate from `certs`' CA) and accepts only
     /// clients with a certificate from that CA.
     pub async fn start_tls(certs: TestCerts) -> Self {
-        Self::start_solo(Some(certs)).await
+        Self::start_solo(Some(certs), &[]).await
     }
 
-    async fn start_solo(tls: Option<TestCerts>) -> Self {
+    async fn start_solo(tls: Option<TestCerts>, flags: &[String]) -> Self {
         for _ in 0..PORT_RETRIES {
             let [client_port, peer_port] = free_port_pairs(1)[0];
             let name = "solo".to_owned();
             let initial_cluster = format!("{name}=http://127.0.0.1:{peer_port}");
             let mut etcd = Self::configured(name, client_port, peer_port, initial_cluster);
             etcd.tls = tls.clone();
+            etcd.flags = flags.to_vec();
             etcd.spawn();
             if etcd.wait_ready().await {
                 return etcd;
@@ -74,6 +82,7 @@ impl Etcd {
             initial_cluster,
             dir: temp_dir(),
             tls: None,
+            flags: Vec::new(),
             child: None,
         }
     }
@@ -174,6 +183,7 @@ impl Etcd {
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-state", "new"])
+            .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
