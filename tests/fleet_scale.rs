@@ -67,6 +67,7 @@ async fn a_simulated_fleet_is_served_paged_followed_and_left() {
         sessions: SESSIONS,
         ttl: TTL,
         pass: Duration::from_millis(500),
+        load_concurrency: HOSTS,
     })
     .await;
     let readers = [reader(&etcd, 0).await, reader(&etcd, 1).await];

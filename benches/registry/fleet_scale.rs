@@ -2,13 +2,19 @@
 //! `--only fleet-scale`): one etcd, `--hosts` simulated hosts (default 100) publishing
 //! `--sessions` sessions each (default 1,000) through the registry's own `Publisher`
 //! (`tests/common/fleet_sim.rs`), `--readers` real reading registries (default 3) with a
-//! `/fleet/events` listener each, churn at `--churn` changes a second (default 100).
+//! `/fleet/events` listener each, churn at `--churn` changes a second (default 100; repeat the
+//! flag for more windows), each host stepping every `--pass` seconds (2). For a million entries: `--quota-gib 8` (etcd's
+//! `--quota-backend-bytes`; 2 GiB, etcd's default, unless given), `--load-concurrency` hosts
+//! loading at once (default 32), `--no-events` (each listener's snapshot would be the whole
+//! fleet, parsed by this process).
 //!
-//! Figures: load time; etcd writes and renewals a second at rest and under churn; bytes per
-//! entry (etcd's database size over the entries); a reader's cold start to the whole view;
+//! Figures: load time and this process's peak RSS; etcd writes, reads and renewals a second at
+//! rest and under churn; bytes per entry (etcd's database size over the entries) and the
+//! largest page a cold read gets; a reader's cold start to the whole view;
 //! `/fleet/sessions` whole and the reader's RSS after; `/fleet/sessions?status=live&limit=1000`
-//! p50; `/fleet/events` p99 over 5,000 changes at 1,000 a second, and how many were lost; a host
-//! killed (its publisher dropped without leaving) to gone from every reader.
+//! p50 and p99, and the whole walk; `/fleet/events` p99 over 5,000 changes at 1,000 a second,
+//! and how many were lost; a host killed (its publisher dropped without leaving) to gone from
+//! every reader.
 //!
 //! Invariant: figures are printed, never asserted; a broken premise (a reader that never sees
 //! the whole fleet, a change never delivered) fails its named step.
@@ -22,7 +28,7 @@ use serde_json::Value;
 
 use crate::etcd::Etcd;
 use crate::event_listener::EventListener;
-use crate::figures::{Row, add, mib, ms, percentile};
+use crate::figures::{Row, add, mib, ms, percentile, status_kib};
 use crate::fleet::{Deadline, fleet_flags};
 use crate::fleet_sim::{SimFleet, SimSettings, sim_session_id};
 use crate::records::private_temp_dir;
@@ -35,32 +41,65 @@ const CHANGE_RATE: f64 = 1_000.0;
 /// The windows at rest and under churn.
 const WINDOW: Duration = Duration::from_secs(10);
 
+/// The most keys a reader's cold read asks etcd for at once (`READ_PAGE_KEYS` in
+/// `src/fleet/etcd.rs`), and the most bytes it takes in one answer.
+const READ_PAGE_KEYS: i64 = 4_000;
+const MAX_READ_BYTES: usize = 256 << 20;
+
 /// The scenario's sizes, from the command line.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Scale {
     pub hosts: usize,
     pub sessions: usize,
     pub readers: usize,
-    pub churn: usize,
+    /// A window of churn at each rate (changes a second).
+    pub churn: Vec<usize>,
     pub ttl: Duration,
+    /// How often each simulated host steps (`--events-interval`; 2 s, its default).
+    pub pass: Duration,
+    /// etcd's `--quota-backend-bytes`, in GiB (`None`: etcd's default, 2 GiB).
+    pub quota_gib: Option<u64>,
+    /// How many simulated hosts claim and publish at once while the fleet loads.
+    pub load_concurrency: usize,
+    /// Whether the `/fleet/events` figure runs (`--no-events` leaves it out).
+    pub events: bool,
 }
 
 impl Scale {
-    /// `--hosts N --sessions M --readers K --churn C --ttl SECONDS` from `args`.
+    /// `--hosts N --sessions M --readers K --churn C [--churn C2…] --ttl SECONDS
+    /// --pass SECONDS --quota-gib G --load-concurrency L --no-events` from `args`.
     pub fn from_args(args: &[String]) -> Self {
-        let number = |flag: &str, default: usize| {
+        let parse = |n: &String| n.replace([',', '_'], "").parse().ok();
+        let number = |flag: &str| {
             (args.iter().position(|a| a == flag))
                 .and_then(|at| args.get(at + 1))
-                .and_then(|n| n.replace([',', '_'], "").parse().ok())
-                .unwrap_or(default)
+                .and_then(parse)
         };
-        Self {
-            hosts: number("--hosts", 100),
-            sessions: number("--sessions", 1_000),
-            readers: number("--readers", 3).max(1),
-            churn: number("--churn", 100),
-            ttl: Duration::from_secs(number("--ttl", 15) as u64),
+        let mut churn: Vec<usize> = (args.windows(2))
+            .filter(|pair| pair[0] == "--churn")
+            .filter_map(|pair| parse(&pair[1]))
+            .collect();
+        if churn.is_empty() {
+            churn.push(100);
         }
+        Self {
+            hosts: number("--hosts").unwrap_or(100),
+            sessions: number("--sessions").unwrap_or(1_000),
+            readers: number("--readers").unwrap_or(3).max(1),
+            churn,
+            ttl: Duration::from_secs(number("--ttl").unwrap_or(15) as u64),
+            pass: Duration::from_secs(number("--pass").unwrap_or(2).max(1) as u64),
+            quota_gib: number("--quota-gib").map(|g| g as u64),
+            load_concurrency: number("--load-concurrency").unwrap_or(32).max(1),
+            events: !args.iter().any(|a| a == "--no-events"),
+        }
+    }
+
+    /// The flags etcd is started with beyond the usual ones.
+    fn etcd_flags(&self) -> Vec<String> {
+        (self.quota_gib.iter())
+            .flat_map(|gib| ["--quota-backend-bytes".to_owned(), (gib << 30).to_string()])
+            .collect()
     }
 }
 
@@ -79,7 +118,7 @@ fn row(rows: &mut Vec<Row>, scenario: String, measured: String, target: &str, me
 }
 
 pub async fn fleet_scale(rows: &mut Vec<Row>, scale: Scale) {
-    let etcd = Etcd::start().await;
+    let etcd = Etcd::start_with(&scale.etcd_flags()).await;
     let mut client = etcd.client().await;
     let entries = scale.hosts * scale.sessions;
     println!("fleet-scale: {scale:?}, {entries} entries");
@@ -89,33 +128,40 @@ pub async fn fleet_scale(rows: &mut Vec<Row>, scale: Scale) {
         hosts: scale.hosts,
         sessions: scale.sessions,
         ttl: scale.ttl,
-        pass: Duration::from_secs(2),
+        pass: scale.pass,
+        load_concurrency: scale.load_concurrency,
     };
     let loading = Instant::now();
     let mut fleet = SimFleet::start(settings).await;
     let load = loading.elapsed();
     row(
         rows,
-        format!("load {} hosts × {} sessions", scale.hosts, scale.sessions),
-        ms(load),
+        format!(
+            "load {} hosts × {} sessions, {} at once; this process's peak RSS",
+            scale.hosts, scale.sessions, scale.load_concurrency
+        ),
+        format!(
+            "{}; {}",
+            ms(load),
+            mib(status_kib(std::process::id(), "VmHWM:"))
+        ),
         "-",
         true,
     );
-    let readers = step!(start_readers(rows, &etcd, scale));
-    step!(at_rest(rows, &mut client, &etcd, &readers, "at rest", None));
+    let readers = step!(start_readers(rows, &etcd, &scale));
+    let mut churned = 0;
+    step!(at_rest(rows, &etcd, &readers, None, &mut churned));
     // After the window: etcd's backend commits its batches every 100 ms.
     step!(bytes_per_entry(rows, &mut client, entries));
+    step!(largest_page(rows, &client));
     step!(whole_and_pages(rows, &readers[0], entries));
-    let churning = Some((&fleet, scale.churn));
-    step!(at_rest(
-        rows,
-        &mut client,
-        &etcd,
-        &readers,
-        "under churn",
-        churning
-    ));
-    step!(events(rows, &fleet, &readers, &etcd));
+    for rate in &scale.churn {
+        let churning = Some((&fleet, *rate));
+        step!(at_rest(rows, &etcd, &readers, churning, &mut churned));
+    }
+    if scale.events {
+        step!(events(rows, &fleet, &readers, &etcd));
+    }
     step!(killed(rows, &mut fleet, &readers, scale.ttl));
 }
 
@@ -136,8 +182,47 @@ async fn bytes_per_entry(rows: &mut Vec<Row>, client: &mut EtcdClient, entries: 
     );
 }
 
+/// The largest answer a reader's cold read gets: the prefix read as the reader reads it, in
+/// pages of [`READ_PAGE_KEYS`] at the revision of the first; keys and values counted.
+async fn largest_page(rows: &mut Vec<Row>, client: &EtcdClient) {
+    let mut kv = client.kv_client().max_decoding_message_size(MAX_READ_BYTES);
+    let prefix = format!("{PREFIX}/").into_bytes();
+    let mut end = prefix.clone();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let (mut from, mut at, mut pages, mut largest) = (prefix, 0, 0, 0);
+    loop {
+        let options = (etcd_client::GetOptions::new())
+            .with_range(end.clone())
+            .with_limit(READ_PAGE_KEYS)
+            .with_revision(at);
+        let response = kv.get(from.clone(), Some(options)).await.expect("a page");
+        at = response.header().map_or(0, |header| header.revision());
+        pages += 1;
+        let bytes: usize = (response.kvs().iter())
+            .map(|kv| kv.key().len() + kv.value().len())
+            .sum();
+        largest = largest.max(bytes);
+        match (response.more(), response.kvs().last()) {
+            (true, Some(last)) => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    row(
+        rows,
+        format!("a cold read's largest answer ({pages} pages of {READ_PAGE_KEYS} keys)"),
+        mib(largest as u64 / 1024),
+        "<= 256 MiB (the reader's cap)",
+        largest <= MAX_READ_BYTES,
+    );
+}
+
 /// Start the readers one after another; the first one's cold start is the figure.
-async fn start_readers(rows: &mut Vec<Row>, etcd: &Etcd, scale: Scale) -> Vec<Server> {
+async fn start_readers(rows: &mut Vec<Row>, etcd: &Etcd, scale: &Scale) -> Vec<Server> {
     let binary = Path::new(env!("CARGO_BIN_EXE_murmur-registry"));
     let mut readers = Vec::new();
     for n in 0..scale.readers {
@@ -172,19 +257,63 @@ async fn start_readers(rows: &mut Vec<Row>, etcd: &Etcd, scale: Scale) -> Vec<Se
     readers
 }
 
-/// etcd's writes (revisions) and lease renewals a second over [`WINDOW`], and the first
-/// reader's CPU and RSS meanwhile.
+/// etcd's counters a window is measured by.
+#[derive(Debug, Clone, Copy)]
+struct EtcdCounts {
+    /// Write transactions (revisions: a put, a delete or a transaction of them is one).
+    revision: u64,
+    /// Keys put and deleted.
+    keys: u64,
+    /// Transactions served, reads (each host's look at its own keys) and writes.
+    txns: u64,
+    /// Ranges served (readers' and `ps --fleet`'s reads).
+    ranges: u64,
+    renewals: u64,
+    /// etcd's CPU time (user + system).
+    cpu: Duration,
+}
+
+impl EtcdCounts {
+    async fn now(etcd: &Etcd) -> Self {
+        let metrics = etcd_metrics(etcd).await;
+        let counter = |name: &str| -> u64 {
+            (metrics.lines())
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|n| n.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("etcd counts {name}")) as u64
+        };
+        let calls = |method: &str| -> u64 {
+            let label = format!("grpc_method=\"{method}\"");
+            (metrics.lines())
+                .filter(|line| {
+                    line.starts_with("grpc_server_handled_total{") && line.contains(&label)
+                })
+                .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>() as u64
+        };
+        Self {
+            revision: counter("etcd_debugging_mvcc_current_revision"),
+            keys: counter("etcd_mvcc_put_total") + counter("etcd_mvcc_delete_total"),
+            txns: calls("Txn"),
+            ranges: calls("Range"),
+            renewals: counter("etcd_debugging_lease_renewed_total"),
+            cpu: crate::figures::cpu_time(etcd.pid().expect("etcd runs")),
+        }
+    }
+}
+
+/// etcd's writes (revisions), reads and lease renewals a second over [`WINDOW`], at rest or
+/// under churn at a rate (changes numbered on from `churned`), and the first reader's CPU and
+/// RSS meanwhile.
 async fn at_rest(
     rows: &mut Vec<Row>,
-    client: &mut EtcdClient,
     etcd: &Etcd,
     readers: &[Server],
-    what: &str,
     churn: Option<(&SimFleet, usize)>,
+    churned: &mut usize,
 ) {
-    let (revision0, renewed0) = (revision(client).await, renewals(etcd).await);
-    let keys0 = etcd_counter(etcd, "etcd_mvcc_put_total").await
-        + etcd_counter(etcd, "etcd_mvcc_delete_total").await;
+    let before = EtcdCounts::now(etcd).await;
+    let churned0 = *churned;
     let cpu0 = readers[0].cpu();
     let opened = Instant::now();
     match churn {
@@ -193,28 +322,37 @@ async fn at_rest(
         Some((fleet, rate)) => {
             let mut ticks =
                 tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
-            for n in 0.. {
+            loop {
                 ticks.tick().await;
                 if opened.elapsed() >= WINDOW {
                     break;
                 }
-                churn_one(fleet, n);
+                churn_one(fleet, *churned);
+                *churned += 1;
             }
         }
     }
     let seconds = opened.elapsed().as_secs_f64();
-    let writes = (revision(client).await - revision0) as f64 / seconds;
-    let renewed = (renewals(etcd).await - renewed0) as f64 / seconds;
-    let keys = (etcd_counter(etcd, "etcd_mvcc_put_total").await
-        + etcd_counter(etcd, "etcd_mvcc_delete_total").await
-        - keys0) as f64
-        / seconds;
+    let after = EtcdCounts::now(etcd).await;
+    let rate = |of: fn(&EtcdCounts) -> u64| (of(&after) - of(&before)) as f64 / seconds;
+    let writes = rate(|c| c.revision);
+    let reads = rate(|c| c.txns) - writes;
+    let etcd_cpu = (after.cpu - before.cpu).as_secs_f64() / seconds * 100.0;
     let cpu = (readers[0].cpu() - cpu0).as_secs_f64() / seconds * 100.0;
+    let made = (*churned - churned0) as f64 / seconds;
+    let what = churn.map_or("at rest".to_owned(), |(_, rate)| {
+        format!("under {rate} changes/s ({made:.0}/s made)")
+    });
     row(
         rows,
-        format!("{what}: etcd txns/s (keys/s), renewals/s; a reader's CPU, RSS"),
         format!(
-            "{writes:.1} txns/s ({keys:.0} keys/s), {renewed:.1} renewals/s; {cpu:.1} %, {}",
+            "{what}: etcd write txns/s (keys/s), read txns/s, ranges/s, renewals/s, CPU; a reader's CPU, RSS"
+        ),
+        format!(
+            "{writes:.1} ({:.0} keys/s), {reads:.1}, {:.1}, {:.1}, {etcd_cpu:.0} %; {cpu:.1} %, {}",
+            rate(|c| c.keys),
+            rate(|c| c.ranges),
+            rate(|c| c.renewals),
             mib(readers[0].rss_kib())
         ),
         "-",
@@ -222,22 +360,31 @@ async fn at_rest(
     );
 }
 
+/// A whole answer's sessions counted, none of them kept (a million would not fit as values).
+#[derive(serde::Deserialize)]
+struct Counted {
+    sessions: Vec<serde::de::IgnoredAny>,
+}
+
 /// `/fleet/sessions` whole (three times), then every page of `status=live&limit=1000`.
 async fn whole_and_pages(rows: &mut Vec<Row>, reader: &Server, entries: usize) {
     let mut http = reader.client().await;
-    let mut whole = Vec::new();
+    let (mut whole, mut size) = (Vec::new(), 0);
     for _ in 0..3 {
         let started = Instant::now();
         let body = http.get("/fleet/sessions").await.expect("the whole fleet");
         whole.push(started.elapsed());
-        let parsed: Value = serde_json::from_slice(&body).expect("JSON");
-        let count = parsed["sessions"].as_array().map_or(0, Vec::len);
-        assert_eq!(count, entries, "the whole fleet");
+        size = body.len();
+        let parsed: Counted = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(parsed.sessions.len(), entries, "the whole fleet");
     }
     whole.sort();
     row(
         rows,
-        format!("/fleet/sessions whole ({entries}), median of 3; RSS after, peak"),
+        format!(
+            "/fleet/sessions whole ({entries}, {} MB), median of 3; RSS after, peak",
+            size / 1_000_000
+        ),
         format!(
             "{}; RSS {}, peak {}",
             ms(whole[1]),
@@ -248,6 +395,7 @@ async fn whole_and_pages(rows: &mut Vec<Row>, reader: &Server, entries: usize) {
         whole[1] <= Duration::from_millis(120) && reader.peak_rss_kib() <= 250 * 1024,
     );
     let (mut pages, mut seen, mut cursor) = (Vec::new(), 0, None::<String>);
+    let walk = Instant::now();
     loop {
         let path = match &cursor {
             Some(c) => format!("/fleet/sessions?status=live&limit=1000&cursor={c}"),
@@ -263,16 +411,23 @@ async fn whole_and_pages(rows: &mut Vec<Row>, reader: &Server, entries: usize) {
             None => break,
         }
     }
+    let walked = walk.elapsed();
     assert_eq!(seen, entries, "the walk saw every live session");
     pages.sort();
     let p50 = percentile(&pages, 0.5);
     row(
         rows,
         format!(
-            "/fleet/sessions?status=live&limit=1000, p50 of {} pages",
+            "/fleet/sessions?status=live&limit=1000, p50 (p99, max) of {} pages; the walk",
             pages.len()
         ),
-        format!("{} (max {})", ms(p50), ms(pages[pages.len() - 1])),
+        format!(
+            "{} ({}, {}); {}",
+            ms(p50),
+            ms(percentile(&pages, 0.99)),
+            ms(pages[pages.len() - 1]),
+            ms(walked)
+        ),
         "<= 10 ms",
         p50 <= Duration::from_millis(10),
     );
@@ -475,26 +630,12 @@ async fn shows(reader: &Server, host: &str) -> Result<bool, String> {
             .is_none_or(|s| !s.is_empty()))
 }
 
-async fn revision(client: &mut EtcdClient) -> i64 {
-    let response = client.get("/", None).await.expect("an etcd read");
-    response.header().expect("a response header").revision()
-}
-
-/// How many lease renewals etcd has served so far.
-async fn renewals(etcd: &Etcd) -> u64 {
-    etcd_counter(etcd, "etcd_debugging_lease_renewed_total").await
-}
-
-/// One counter of etcd's `/metrics`.
-async fn etcd_counter(etcd: &Etcd, name: &str) -> u64 {
-    let metrics = reqwest::get(format!("{}/metrics", etcd.endpoint()))
+/// etcd's `/metrics`, as text.
+async fn etcd_metrics(etcd: &Etcd) -> String {
+    reqwest::get(format!("{}/metrics", etcd.endpoint()))
         .await
         .expect("etcd's /metrics")
         .text()
         .await
-        .expect("etcd's metrics");
-    (metrics.lines())
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .and_then(|n| n.trim().parse::<f64>().ok())
-        .unwrap_or_else(|| panic!("etcd counts {name}")) as u64
+        .expect("etcd's metrics")
 }

@@ -128,9 +128,10 @@ fn main() {
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
     // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources,mcp` runs some
-    // scenarios; `--only fleet-scale [--hosts N --sessions M --readers K --churn C --ttl S]`
-    // the fleet at scale (never run unless named); `--only chaos [--secs N] [--fleet]` the
-    // chaos soak (never run unless named; fails on a violated invariant).
+    // scenarios; `--only fleet-scale [--hosts N --sessions M --readers K --churn C --ttl S
+    // --pass S --quota-gib G --load-concurrency L --no-events]` the fleet at scale (never run
+    // unless named); `--only chaos [--secs N] [--fleet]` the chaos soak (never run unless
+    // named; fails on a violated invariant).
     let only: Vec<String> = args
         .iter()
         .position(|a| a == "--only")

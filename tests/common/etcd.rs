@@ -39,32 +39,43 @@ pub struct Etcd {
     tls: Option<TestCerts>,
     /// Another address it answers clients on, beside loopback (same port).
     also_on: Option<IpAddr>,
+    /// More flags for the server (the bench's `--quota-backend-bytes`).
+    flags: Vec<String>,
     child: Option<Child>,
 }
 
 impl Etcd {
     /// A one-member etcd, answering.
     pub async fn start() -> Self {
-        Self::start_solo(None).await
+        Self::start_solo(None, &[]).await
+    }
+
+    /// A one-member etcd started with `flags` besides the usual ones, answering.
+    pub async fn start_with(flags: &[String]) -> Self {
+        Self::start_solo(None, flags).await
     }
 
     /// A one-member etcd that talks TLS only (a certificate from `certs`' CA) and accepts only
     /// clients with a certificate from that CA.
     pub async fn start_tls(certs: TestCerts) -> Self {
-        Self::start_solo(Some(certs)).await
+        Self::start_solo(Some(certs), &[]).await
     }
 
     /// A one-member etcd answering clients on `ip` too (same port as on loopback), for a
     /// host in another network namespace ([`Etcd::endpoint_on`]).
     pub async fn start_also_on(ip: IpAddr) -> Self {
-        Self::start_solo_on(None, Some(ip)).await
+        Self::start_solo_on(None, Some(ip), &[]).await
     }
 
-    async fn start_solo(tls: Option<TestCerts>) -> Self {
-        Self::start_solo_on(tls, None).await
+    async fn start_solo(tls: Option<TestCerts>, flags: &[String]) -> Self {
+        Self::start_solo_on(tls, None, flags).await
     }
 
-    async fn start_solo_on(tls: Option<TestCerts>, also_on: Option<IpAddr>) -> Self {
+    async fn start_solo_on(
+        tls: Option<TestCerts>,
+        also_on: Option<IpAddr>,
+        flags: &[String],
+    ) -> Self {
         for _ in 0..PORT_RETRIES {
             let [client_port, peer_port] = free_port_pairs(1)[0];
             let name = "solo".to_owned();
@@ -72,6 +83,7 @@ impl Etcd {
             let mut etcd = Self::configured(name, client_port, peer_port, initial_cluster);
             etcd.tls = tls.clone();
             etcd.also_on = also_on;
+            etcd.flags = flags.to_vec();
             etcd.spawn();
             if etcd.wait_ready().await {
                 return etcd;
@@ -89,6 +101,7 @@ impl Etcd {
             dir: temp_dir(),
             tls: None,
             also_on: None,
+            flags: Vec::new(),
             child: None,
         }
     }
@@ -200,6 +213,7 @@ impl Etcd {
             .args(["--initial-advertise-peer-urls", &peer_url])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-state", "new"])
+            .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -20,6 +20,9 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+/// How often a host's first step is tried before the fleet gives up loading.
+const FIRST_STEP_TRIES: usize = 5;
+
 /// What a simulated fleet is made of.
 #[derive(Debug, Clone)]
 pub struct SimSettings {
@@ -30,6 +33,10 @@ pub struct SimSettings {
     pub ttl: Duration,
     /// How often each host steps (renews, writes what changed): `--events-interval`.
     pub pass: Duration,
+    /// How many hosts claim and publish their first picture at once while the fleet loads:
+    /// each is a connection and a burst of transactions, so a thousand at once would only
+    /// queue at etcd and time out.
+    pub load_concurrency: usize,
 }
 
 /// One host: its sessions (id → encoded entry) and the task that publishes them.
@@ -84,11 +91,15 @@ pub fn sim_entry(host: &str, id: &str, mark: &str) -> Bytes {
 }
 
 impl SimFleet {
-    /// Claim every host and publish its sessions (all hosts at once); back once every one of
-    /// them has published all of its sessions.
+    /// Claim every host and publish its sessions, `load_concurrency` hosts at a time; back
+    /// once every one of them has published all of its sessions.
     pub async fn start(settings: SimSettings) -> Self {
+        use futures_util::StreamExt;
         let claims = (0..settings.hosts).map(|n| start_host(&settings, n));
-        let hosts = futures_util::future::join_all(claims).await;
+        let hosts = futures_util::stream::iter(claims)
+            .buffered(settings.load_concurrency.max(1))
+            .collect()
+            .await;
         Self { hosts, settings }
     }
 
@@ -174,7 +185,7 @@ async fn start_host(settings: &SimSettings, n: usize) -> SimHost {
             (session, entry)
         })
         .collect();
-    publisher.step(&sessions).await.expect("the first step");
+    first_step(&mut publisher, &sessions, settings.pass).await;
     let sessions = Arc::new(Mutex::new(sessions));
     let (poke, poked) = mpsc::unbounded_channel();
     let task = tokio::spawn(publish(
@@ -191,6 +202,23 @@ async fn start_host(settings: &SimSettings, n: usize) -> SimHost {
     }
 }
 
+/// The host's first picture published, tried again a pass later while it fails (as `serve`
+/// does): a fleet loading into a busy etcd may see a step time out, or its lease lapse before
+/// the step's last transaction. Panics after [`FIRST_STEP_TRIES`].
+async fn first_step(publisher: &mut Publisher, sessions: &BTreeMap<String, Bytes>, pass: Duration) {
+    for tried in 1.. {
+        match publisher.step(sessions).await {
+            Ok(_) => return,
+            Err(error) if tried < FIRST_STEP_TRIES => {
+                eprintln!("a simulated host's first step failed (tried again): {error}");
+            }
+            Err(error) => panic!("the first step, {tried} tries: {error}"),
+        }
+        // Paces the retries as `serve`'s passes would.
+        tokio::time::sleep(pass).await;
+    }
+}
+
 /// Step every `pass`, and when poked; the host's load read again every 30 s, as `serve` does.
 async fn publish(
     mut publisher: Publisher,
@@ -199,6 +227,9 @@ async fn publish(
     pass: Duration,
 ) {
     let mut passes = tokio::time::interval(pass);
+    // A host held up (a busy etcd, a busy machine) steps once and goes on, as a pass would,
+    // rather than stepping again at once for every pass it missed.
+    passes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut load_read = Instant::now();
     loop {
         tokio::select! {
