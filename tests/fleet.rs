@@ -43,7 +43,9 @@ use std::time::{Duration, Instant};
 
 use common::binary::{Home, run};
 use common::etcd::{Etcd, EtcdCluster, connect};
-use common::fleet_members::{Member, Picture, poll, serve_member};
+use common::fleet_members::{
+    LEAVE_BOUND, Member, PREFIX, Picture, TTL, UNAVAILABLE, poll, serve_member,
+};
 use common::{
     CapsuleProcess, DEADLINE, DoorMode, DoorServer, EventStream, RecordJson, Rejection,
     ServedBinary, session_id,
@@ -52,23 +54,14 @@ use etcd_client::{Client, GetOptions};
 use rustix::process::{Pid, Signal};
 use serde_json::Value;
 
-/// The lease every registry here takes (`--fleet-ttl`).
-const TTL: Duration = Duration::from_secs(3);
 /// How often each registry passes over its running directory (`--events-interval`).
 const INTERVAL: Duration = Duration::from_millis(500);
-/// How long a host that stopped renewing may stay in another's fleet: its lease lapses one TTL
-/// after its last pass, and etcd looks for lapsed leases every 500 ms; the bound.
-const LEAVE_BOUND: Duration = Duration::from_secs(4);
 /// How long a host whose lease is revoked may stay: half the TTL, which a lease left to lapse
 /// (renewed at most one pass before) cannot meet, so passing it proves the revocation.
 const REVOKED_BOUND: Duration = Duration::from_millis(1500);
 /// Beyond one pass of its host, how long a session killed there may stay in another's fleet:
 /// the pass's own work, one etcd transaction and one watch event, on a loaded machine.
 const PASS_SLACK: Duration = Duration::from_secs(1);
-/// Where the registries keep their keys (the default `--fleet-prefix`).
-const PREFIX: &str = "/murmur/registry/v1";
-/// The problem type of a fleet that cannot be served now.
-const UNAVAILABLE: &str = "urn:murmur-registry:problem:fleet-unavailable";
 
 // ---------------------------------------------------------------------------------------------
 // One host: a registry and its capsules

@@ -38,24 +38,18 @@ use std::time::{Duration, Instant};
 
 use common::binary::Home;
 use common::etcd::Etcd;
-use common::fleet_members::{Member, POLL_PACE, Picture, poll, serve_member};
+use common::fleet_members::{
+    LEAVE_BOUND, Member, POLL_PACE, PREFIX, Picture, TTL, UNAVAILABLE, poll, serve_member,
+};
 use common::netns::{Cut, CutNetwork};
 use common::{CapsuleProcess, DEADLINE, ServedBinary, session_id};
 use etcd_client::{Client, GetOptions};
 use serde_json::Value;
 
-/// The lease every registry here takes (`--fleet-ttl 3s`, [`serve_member`]).
-const TTL: Duration = Duration::from_secs(3);
-/// How long a host cut off may stay in another's fleet: the bound, TTL + 1 s.
-const LEAVE_BOUND: Duration = Duration::from_secs(4);
 /// What a measured time may exceed its bound by: the answer showing a change comes at most one
 /// poll of that registry after it (a request on a loaded 2-core machine, plus the 10 ms pace of
 /// [`poll`]).
 const POLL_SLACK: Duration = Duration::from_millis(250);
-/// Where the registries keep their keys (the default `--fleet-prefix`).
-const PREFIX: &str = "/murmur/registry/v1";
-/// The problem type of a fleet that cannot be served now.
-const UNAVAILABLE: &str = "urn:murmur-registry:problem:fleet-unavailable";
 
 /// One host: its registry and two capsules, killed and reaped on drop (before the network,
 /// whose namespace they would keep alive: declare the [`CutNetwork`] first).

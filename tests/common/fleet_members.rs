@@ -15,6 +15,16 @@ use serde_json::Value;
 
 use super::binary::{Home, User, registry};
 
+/// The lease every member takes ([`serve_member`]'s `--fleet-ttl`).
+pub const TTL: Duration = Duration::from_secs(3);
+/// How long a host that stopped renewing may stay in another's fleet: its lease lapses one TTL
+/// after its last renewal, and etcd looks for lapsed leases every 500 ms; the bound.
+pub const LEAVE_BOUND: Duration = Duration::from_secs(4);
+/// Where the members keep their keys (the default `--fleet-prefix`).
+pub const PREFIX: &str = "/murmur/registry/v1";
+/// The problem type of a fleet that cannot be served now.
+pub const UNAVAILABLE: &str = "urn:murmur-registry:problem:fleet-unavailable";
+
 /// `serve` in `home` as host `id` of the fleet in `endpoints` (comma-separated), listening on
 /// `bind`, with a 3 s lease and a pass every 500 ms (so a host that dies is seen to leave).
 pub fn serve_member(home: &Home, id: &str, endpoints: &str, bind: &str) -> Command {
@@ -24,7 +34,7 @@ pub fn serve_member(home: &Home, id: &str, endpoints: &str, bind: &str) -> Comma
         "--host-id",
         id,
         "--fleet-ttl",
-        "3s",
+        &format!("{}s", TTL.as_secs()),
         "--events-interval",
         "500ms",
     ]);
