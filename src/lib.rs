@@ -21,6 +21,8 @@
 //!   to any number of listeners.
 //! - [`fleet`]: every host's verified sessions on etcd: the key layout and values (always),
 //!   publishing under a lease and the watch-fed cache (feature `fleet`).
+//! - [`wire`]: every body, query and event the HTTP API carries, one type each, serialized by
+//!   the server and read by the client (and documented in the OpenAPI spec) alike.
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.
 //! - [`control_chars`]: the one rule that makes control characters visible in text a person
 //!   reads (the CLI's output, the text log); it depends on nothing.
@@ -46,3 +48,4 @@ mod test_records;
 #[doc(hidden)]
 pub mod test_support;
 pub mod token;
+pub mod wire;

@@ -17,8 +17,8 @@ use serde::Deserialize;
 use super::{discovery_dir, runtime, shown};
 use crate::control_chars::escaped;
 use crate::discovery::{Found, ServerInfo, find, plain_client};
-use crate::http::wire::SessionState;
 use crate::token;
+use crate::wire::SessionState;
 
 /// How long `status --probe` waits for the full listing (`serve`'s default request timeout).
 const FULL_LISTING_DEADLINE: Duration = Duration::from_secs(30);

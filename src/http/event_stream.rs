@@ -10,8 +10,7 @@ use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, T
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::event_data::{ResourcesEvent, SessionAdded, SessionChanged, SessionRemoved};
-use super::wire::SessionList;
+use crate::wire::{ResourcesEvent, SessionAdded, SessionChanged, SessionList, SessionRemoved};
 
 /// The `event:` field of an event on a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

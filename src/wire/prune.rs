@@ -4,8 +4,8 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::Problem;
 use super::session::{EXAMPLE_ID, ProcessStatus};
-use crate::http::error::Problem;
 
 /// A record removed on evidence.
 #[derive(Debug, Serialize, ToSchema)]

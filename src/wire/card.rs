@@ -4,8 +4,8 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::Problem;
 use super::session::{ProcessStatus, SessionState};
-use crate::http::error::Problem;
 
 /// The agent card a live session's door serves, exactly as the door answered it (secrets of
 /// the record redacted, should the door echo one).
