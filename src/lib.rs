@@ -27,10 +27,13 @@
 //! - [`control_chars`]: the one rule that makes control characters visible in text a person
 //!   reads (the CLI's output, the text log); it depends on nothing.
 //! - `test_support`: what tests, the bench and fuzz targets reach that is no part of the API.
+//! - [`client`]: the typed client of the HTTP API (reqwest, no proxy), speaking [`wire`]'s
+//!   types; what `health`, `status` and capsules written in Rust use.
 //! - [`cli`]: the command line; the only place that reads `HOME` or binds a port, and that sets
 //!   process-wide policy (the open-files limit, the heap's, in `heap`) for `serve`.
 
 pub mod cli;
+pub mod client;
 pub mod control_chars;
 pub mod discovery;
 pub mod fleet;

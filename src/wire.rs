@@ -20,7 +20,9 @@ mod signal_problem;
 mod stop;
 
 pub use card::{AgentCard, CardProblem, CardRefusalMembers};
-pub use events::{ResourcesEvent, SessionAdded, SessionChanged, SessionRemoved, SessionResources};
+pub use events::{
+    EventName, ResourcesEvent, SessionAdded, SessionChanged, SessionRemoved, SessionResources,
+};
 pub use problem::Problem;
 pub use prune::{PruneAllResponse, PruneProblem, PruneRefusal, PruneResponse, PrunedEntry};
 pub use query::{EventsQuery, ListQuery, ProbeQuery, SessionPath};
@@ -31,3 +33,13 @@ pub use session_list::{ListMembers, SessionList};
 pub use signal::{Outcome, SignalName, SignalRequest, SignalResponse};
 pub use signal_problem::{SignalProblem, SignalRefusal};
 pub use stop::{DoorOutcome, DoorStopView, StopQuery, StopResponse};
+
+/// A member that may be absent, `null` or a value, read as `None`, `Some(None)` and
+/// `Some(Some(_))` (with `#[serde(default)]`; serde alone reads `null` as absent).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    serde::Deserialize::deserialize(deserializer).map(Some)
+}

@@ -31,3 +31,11 @@ pub struct Problem {
     #[schema(ignore)]
     pub extra: Map<String, Value>,
 }
+
+impl Problem {
+    /// The kind's word: the last segment of `type` (`not-found` of
+    /// `urn:murmur-registry:problem:not-found`).
+    pub fn slug(&self) -> &str {
+        self.kind.rsplit(':').next().unwrap_or(&self.kind)
+    }
+}

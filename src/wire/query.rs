@@ -59,7 +59,7 @@ fn include_parameter(pattern: &str, description: &str, example: &str) -> utoipa:
 }
 
 /// Filters and options of `GET /sessions`.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Comma-separated states to keep: `live`, `unreachable`, `gone`.
@@ -102,7 +102,7 @@ fn include_schema() -> utoipa::openapi::Object {
 }
 
 /// Options of `GET /sessions/{id}`.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ProbeQuery {
     /// `false` runs layers 1–2 only (no door probe). Default `true`.
@@ -113,7 +113,7 @@ pub struct ProbeQuery {
 }
 
 /// Options of `GET /events`.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// `resources` adds a `resources` event after each periodic pass: what every confirmed
