@@ -32,22 +32,34 @@
 //! - [`cli`]: the command line; the only place that reads `HOME` or binds a port, and that sets
 //!   process-wide policy (the open-files limit, the heap's, in `heap`) for `serve`.
 
+#[cfg(feature = "server")]
 pub mod cli;
+#[cfg(feature = "client")]
 pub mod client;
 pub mod control_chars;
+#[cfg(feature = "client")]
 pub mod discovery;
+#[cfg(feature = "server")]
 pub mod fleet;
+#[cfg(feature = "server")]
 mod heap;
+#[cfg(feature = "server")]
 pub mod host_load;
+#[cfg(feature = "server")]
 pub mod http;
+#[cfg(feature = "server")]
 pub mod monitor;
 pub mod private_fs;
 mod process_identity;
+// The client alone builds the verification (its wire types are made from it) without the
+// service that calls all of it.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub mod registry;
 pub mod running;
 mod socket_owner;
 #[cfg(test)]
 mod test_records;
+#[cfg(feature = "server")]
 #[doc(hidden)]
 pub mod test_support;
 pub mod token;

@@ -122,7 +122,7 @@ pub struct EventsQuery {
     pub include: Option<String>,
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use super::*;
 
