@@ -21,28 +21,46 @@
 //!   to any number of listeners.
 //! - [`fleet`]: every host's verified sessions on etcd: the key layout and values (always),
 //!   publishing under a lease and the watch-fed cache (feature `fleet`).
+//! - [`wire`]: every body, query and event the HTTP API carries, one type each, serialized by
+//!   the server and read by the client (and documented in the OpenAPI spec) alike.
 //! - [`http`]: the axum service, its auth gates and its OpenAPI document.
 //! - [`control_chars`]: the one rule that makes control characters visible in text a person
 //!   reads (the CLI's output, the text log); it depends on nothing.
 //! - `test_support`: what tests, the bench and fuzz targets reach that is no part of the API.
+//! - [`client`]: the typed client of the HTTP API (reqwest, no proxy), speaking [`wire`]'s
+//!   types; what `health`, `status` and capsules written in Rust use.
 //! - [`cli`]: the command line; the only place that reads `HOME` or binds a port, and that sets
 //!   process-wide policy (the open-files limit, the heap's, in `heap`) for `serve`.
 
+#[cfg(feature = "server")]
 pub mod cli;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod control_chars;
+#[cfg(feature = "client")]
 pub mod discovery;
+#[cfg(feature = "server")]
 pub mod fleet;
+#[cfg(feature = "server")]
 mod heap;
+#[cfg(feature = "server")]
 pub mod host_load;
+#[cfg(feature = "server")]
 pub mod http;
+#[cfg(feature = "server")]
 pub mod monitor;
 pub mod private_fs;
 mod process_identity;
+// The client alone builds the verification (its wire types are made from it) without the
+// service that calls all of it.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub mod registry;
 pub mod running;
 mod socket_owner;
 #[cfg(test)]
 mod test_records;
+#[cfg(feature = "server")]
 #[doc(hidden)]
 pub mod test_support;
 pub mod token;
+pub mod wire;

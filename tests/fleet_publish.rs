@@ -46,10 +46,10 @@ use etcd_client::{Client, GetOptions};
 use murmur_registry::fleet::etcd::EtcdSettings;
 use murmur_registry::fleet::publisher::{PublishError, PublishOptions, Publisher, StepReport};
 use murmur_registry::fleet::{HostId, SessionEntry, keys::FleetKeys, publishing};
-use murmur_registry::http::wire::SessionView;
 use murmur_registry::monitor::Monitor;
 use murmur_registry::registry::{Reading, Registry};
 use murmur_registry::running::{DoorProbe, Skill};
+use murmur_registry::wire::SessionView;
 use serde_json::{Map, Value, json};
 
 /// A short lease, as the fleet tests use: etcd's own floor is about 2 s.

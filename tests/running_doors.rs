@@ -16,12 +16,12 @@ use common::{
     SquattingDoor, TestProcess, Zombie, refused_url, session_id, spec_card, wire_word,
     wrong_start_token,
 };
-use murmur_registry::http::wire::SessionState;
 use murmur_registry::registry::Registry;
 use murmur_registry::running::{
     DoorProbe, Liveness, ProcessState, RunningRecord, process_state, reason_no_process,
     reason_pid_reused, verify,
 };
+use murmur_registry::wire::SessionState;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "door-token-SECRET-5e1f0c";

@@ -19,11 +19,11 @@ use common::{
     DEADLINE, ExitedChild, RecordJson, TestProcess, Zombie, own_start_token, proc_state,
     task_states, wait_until, wire_word, wrong_start_token,
 };
-use murmur_registry::http::wire::ProcessStatus;
 use murmur_registry::running::{
     ProcessState, RunningRecord, SignalOutcome, process_start_token, process_state,
     reason_no_process, reason_pid_reused, signal_kill, signal_term,
 };
+use murmur_registry::wire::ProcessStatus;
 
 const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;

@@ -69,6 +69,7 @@ mod server;
 mod slow;
 mod ten_thousand;
 mod threaded_process;
+mod typed_client;
 
 // The chaos scenario starts its capsules exactly as the soak test does.
 #[path = "../../tests/common/capsules.rs"]
@@ -107,6 +108,7 @@ use resources::resources_over_a_thousand_processes;
 use slow::slow_doors;
 use ten_thousand::ten_thousand_records;
 use threaded_process::probe_false_over_threaded_process;
+use typed_client::typed_client_overhead;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -127,8 +129,8 @@ fn main() {
         return;
     }
     let full_baseline = args.iter().any(|a| a == "--full-baseline");
-    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources,mcp` runs some
-    // scenarios; `--only fleet-scale [--hosts N --sessions M --readers K --churn C --ttl S
+    // `--only many,slow,poll,lean,kill,idle,threads,decade,fleet,card,resources,mcp,client`
+    // runs some scenarios; `--only fleet-scale [--hosts N --sessions M --readers K --churn C --ttl S
     // --pass S --quota-gib G --load-concurrency L --no-events]` the fleet at scale (never run
     // unless named); `--only chaos [--secs N] [--fleet]` the chaos soak (never run unless
     // named; fails on a violated invariant).
@@ -198,6 +200,9 @@ async fn bench(full_baseline: bool, wanted: &dyn Fn(&str) -> bool, scale: Option
     }
     if wanted("mcp") {
         step!(mcp_figures(&mut rows));
+    }
+    if wanted("client") {
+        step!(typed_client_overhead(&mut rows));
     }
     if let Some(args) = scale {
         #[cfg(feature = "fleet")]

@@ -77,6 +77,16 @@ impl Server {
         }
     }
 
+    /// The address it listens on.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Its bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     /// `kill -9` the registry and reap it.
     // Only the fleet scenario kills a registry.
     #[cfg_attr(not(feature = "fleet"), allow(dead_code))]

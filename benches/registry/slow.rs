@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use murmur_registry::http::wire::SessionState;
+use murmur_registry::wire::SessionState;
 
 use crate::door_host::Doors;
 use crate::figures::{Row, add, latency_row};

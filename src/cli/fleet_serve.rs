@@ -26,9 +26,9 @@ use crate::fleet::publishing::{self, PublishOptions, Publishing, StartError, che
 use crate::fleet::view::FleetView;
 use crate::fleet::watcher::{self, FleetWatcher};
 use crate::http::AppState;
-use crate::http::wire::SessionView;
 use crate::registry::Reading;
 use crate::running::Skill;
+use crate::wire::SessionView;
 
 /// The fleet's part of `serve`, checked before anything starts.
 #[derive(Debug)]

@@ -1,17 +1,18 @@
 //! `health`: does a registry answer on its address (for container health checks).
 //!
-//! Invariant: the exit code alone says it; nothing is written to the registry. The question
-//! is the one the discovery file's trust check asks ([`crate::discovery::ask_healthz`]).
+//! Invariant: the exit code alone says it; nothing is written to the registry, and no token is
+//! sent (`/healthz` is public). Asked through the typed client ([`Client::healthz`]).
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use clap::Args;
 
 use super::runtime;
-use crate::discovery::{ask_healthz, plain_client};
+use crate::client::Client;
+use crate::discovery::ServerInfo;
 
 #[derive(Debug, Args)]
 pub(super) struct HealthArgs {
@@ -21,10 +22,10 @@ pub(super) struct HealthArgs {
 }
 
 pub(super) fn health(args: HealthArgs) -> anyhow::Result<ExitCode> {
-    let client = plain_client().context("cannot build an HTTP client")?;
+    let client = Client::new(&ServerInfo::url_for(args.bind), String::new())?;
     runtime()?
-        .block_on(ask_healthz(&client, args.bind))
-        .map_err(|why| anyhow!(why))?;
+        .block_on(client.healthz())
+        .map_err(|why| anyhow!(why.to_string()))?;
     writeln!(std::io::stdout(), "ok")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -17,8 +17,8 @@ use super::table::{table, uptime};
 use super::{DirArgs, registry_for};
 use crate::control_chars::escaped;
 use crate::http::ListFilter;
-use crate::http::wire::{SessionState, SessionView};
 use crate::registry::{CPU_SPAN_MIN, Reading, Registry, Resources};
+use crate::wire::{SessionState, SessionView};
 
 /// How far apart `ps` takes its two readings of each process's CPU time: long enough for the
 /// kernel's 10 ms ticks to make a share, short enough for a command that answers at once.

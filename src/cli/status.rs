@@ -12,16 +12,13 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use serde::Deserialize;
 
 use super::{discovery_dir, runtime, shown};
+use crate::client::Client;
 use crate::control_chars::escaped;
 use crate::discovery::{Found, ServerInfo, find, plain_client};
-use crate::http::wire::SessionState;
 use crate::token;
-
-/// How long `status --probe` waits for the full listing (`serve`'s default request timeout).
-const FULL_LISTING_DEADLINE: Duration = Duration::from_secs(30);
+use crate::wire::{ListQuery, SessionList, SessionState};
 
 /// The exit status of `status` when no registry runs.
 pub(super) const NOT_RUNNING: u8 = 3;
@@ -55,7 +52,7 @@ pub(super) fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "pid:      {}", info.pid)?;
         writeln!(out, "uptime:   {}", uptime(&info.started_at))?;
         writeln!(out, "running:  {}", shown(&info.running_dir))?;
-        let counted = count_sessions(&client, &info, args.probe).await;
+        let counted = count_sessions(&info, args.probe).await;
         writeln!(
             out,
             "sessions: {}",
@@ -76,56 +73,21 @@ fn uptime(started_at: &str) -> String {
         )
 }
 
-/// The members of a listing `status` counts.
-#[derive(Deserialize)]
-struct Listing {
-    sessions: Vec<Counted>,
-    unreadable: usize,
-}
-
-#[derive(Deserialize)]
-struct Counted {
-    liveness: CountedLiveness,
-}
-
-#[derive(Deserialize)]
-struct CountedLiveness {
-    state: Option<SessionState>,
-}
-
 /// The registry's sessions counted by state, as one line: `3 (2 live, 1 door not asked)`.
-async fn count_sessions(
-    client: &reqwest::Client,
-    info: &ServerInfo,
-    probe: bool,
-) -> Result<String, String> {
+async fn count_sessions(info: &ServerInfo, probe: bool) -> Result<String, String> {
     let token = token::read_existing(&info.token_file).map_err(|e| e.to_string())?;
-    let mut request = client.get(format!("{}/sessions?probe={probe}", info.url));
-    if probe {
-        // A full listing waits for the slowest door: as long as the server lets a request run.
-        request = request.timeout(FULL_LISTING_DEADLINE);
-    }
-    let answer = request
-        .bearer_auth(token)
-        .send()
-        .await
-        .map_err(|e| format!("cannot list them: {e}"))?;
-    let status = answer.status();
-    let body = answer
-        .bytes()
-        .await
-        .map_err(|e| format!("cannot list them: {e}"))?;
-    if !status.is_success() {
-        return Err(format!("cannot list them: the registry answered {status}"));
-    }
-    let listing: Listing =
-        serde_json::from_slice(&body).map_err(|e| format!("cannot read the listing: {e}"))?;
+    let client = Client::new(&info.url, token).map_err(|e| e.to_string())?;
+    let query = ListQuery {
+        probe: Some(probe),
+        ..ListQuery::default()
+    };
+    let listing = (client.sessions(&query).await).map_err(|e| format!("cannot list them: {e}"))?;
     Ok(tally(&listing))
 }
 
 /// `N (a live, b unreachable, c gone, d door not asked)`, only the states present; and the
 /// unreadable entries, when there are some.
-fn tally(listing: &Listing) -> String {
+fn tally(listing: &SessionList) -> String {
     let states = [
         SessionState::Live,
         SessionState::Unreachable,
@@ -177,16 +139,27 @@ mod tests {
 
     #[test]
     fn sessions_are_counted_by_their_wire_word_and_unasked_doors_apart() {
-        let listing: Listing = serde_json::from_str(
-            r#"{"sessions":[{"liveness":{"state":"live"}},{"liveness":{"state":"gone"}},
-                {"liveness":{"process":"alive"}},{"liveness":{"state":"live"}}],"unreadable":2}"#,
-        )
+        let session = |liveness: serde_json::Value| {
+            serde_json::json!({"session_id": "ses_1", "url": null, "pid": 1,
+                "process_start": "1", "capsule_name": "c", "capsule_version": "1",
+                "workdir": "/w", "outlives_launcher": false, "started_at": "x",
+                "liveness": liveness})
+        };
+        let listing: SessionList = serde_json::from_value(serde_json::json!({
+            "sessions": [
+                session(serde_json::json!({"state": "live", "process": "alive", "reason": null})),
+                session(serde_json::json!({"state": "gone", "process": "gone", "reason": "x"})),
+                session(serde_json::json!({"process": "alive", "reason": null})),
+                session(serde_json::json!({"state": "live", "process": "alive", "reason": null})),
+            ],
+            "unreadable": 2
+        }))
         .unwrap();
         assert_eq!(
             tally(&listing),
             "4 (2 live, 1 gone, 1 door not asked, 2 unreadable)"
         );
-        let empty: Listing = serde_json::from_str(r#"{"sessions":[],"unreadable":0}"#).unwrap();
+        let empty: SessionList = serde_json::from_str(r#"{"sessions":[],"unreadable":0}"#).unwrap();
         assert_eq!(tally(&empty), "0");
     }
 }

@@ -8,14 +8,18 @@ use std::time::Duration;
 /// How long one question to a registry may take.
 const DEADLINE: Duration = Duration::from_secs(3);
 
-/// A client for a registry: never through a proxy (the bearer token must not travel to
-/// `$HTTP_PROXY`), no redirects followed, each request bounded by a few seconds.
-pub fn plain_client() -> reqwest::Result<reqwest::Client> {
+/// The one configuration of every client of a registry: never through a proxy (the bearer
+/// token must not travel to `$HTTP_PROXY`), no redirects followed.
+pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(DEADLINE)
-        .build()
+        .connect_timeout(DEADLINE)
+}
+
+/// A client for a registry ([`client_builder`]), each request bounded by a few seconds.
+pub fn plain_client() -> reqwest::Result<reqwest::Client> {
+    client_builder().timeout(DEADLINE).build()
 }
 
 /// Ask `GET /healthz` at `addr` (an unspecified IP is asked on loopback). `Err` says, for a
@@ -26,13 +30,7 @@ pub async fn ask_healthz(client: &reqwest::Client, addr: SocketAddr) -> Result<(
         .get(format!("{url}/healthz"))
         .send()
         .await
-        .map_err(|e| {
-            if e.is_connect() || e.is_timeout() {
-                format!("no registry answers at {url}")
-            } else {
-                format!("the registry at {url} did not answer: {e}")
-            }
-        })?;
+        .map_err(|e| crate::client::Error::transport(&url, e).to_string())?;
     match answer.status() {
         reqwest::StatusCode::OK => Ok(()),
         status => Err(format!(

@@ -23,7 +23,7 @@ mod trust;
 
 use std::path::{Path, PathBuf};
 
-pub use asking::{ask_healthz, plain_client};
+pub use asking::{ask_healthz, client_builder, plain_client};
 pub use claim::{Claim, ClaimError, Published};
 pub use find::{Found, find};
 pub use info::{FleetInfo, ServerInfo};

@@ -13,11 +13,11 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use utoipa::ToSchema;
 
 use crate::fleet::FleetUnavailable;
 use crate::registry::RegistryError;
 use crate::running::RunningError;
+pub use crate::wire::Problem;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -176,30 +176,6 @@ impl ProblemType {
             _ => Self::BadRequest,
         }
     }
-}
-
-/// An RFC 9457 problem: `type`, `title`, `status`, `detail`, plus extra members.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-#[schema(example = json!({
-    "type": "urn:murmur-registry:problem:not-found",
-    "title": "Not Found",
-    "status": 404,
-    "detail": "no record for session ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d"
-}))]
-pub struct Problem {
-    /// A URI naming the kind of problem.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// A short summary of the kind of problem.
-    pub title: String,
-    /// The HTTP status code.
-    pub status: u16,
-    /// What went wrong with this request.
-    pub detail: String,
-    /// Members specific to the problem (e.g. a refused signal's `outcome` and `reason`).
-    #[serde(flatten)]
-    #[schema(ignore)]
-    pub extra: Map<String, Value>,
 }
 
 impl Problem {

@@ -1,71 +1,9 @@
-//! The data of each event a stream sends (`session.added`, `session.changed`,
-//! `session.removed`, `resources`; a `snapshot` is a [`super::wire::SessionList`]), and the one
-//! line of JSON every event's data is written as, on `/events` and `/fleet/events` alike.
+//! The one line of JSON every event's data is written as, on `/events` and `/fleet/events`
+//! alike (the data's types are [`crate::wire`]'s).
 //!
-//! Invariant: a session in an event is the [`SessionView`] `GET /sessions` shows, so no secret
-//! has a place in it.
+//! Invariant: an event's data is serde_json's compact form of its wire type.
 
 use serde::Serialize;
-use utoipa::ToSchema;
-
-use super::wire::{ResourcesView, SessionState, SessionView};
-use crate::registry::RemovalCause;
-
-/// Data of a `session.added` event.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionAdded {
-    /// The session.
-    pub session_id: String,
-    /// The session with its first complete verdict.
-    pub session: SessionView,
-}
-
-/// Data of a `session.changed` event.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionChanged {
-    /// The session.
-    pub session_id: String,
-    /// The state before.
-    pub old_state: SessionState,
-    /// The state now.
-    pub new_state: SessionState,
-    /// Why it is not live now, when it is not.
-    pub reason: Option<String>,
-    /// The session as it is now.
-    pub session: SessionView,
-}
-
-/// Data of a `session.removed` event.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionRemoved {
-    /// The session.
-    pub session_id: String,
-    /// Why it left.
-    pub reason: RemovalCause,
-    /// The evidence, when there is some (e.g. `no process holds pid 41234`).
-    pub detail: Option<String>,
-}
-
-/// Data of a `resources` event.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(example = json!({"sessions": [{"session_id": "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d",
-    "resources": {"cpu_percent": 12.5, "cpu_time_ms": 48210, "rss_bytes": 73_400_320,
-    "threads": 9}}]}))]
-pub struct ResourcesEvent {
-    /// Every session in the picture whose process layers 1–2 confirm (live, or unreachable
-    /// with its process alive), newest first.
-    pub sessions: Vec<SessionResources>,
-}
-
-/// One session's figures in a `resources` event.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionResources {
-    /// The session.
-    pub session_id: String,
-    /// What its process costs; `null` when layers 1–2 no longer confirmed it after the
-    /// sample, or it could not be read.
-    pub resources: Option<ResourcesView>,
-}
 
 /// One line of JSON. Serializing these types cannot fail (string keys, no maps of non-strings).
 pub(super) fn encode(value: &impl Serialize) -> String {

@@ -10,45 +10,9 @@ use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, T
 use utoipa::openapi::{Ref, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::event_data::{ResourcesEvent, SessionAdded, SessionChanged, SessionRemoved};
-use super::wire::SessionList;
+use crate::wire::{ResourcesEvent, SessionAdded, SessionChanged, SessionList, SessionRemoved};
 
-/// The `event:` field of an event on a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventName {
-    /// The whole picture: replace everything.
-    Snapshot,
-    /// A new session.
-    SessionAdded,
-    /// A session's state or record changed.
-    SessionChanged,
-    /// A session left.
-    SessionRemoved,
-    /// What every confirmed session's process costs (`/events?include=resources` only).
-    Resources,
-    /// A host joined the fleet (`/fleet/events` only).
-    HostJoined,
-    /// A host left the fleet (`/fleet/events` only).
-    HostLeft,
-    /// A host's entry was rewritten (`/fleet/events` only).
-    HostChanged,
-}
-
-impl EventName {
-    /// The name as sent.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Snapshot => "snapshot",
-            Self::SessionAdded => "session.added",
-            Self::SessionChanged => "session.changed",
-            Self::SessionRemoved => "session.removed",
-            Self::Resources => "resources",
-            Self::HostJoined => "host.joined",
-            Self::HostLeft => "host.left",
-            Self::HostChanged => "host.changed",
-        }
-    }
-}
+pub use crate::wire::EventName;
 
 /// One event of `GET /events` as a client parses it: `id`, `event`, and `data` (one line of
 /// JSON whose schema depends on `event`). Documentation only: events are written by

@@ -22,14 +22,17 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::AppState;
 use super::error::{ApiError, Problem, ProblemType, problem_for};
-use super::event_data::{SessionAdded, SessionChanged, SessionRemoved, encode};
+use super::event_data::encode;
 use super::event_stream::{EventName, StreamEvent};
 use super::include::Includes;
 use super::resource_feed::ResourceListener;
 use super::responses::GateProblems;
 use super::sse_body::{Frame, STREAM_BUDGET, shared_text, sse_response};
-use super::wire::{EventsQuery, SessionList, SessionState, SessionView};
 use crate::monitor::{Event, EventKind, Next, Snapshot, SubscribeError, Subscription};
+use crate::wire::{
+    EventsQuery, SessionAdded, SessionChanged, SessionList, SessionRemoved, SessionState,
+    SessionView,
+};
 
 /// The tag of the events endpoint in the OpenAPI spec.
 pub const TAG: &str = "events";

@@ -8,9 +8,6 @@ use serde::Deserialize;
 use super::error::{ApiError, quoted};
 use super::list_filter::query_words;
 
-/// The pattern the OpenAPI document gives every `include` parameter.
-pub(crate) const INCLUDE_PATTERN: &str = "^(card|resources)(,(card|resources))*$";
-
 /// One optional member of a session object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]

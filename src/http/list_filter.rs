@@ -15,9 +15,9 @@ use std::hash::Hash;
 use serde::Deserialize;
 
 use super::error::{ApiError, quoted};
-use super::wire::SessionState;
 use crate::registry::Reading;
 use crate::running::{MAX_SKILLS, Skill};
+use crate::wire::SessionState;
 
 /// The most words one comma list of a query may hold: as many as a card may list skills, so a
 /// filter naming every skill of a card is still taken.

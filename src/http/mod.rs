@@ -34,7 +34,6 @@ mod session_page;
 pub(crate) mod sessions;
 mod sse_body;
 pub(crate) use sse_body::{sse_comment_text, sse_event_text};
-pub mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -188,9 +187,9 @@ impl AppState {
     servers((url = "http://127.0.0.1:7420", description = "the default loopback bind")),
     modifiers(&BearerScheme),
     components(schemas(
-        event_data::SessionAdded,
-        event_data::SessionChanged,
-        event_data::SessionRemoved,
+        crate::wire::SessionAdded,
+        crate::wire::SessionChanged,
+        crate::wire::SessionRemoved,
         crate::registry::RemovalCause,
     )),
     tags(

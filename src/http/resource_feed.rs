@@ -16,11 +16,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use futures_util::FutureExt;
 use tokio::sync::{Notify, broadcast};
 
-use super::event_data::{ResourcesEvent, SessionResources, encode};
-use super::wire::ResourcesView;
+use super::event_data::encode;
 use crate::monitor::{EventKind, Monitor, Next, Subscription};
 use crate::registry::{Reading, Registry};
 use crate::running::ProcessState;
+use crate::wire::{ResourcesEvent, ResourcesView, SessionResources};
 
 /// How many `resources` events a stream may leave unread before it skips to the latest.
 const UNREAD_EVENTS: usize = 4;

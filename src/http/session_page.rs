@@ -16,8 +16,8 @@ use super::include::Includes;
 use super::list_filter::ListFilter;
 use super::paging::SessionsCursor;
 use super::sessions::json_body;
-use super::wire::{ListMembers, SessionList};
 use crate::registry::{Reading, ReadingCard, RegistryError, listing_key};
+use crate::wire::{ListMembers, SessionList};
 
 /// What a page was asked for.
 pub(super) struct PageAsk {

@@ -21,7 +21,7 @@ use super::list_filter::ListFilter;
 use super::paging::{SessionsCursor, page_size};
 use super::responses::{BodyProblems, GateProblems, SessionProblems};
 use super::session_page::{self, PageAsk};
-use super::wire::{
+use crate::wire::{
     AgentCard, CardProblem, CardRefusalMembers, DoorStopView, ListMembers, ListQuery,
     LivenessReport, LivenessView, Outcome, ProbeQuery, ProcessStatus, PruneAllResponse,
     PruneProblem, PruneRefusal, PruneResponse, PrunedEntry, SessionList, SessionPath, SessionState,

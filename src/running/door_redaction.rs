@@ -21,6 +21,11 @@ impl RedactedCard {
         Self(card)
     }
 
+    /// A card as a registry served it: redacted there, by the registry that read the record.
+    pub(crate) fn served(card: Value) -> Self {
+        Self(card)
+    }
+
     /// The card as JSON.
     pub fn json(&self) -> &Value {
         &self.0

@@ -38,6 +38,7 @@ pub use dir::{
     running_dir, running_dir_in, scan, still_the_file_read,
 };
 pub(crate) use dir::{recover_quarantined, remove_unreadable};
+#[cfg_attr(not(feature = "server"), allow(unused_imports))]
 pub(crate) use door_json::parse_door_json;
 pub(crate) use door_probe::MAX_CONCURRENT_PROBES;
 pub use door_probe::{ANSWER_DEADLINE, CONNECT_DEADLINE, DoorProbe, MURMUR_CAPSULE_EXTENSION};

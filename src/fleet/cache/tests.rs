@@ -275,7 +275,7 @@ fn members_a_session_is_not_served_with_are_dropped() {
 fn the_members_kept_are_the_session_views_own() {
     use utoipa::PartialSchema;
     let utoipa::openapi::RefOr::T(utoipa::openapi::schema::Schema::Object(view)) =
-        crate::http::wire::SessionView::schema()
+        crate::wire::SessionView::schema()
     else {
         panic!("the session view's schema is an object");
     };

@@ -15,11 +15,11 @@ use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::super::event_data::encode;
 use super::super::event_stream::{EventName, one_event_schema};
-use super::super::wire::{SessionState, SessionView};
 use crate::fleet::cache::CachedSession;
 use crate::fleet::view::{FleetPage, FleetSnapshot};
 use crate::fleet::{DoorScope, HostEntry};
 use crate::running::Skill;
+use crate::wire::{SessionState, SessionView};
 
 /// One session of the fleet: the session object `GET /sessions` serves on its host, plus whose
 /// it is and what it offers.

@@ -17,8 +17,8 @@ use serde_json::Value;
 use super::super::AppState;
 use super::super::error::ApiError;
 use super::super::sessions;
-use super::super::wire::{ListQuery, ProbeQuery, SessionPath};
 use crate::running::is_valid_session_id;
+use crate::wire::{ListQuery, ProbeQuery, SessionPath};
 
 /// The listing's URI.
 pub(super) const SESSIONS_URI: &str = "murmur://sessions";

@@ -21,9 +21,9 @@ use serde_json::Value;
 use super::super::body::NoBodyOrJson;
 use super::super::error::{Problem, ProblemType};
 use super::super::fleet::wire::FleetQuery;
-use super::super::wire::{ListQuery, ProbeQuery, SessionPath, SignalRequest, StopQuery};
 use super::super::{AppState, fleet, sessions};
 use super::tools;
+use crate::wire::{ListQuery, ProbeQuery, SessionPath, SignalRequest, StopQuery};
 
 /// The arguments of `list_sessions` (and, without `include` and `probe`, `find_peers`).
 #[derive(Debug, Default, Deserialize)]

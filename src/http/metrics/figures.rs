@@ -21,10 +21,10 @@ use crate::fleet::{FleetView, PublishFigures};
 use crate::host_load::HostLoad;
 use crate::http::AppState;
 use crate::http::server::ShedCause;
-use crate::http::wire::{Outcome, SessionState};
 use crate::registry::{
     ActionEnd, COUNTED_REMOVALS, DurationFigures, PictureFigures, ProbeEnd, Registry, SignalKind,
 };
+use crate::wire::{Outcome, SessionState};
 
 /// What one scrape reads: the registry's tally, the load figures and the fleet view.
 #[derive(Debug)]

@@ -4,9 +4,9 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::Problem;
 use super::signal::Outcome;
 use super::stop::DoorStopView;
-use crate::http::error::Problem;
 
 /// The members a signal or stop problem carries beside `type`, `title`, `status`, `detail`.
 #[derive(Debug, Serialize, ToSchema)]

@@ -9,7 +9,7 @@ use super::signal::Outcome;
 use crate::running::DoorStop;
 
 /// Options of `POST /sessions/{id}/stop`.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct StopQuery {
     /// Seconds to wait after SIGTERM before SIGKILL (default 10, at most 300; `0` = SIGKILL at
@@ -23,7 +23,7 @@ pub struct StopQuery {
 }
 
 /// What asking the door to stop came to, as the `door.outcome` member says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DoorOutcome {
     /// The door answered for this session: `canceled` and `residue` are its answer.
@@ -43,7 +43,7 @@ pub enum DoorOutcome {
 }
 
 /// What the door said to `murmur.StopSession`, asked before any signal.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"outcome": "answered", "canceled": ["task_01"],
     "residue": ["shell: npm run dev (pid 41240)"], "reason": null}))]
 pub struct DoorStopView {
@@ -93,7 +93,7 @@ impl DoorStopView {
 }
 
 /// A stop that ended.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"session_id": EXAMPLE_ID, "signal_sent": "SIGTERM",
     "outcome": "stopped", "waited_ms": 132, "door": {"outcome": "answered",
     "canceled": ["task_01"], "residue": [], "reason": null}}))]

@@ -1,15 +1,15 @@
 //! `GET /sessions/{id}/card` on the wire: the card as the door served it, and why a session
 //! has none.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::Problem;
 use super::session::{ProcessStatus, SessionState};
-use crate::http::error::Problem;
 
 /// The agent card a live session's door serves, exactly as the door answered it (secrets of
 /// the record redacted, should the door echo one).
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(value_type = Object, example = json!({
     "protocolVersion": "1.0",
     "name": "researcher",
@@ -21,8 +21,15 @@ use crate::http::error::Problem;
 }))]
 pub struct AgentCard(pub(crate) serde_json::Value);
 
+impl AgentCard {
+    /// The card's JSON, as the door served it.
+    pub fn json(&self) -> &serde_json::Value {
+        &self.0
+    }
+}
+
 /// Why a session has no card: what the layers said.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct CardRefusalMembers {
     /// The session.
     pub session_id: String,

@@ -2,12 +2,10 @@
 //! the sessions API's reads (`GET /sessions`, `GET /sessions/{id}`, `GET /events`).
 //!
 //! Invariant: each `include` parameter is documented with the pattern of the words
-//! [`super::super::include`] reads there (a test holds them equal).
+//! `http::include` reads there (a test holds them equal).
 
 use serde::Deserialize;
 use utoipa::IntoParams;
-
-use crate::http::include::INCLUDE_PATTERN;
 
 /// The session named in a path.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -20,6 +18,10 @@ pub struct SessionPath {
     )]
     pub id: String,
 }
+
+/// The pattern the OpenAPI document gives every `include` parameter of `GET /sessions`
+/// (`http::include` reads these words).
+pub(crate) const INCLUDE_PATTERN: &str = "^(card|resources)(,(card|resources))*$";
 
 /// The pattern of an `include` that takes `resources` alone (one session, `/events`).
 const RESOURCES_ONLY_PATTERN: &str = "^resources(,resources)*$";
@@ -57,7 +59,7 @@ fn include_parameter(pattern: &str, description: &str, example: &str) -> utoipa:
 }
 
 /// Filters and options of `GET /sessions`.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Comma-separated states to keep: `live`, `unreachable`, `gone`.
@@ -100,7 +102,7 @@ fn include_schema() -> utoipa::openapi::Object {
 }
 
 /// Options of `GET /sessions/{id}`.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ProbeQuery {
     /// `false` runs layers 1–2 only (no door probe). Default `true`.
@@ -111,7 +113,7 @@ pub struct ProbeQuery {
 }
 
 /// Options of `GET /events`.
-#[derive(Debug, Deserialize, IntoParams)]
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// `resources` adds a `resources` event after each periodic pass: what every confirmed
@@ -120,7 +122,7 @@ pub struct EventsQuery {
     pub include: Option<String>,
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use super::*;
 
@@ -129,7 +131,7 @@ mod tests {
     fn include_parameters_carry_the_include_pattern() {
         let document = serde_json::to_value(crate::http::openapi()).expect("the document");
         let patterns = [
-            ("/sessions", crate::http::include::INCLUDE_PATTERN),
+            ("/sessions", INCLUDE_PATTERN),
             ("/sessions/{id}", RESOURCES_ONLY_PATTERN),
             ("/events", RESOURCES_ONLY_PATTERN),
         ];

@@ -13,7 +13,7 @@ use super::session::EXAMPLE_ID;
 use crate::registry::SignalKind;
 
 /// The body of `POST /sessions/{id}/signal`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"signal": "SIGTERM"}))]
 pub struct SignalRequest {
     /// `SIGTERM` or `SIGKILL` (`TERM`, `KILL` also accepted, in any case).
@@ -52,7 +52,7 @@ impl PartialSchema for SignalName {
 impl ToSchema for SignalName {}
 
 /// A signal that was delivered.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"session_id": EXAMPLE_ID, "signal": "SIGTERM", "outcome": "sent"}))]
 pub struct SignalResponse {
     /// The session signalled.
@@ -64,7 +64,7 @@ pub struct SignalResponse {
 }
 
 /// What a signal or stop did, as the `outcome` member says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The signal was delivered.

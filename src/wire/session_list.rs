@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::session::{ProcessStatus, ResourcesView, SessionState, SessionView, reason_of};
@@ -15,7 +15,7 @@ use crate::registry::{Reading, Resources};
 use crate::running::{RedactedCard, RunningRecord};
 
 /// Every session, newest first.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SessionList {
     /// The sessions that match the filter, newest first.
     pub sessions: Vec<SessionView>,
@@ -23,7 +23,11 @@ pub struct SessionList {
     #[schema(example = 0)]
     pub unreadable: usize,
     /// With `limit`: the `cursor` of the next page, `null` on the last. Absent without `limit`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::present"
+    )]
     #[schema(value_type = Option<String>, nullable)]
     pub next_cursor: Option<Option<String>>,
 }

@@ -1,14 +1,14 @@
 //! `DELETE /sessions` and `DELETE /sessions/{id}` on the wire: what a prune removed, and the
 //! problem of one it refused.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::Problem;
 use super::session::{EXAMPLE_ID, ProcessStatus};
-use crate::http::error::Problem;
 
 /// A record removed on evidence.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"session_id": EXAMPLE_ID, "pruned": true,
     "reason": "no process holds pid 41234"}))]
 pub struct PruneResponse {
@@ -21,7 +21,7 @@ pub struct PruneResponse {
 }
 
 /// One record removed by `DELETE /sessions`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PrunedEntry {
     /// The session whose record was removed.
     pub session_id: String,
@@ -30,7 +30,7 @@ pub struct PrunedEntry {
 }
 
 /// What `DELETE /sessions` removed.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"pruned": [{"session_id": EXAMPLE_ID,
     "reason": "pid 41234 is held by a process that started at another time"}],
     "removed_unreadable": 1}))]
@@ -42,7 +42,7 @@ pub struct PruneAllResponse {
 }
 
 /// The members a refused prune carries beside `type`, `title`, `status`, `detail`.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PruneRefusal {
     /// The session.
     #[schema(example = "ses_0193a4c2e1f07a3b9c5d2e4f6a8b0c1d")]

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use utoipa::ToSchema;
 
 use crate::registry::{Reading, Resources};
@@ -38,7 +38,7 @@ impl From<&Liveness> for SessionState {
 }
 
 /// What layers 1–2 say, as a word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProcessStatus {
     /// The pid is held by the process that wrote the record.
@@ -60,7 +60,7 @@ impl From<&ProcessState> for ProcessStatus {
 }
 
 /// The verification of one session.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LivenessView {
     /// All three layers' verdict. Omitted under `probe=false` when only the door could decide.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -85,7 +85,7 @@ impl LivenessView {
 }
 
 /// One running session: its record's fields (never its secrets) and its verification.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({
     "session_id": EXAMPLE_ID,
     "url": "127.0.0.1:41235",
@@ -135,14 +135,20 @@ pub struct SessionView {
     /// served in the probe that verified it, secrets redacted as `GET /sessions/{id}/card`
     /// answers it; `null` unless the session is live and has a door.
     #[serde(
+        default,
         skip_serializing_if = "Option::is_none",
-        serialize_with = "card_member"
+        serialize_with = "card_member",
+        deserialize_with = "card_read"
     )]
     #[schema(value_type = Option<Object>, required = false)]
     pub card: Option<Option<Arc<RedactedCard>>>,
     /// What the process costs, with `include=resources` only (the member is absent without
     /// it); `null` when layers 1–2 do not confirm the process.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::present"
+    )]
     #[schema(value_type = Option<ResourcesView>)]
     pub resources: Option<Option<ResourcesView>>,
 }
@@ -158,8 +164,17 @@ fn card_member<S: Serializer>(
         .serialize(serializer)
 }
 
+/// A `card` member as a client reads it: present (the card, or `null`) or absent. The card
+/// was redacted by the registry that served it.
+fn card_read<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Option<Arc<RedactedCard>>>, D::Error> {
+    let card = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(Some(card.map(|card| Arc::new(RedactedCard::served(card)))))
+}
+
 /// What a session's process costs: CPU, memory, threads.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"cpu_percent": 12.5, "cpu_time_ms": 48210, "rss_bytes": 73_400_320,
     "threads": 9}))]
 pub struct ResourcesView {
@@ -223,7 +238,7 @@ impl SessionView {
 }
 
 /// The three layers for one session.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"session_id": EXAMPLE_ID, "state": "unreachable", "process": "alive",
     "reason": "door at 127.0.0.1:41235 did not answer within 5s"}))]
 pub struct LivenessReport {
