@@ -1,5 +1,6 @@
-//! One `/events` listener: the stream read in a task of its own, each event stamped with the
-//! instant its bytes arrived.
+//! One `/events` listener, and the reader of a Server-Sent Events stream it (and `mcp_client`'s
+//! GET stream) is read by: a task of its own that stamps each block with the instant its bytes
+//! arrived.
 //!
 //! Invariant: an event's `at` is taken by the reader as the frame arrives, never by whoever
 //! later takes it from the queue, so a scenario busy elsewhere does not inflate a latency.
@@ -7,6 +8,7 @@
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -28,8 +30,7 @@ pub struct StreamEvent {
 
 /// A connected listener; its reader stops when it is dropped.
 pub struct EventListener {
-    events: mpsc::UnboundedReceiver<StreamEvent>,
-    reader: JoinHandle<()>,
+    events: SseReader<StreamEvent>,
     _client: Client,
 }
 
@@ -42,39 +43,16 @@ impl EventListener {
     /// Open the event stream at `path` (`/events`, `/fleet/events`) on `server`.
     pub async fn open_at(server: &Server, path: &str) -> Self {
         let mut client = server.client().await;
-        let mut body = client.stream(path).await;
-        let (send, events) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(async move {
-            let mut pending = String::new();
-            while let Some(Ok(frame)) = body.frame().await {
-                let at = Instant::now();
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                pending.push_str(&String::from_utf8_lossy(&data));
-                while let Some(end) = pending.find("\n\n") {
-                    let block: String = pending.drain(..end + 2).collect();
-                    if let Some(event) = parse_block(&block, at)
-                        && send.send(event).is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        });
+        let body = client.stream(path).await;
         Self {
-            events,
-            reader,
+            events: SseReader::spawn(body, parse_block),
             _client: client,
         }
     }
 
     /// The next event, or `None` once `deadline` passes or the stream ended.
     pub async fn next_before(&mut self, deadline: Instant) -> Option<StreamEvent> {
-        tokio::time::timeout_at(deadline.into(), self.events.recv())
-            .await
-            .ok()
-            .flatten()
+        self.events.next_before(deadline).await
     }
 
     /// The first event, which must be the `snapshot`: its `data`.
@@ -90,14 +68,59 @@ impl EventListener {
     /// Every event already read, without waiting.
     pub fn drain(&mut self) -> Vec<StreamEvent> {
         let mut events = Vec::new();
-        while let Ok(event) = self.events.try_recv() {
+        while let Ok(event) = self.events.items.try_recv() {
             events.push(event);
         }
         events
     }
 }
 
-impl Drop for EventListener {
+/// A Server-Sent Events stream read in a task of its own: each complete block is handed to the
+/// reader's parse with the instant its last frame arrived, and what that makes of it is queued.
+/// The task stops when this is dropped.
+pub struct SseReader<T> {
+    items: mpsc::UnboundedReceiver<T>,
+    reader: JoinHandle<()>,
+}
+
+impl<T: Send + 'static> SseReader<T> {
+    /// Read `body`, each block (`\n\n`-ended, the blank line included) made into items by `parse`.
+    pub fn spawn<I>(mut body: Incoming, parse: fn(&str, Instant) -> I) -> Self
+    where
+        I: IntoIterator<Item = T> + 'static,
+    {
+        let (send, items) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(async move {
+            let mut pending = String::new();
+            while let Some(Ok(frame)) = body.frame().await {
+                let at = Instant::now();
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                pending.push_str(&String::from_utf8_lossy(&data));
+                while let Some(end) = pending.find("\n\n") {
+                    let block: String = pending.drain(..end + 2).collect();
+                    for item in parse(&block, at) {
+                        if send.send(item).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Self { items, reader }
+    }
+
+    /// The next item, or `None` once `deadline` passes or the stream ended.
+    pub async fn next_before(&mut self, deadline: Instant) -> Option<T> {
+        tokio::time::timeout_at(deadline.into(), self.items.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+impl<T> Drop for SseReader<T> {
     fn drop(&mut self) {
         self.reader.abort();
     }

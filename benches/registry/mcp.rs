@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::door_host::Doors;
-use crate::event_listener::EventListener;
+use crate::event_listener::{EventListener, StreamEvent};
 use crate::figures::{Row, add, median, ms, percentile};
 use crate::include_card::CardDoors;
-use crate::mcp_client::{McpClient, McpStream};
+use crate::mcp_client::{McpClient, McpMessage};
 use crate::pid_holders::PidHolders;
 use crate::records::private_temp_dir;
 use crate::server::{Client, Server, count_live};
@@ -153,27 +153,32 @@ struct Rounds {
 
 /// [`ROUNDS`] of one REST listing and one `find_peers`, which goes first alternating.
 async fn rounds_of_both(rest: &mut Client, mcp: &mut McpClient) -> Rounds {
+    let by_rest = async |began: Instant| {
+        let body = rest.get(REST_PEERS).await.expect("GET");
+        let arrived = began.elapsed();
+        let listing: Value = serde_json::from_slice(&body).expect("JSON body");
+        let whole = began.elapsed();
+        assert_eq!(count_live(&listing), PEERS);
+        (whole, arrived, body.len())
+    };
+    let by_mcp = async |began: Instant| {
+        let params = json!({ "name": "find_peers", "arguments": {} });
+        let answered = mcp.call_timed("tools/call", params).await;
+        let whole = began.elapsed();
+        assert_eq!(count_live(&answered.result["structuredContent"]), PEERS);
+        (whole, answered.arrived - began, answered.bytes)
+    };
+    let (by_rest, by_mcp) = alternating(by_rest, by_mcp).await;
     let mut rounds = Rounds::default();
-    for round in 0..ROUNDS {
-        for mcp_turn in [round % 2 == 0, round % 2 != 0] {
-            let began = Instant::now();
-            if mcp_turn {
-                let params = json!({ "name": "find_peers", "arguments": {} });
-                let answered = mcp.call_timed("tools/call", params).await;
-                rounds.mcp.push(began.elapsed());
-                rounds.mcp_arrived.push(answered.arrived - began);
-                rounds.mcp_bytes = answered.bytes;
-                assert_eq!(count_live(&answered.result["structuredContent"]), PEERS);
-            } else {
-                let body = rest.get(REST_PEERS).await.expect("GET");
-                let arrived = began.elapsed();
-                let body: Value = serde_json::from_slice(&body).expect("JSON body");
-                rounds.rest.push(began.elapsed());
-                rounds.rest_arrived.push(arrived);
-                rounds.rest_bytes = serde_json::to_vec(&body).map_or(0, |b| b.len());
-                assert_eq!(count_live(&body), PEERS);
-            }
-        }
+    for (whole, arrived, bytes) in by_rest {
+        rounds.rest.push(whole);
+        rounds.rest_arrived.push(arrived);
+        rounds.rest_bytes = bytes;
+    }
+    for (whole, arrived, bytes) in by_mcp {
+        rounds.mcp.push(whole);
+        rounds.mcp_arrived.push(arrived);
+        rounds.mcp_bytes = bytes;
     }
     rounds
 }
@@ -182,24 +187,39 @@ async fn rounds_of_both(rest: &mut Client, mcp: &mut McpClient) -> Rounds {
 /// no door asked), by REST and as a tool call, which goes first alternating.
 async fn small_calls(rest: &mut Client, mcp: &mut McpClient) -> (Vec<Duration>, Vec<Duration>) {
     const MISSING: &str = "ses_00000000000000000000000000000000";
-    let (mut by_rest, mut by_mcp) = (Vec::new(), Vec::new());
+    let by_rest = async |began: Instant| {
+        let answer = rest.get(&format!("/sessions/{MISSING}")).await;
+        let whole = began.elapsed();
+        assert_eq!(answer, Err("HTTP 404 Not Found".to_owned()));
+        whole
+    };
+    let by_mcp = async |began: Instant| {
+        let params = json!({ "name": "get_session", "arguments": { "session_id": MISSING } });
+        let result = mcp.call("tools/call", params).await;
+        let whole = began.elapsed();
+        assert_eq!(result["isError"], true, "{result}");
+        whole
+    };
+    alternating(by_rest, by_mcp).await
+}
+
+/// [`ROUNDS`] of one turn of each side, the tool call first in even rounds: what each turn
+/// measured, by side (REST's first). A turn is given the instant it began.
+async fn alternating<S>(
+    mut by_rest: impl AsyncFnMut(Instant) -> S,
+    mut by_mcp: impl AsyncFnMut(Instant) -> S,
+) -> (Vec<S>, Vec<S>) {
+    let (mut rest, mut mcp) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
     for round in 0..ROUNDS {
         for mcp_turn in [round % 2 == 0, round % 2 != 0] {
-            let began = Instant::now();
             if mcp_turn {
-                let params =
-                    json!({ "name": "get_session", "arguments": { "session_id": MISSING } });
-                let result = mcp.call("tools/call", params).await;
-                by_mcp.push(began.elapsed());
-                assert_eq!(result["isError"], true, "{result}");
+                mcp.push(by_mcp(Instant::now()).await);
             } else {
-                let answer = rest.get(&format!("/sessions/{MISSING}")).await;
-                by_rest.push(began.elapsed());
-                assert_eq!(answer, Err("HTTP 404 Not Found".to_owned()));
+                rest.push(by_rest(Instant::now()).await);
             }
         }
     }
-    (by_rest, by_mcp)
+    (rest, mcp)
 }
 
 /// Kill capsules one at a time: when each is heard on the MCP stream and on `/events`.
@@ -224,8 +244,10 @@ async fn sigkill_to_updated(rows: &mut Vec<Row>) {
         killed_at.insert(session_id.clone(), Instant::now());
         holders.kill(index);
     }
-    let by_mcp = step!(heard_on_mcp(&mut stream, &killed_at));
-    let by_events = step!(heard_on_events(&mut events, &killed_at));
+    let on_mcp = async |until| stream.next_before(until).await;
+    let by_mcp = step!(heard(on_mcp, updated, &killed_at));
+    let on_events = async |until| events.next_before(until).await;
+    let by_events = step!(heard(on_events, removed, &killed_at));
     let summary = |heard: &[Duration]| {
         let never = KILLED - heard.len();
         let never = if never == 0 {
@@ -257,53 +279,45 @@ async fn sigkill_to_updated(rows: &mut Vec<Row>) {
     );
 }
 
-/// From each kill to the first `notifications/resources/updated` naming its session, sorted.
-async fn heard_on_mcp(
-    stream: &mut McpStream,
+/// From each kill to the first message of `next_before`'s that `removal` reads as its session
+/// going (the session's id and when the message arrived), sorted.
+async fn heard<T>(
+    mut next_before: impl AsyncFnMut(Instant) -> Option<T>,
+    removal: impl Fn(&T) -> Option<(&str, Instant)>,
     killed_at: &HashMap<String, Instant>,
 ) -> Vec<Duration> {
     let mut waiting = killed_at.clone();
     let mut heard = Vec::new();
     let deadline = Instant::now() + HEARD_DEADLINE;
     while !waiting.is_empty() {
-        let Some(note) = stream.next_before(deadline).await else {
+        let Some(message) = next_before(deadline).await else {
             break;
         };
-        if note.message["method"] != "notifications/resources/updated" {
-            continue;
-        }
-        let uri = note.message["params"]["uri"].as_str().unwrap_or_default();
-        let session = uri.strip_prefix("murmur://sessions/").unwrap_or_default();
-        if let Some(killed) = waiting.remove(session) {
-            heard.push(note.at.saturating_duration_since(killed));
+        if let Some((session, at)) = removal(&message)
+            && let Some(killed) = waiting.remove(session)
+        {
+            heard.push(at.saturating_duration_since(killed));
         }
     }
     heard.sort();
     heard
 }
 
-/// From each kill to `/events`' `session.removed` of its session, sorted.
-async fn heard_on_events(
-    events: &mut EventListener,
-    killed_at: &HashMap<String, Instant>,
-) -> Vec<Duration> {
-    let mut waiting = killed_at.clone();
-    let mut heard = Vec::new();
-    let deadline = Instant::now() + HEARD_DEADLINE;
-    while !waiting.is_empty() {
-        let Some(event) = events.next_before(deadline).await else {
-            break;
-        };
-        if event.name != "session.removed" {
-            continue;
-        }
-        let session = event.data["session_id"].as_str().unwrap_or_default();
-        if let Some(killed) = waiting.remove(session) {
-            heard.push(event.at.saturating_duration_since(killed));
-        }
+/// The session a `notifications/resources/updated` names, and when it arrived.
+fn updated(note: &McpMessage) -> Option<(&str, Instant)> {
+    if note.message["method"] != "notifications/resources/updated" {
+        return None;
     }
-    heard.sort();
-    heard
+    let uri = note.message["params"]["uri"].as_str()?;
+    Some((uri.strip_prefix("murmur://sessions/")?, note.at))
+}
+
+/// The session a `session.removed` event names, and when it arrived.
+fn removed(event: &StreamEvent) -> Option<(&str, Instant)> {
+    if event.name != "session.removed" {
+        return None;
+    }
+    Some((event.data["session_id"].as_str()?, event.at))
 }
 
 /// Who listens in an idle window.

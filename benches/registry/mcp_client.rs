@@ -3,7 +3,7 @@
 //! keep-alive HTTP/1.1 connections, as any MCP client does; no SDK's own costs in the figures.
 //!
 //! Invariant: a notification's `at` is taken by the stream's reader as its bytes arrive, never
-//! by whoever later takes it from the queue (as for `/events`, see `event_listener`).
+//! by whoever later takes it from the queue (the reader is `/events`' own, `event_listener`).
 
 use std::time::Instant;
 
@@ -15,8 +15,8 @@ use hyper::{Method, Request, header};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+
+use crate::event_listener::SseReader;
 
 /// The revision spoken: the one with MCP sessions and `resources/subscribe`.
 const REVISION: &str = "2025-11-25";
@@ -204,52 +204,26 @@ fn messages_in(text: &str) -> Vec<Value> {
         .collect()
 }
 
-/// An open GET stream of an MCP session, read in a task of its own.
+/// An open GET stream of an MCP session, read in a task of its own (`event_listener`'s reader).
 pub struct McpStream {
-    messages: mpsc::UnboundedReceiver<McpMessage>,
-    reader: JoinHandle<()>,
+    messages: SseReader<McpMessage>,
     _sender: SendRequest<Full<Bytes>>,
 }
 
 impl McpStream {
-    fn read(mut body: Incoming, sender: SendRequest<Full<Bytes>>) -> Self {
-        let (send, messages) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(async move {
-            let mut pending = String::new();
-            while let Some(Ok(frame)) = body.frame().await {
-                let at = Instant::now();
-                let Ok(data) = frame.into_data() else {
-                    continue;
-                };
-                pending.push_str(&String::from_utf8_lossy(&data));
-                while let Some(end) = pending.find("\n\n") {
-                    let block: String = pending.drain(..end + 2).collect();
-                    for message in messages_in(&block) {
-                        if send.send(McpMessage { message, at }).is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
+    fn read(body: Incoming, sender: SendRequest<Full<Bytes>>) -> Self {
         Self {
-            messages,
-            reader,
+            messages: SseReader::spawn(body, |block, at| {
+                (messages_in(block).into_iter())
+                    .map(|message| McpMessage { message, at })
+                    .collect::<Vec<_>>()
+            }),
             _sender: sender,
         }
     }
 
     /// The next message, or `None` once `deadline` passes or the stream ended.
     pub async fn next_before(&mut self, deadline: Instant) -> Option<McpMessage> {
-        tokio::time::timeout_at(deadline.into(), self.messages.recv())
-            .await
-            .ok()
-            .flatten()
-    }
-}
-
-impl Drop for McpStream {
-    fn drop(&mut self) {
-        self.reader.abort();
+        self.messages.next_before(deadline).await
     }
 }
