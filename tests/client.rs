@@ -164,6 +164,17 @@ async fn every_refusal_carries_its_problem() {
     assert_eq!(problem(too_late.unwrap_err()), (410, "already-gone".into()));
     let no_fleet = client.fleet_hosts().await.unwrap_err();
     assert_eq!(problem(no_fleet), (404, "fleet-not-configured".into()));
+    std::fs::write(server.dir().join("ses_notarecord.json"), "not JSON").unwrap();
+    let junk = client
+        .session("ses_notarecord", &ProbeQuery::default())
+        .await;
+    assert_eq!(problem(junk.unwrap_err()), (404, "not-a-record".into()));
+    // The running directory moved away, and back (the server's own temporary directory).
+    let away = server.dir().with_extension("away");
+    std::fs::rename(server.dir(), &away).unwrap();
+    let missing = client.sessions(&all).await.unwrap_err();
+    std::fs::rename(&away, server.dir()).unwrap();
+    assert_eq!(problem(missing), (503, "running-dir-unavailable".into()));
 
     let nobody = Client::new("http://127.0.0.1:1", "t").unwrap();
     let error = nobody.healthz().await.unwrap_err();
@@ -280,8 +291,8 @@ fn find_peers_prints_each_live_peer_offering_the_skill() {
 
 /// The fleet's operations against two real registries (the binary) publishing to a real etcd:
 /// every body read as its wire type (the host entries with their load, the sessions with their
-/// skills and door scope), paging to the end, the filters and their refusals, and the event
-/// stream following a host that leaves.
+/// skills and door scope), paging to the end, the filters and their refusals, the event
+/// stream following a session that starts and a host that leaves, and etcd gone as a problem.
 #[cfg(feature = "fleet")]
 mod fleet {
     use std::time::Instant;
@@ -318,7 +329,7 @@ mod fleet {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
     async fn the_fleet_is_read_as_its_wire_types_and_followed() {
-        let etcd = Etcd::start().await;
+        let mut etcd = Etcd::start().await;
         let (home_a, home_b) = (Home::new(), Home::new());
         let peer_a = live_in(&home_a.running_dir());
         let peer_b = live_in(&home_b.running_dir());
@@ -432,5 +443,21 @@ mod fleet {
         .expect("b leaves within the deadline");
         assert_eq!(left.0, "b");
         assert!(left.1.contains(&peer_b.id), "{left:?}");
+
+        // etcd gone: the fleet is not served stale, and the client says why.
+        etcd.kill();
+        let since = Instant::now();
+        let (unavailable, _) =
+            poll(
+                "the fleet is unavailable",
+                since,
+                DEADLINE,
+                async || match client.fleet_hosts().await {
+                    Err(error) if error.problem().is_some() => Ok(problem(error)),
+                    other => Err(format!("{other:?}")),
+                },
+            )
+            .await;
+        assert_eq!(unavailable, (503, "fleet-unavailable".into()));
     }
 }
