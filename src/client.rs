@@ -10,9 +10,12 @@
 //! - A registry found by [`Client::discover`] is trusted only as the discovery file's rules
 //!   say ([`crate::discovery::find`]); the event stream finds it again after a restart.
 //! - Every refusal carries the registry's problem+json ([`Error::Problem`]).
+//! - An `https://` URL is spoken over TLS, its certificate verified, or refused outright (a
+//!   build without the `client-tls` feature): never asked over plain HTTP.
 
 mod error;
 mod events;
+mod fleet;
 mod sse;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +26,7 @@ use serde::de::DeserializeOwned;
 
 pub use error::Error;
 pub use events::Event;
+pub use fleet::FleetEvent;
 
 use crate::discovery::{Found, client_builder, dir_of, find};
 use crate::registry::SignalKind;
@@ -61,13 +65,43 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client of the registry at `url` (`http://IP:PORT`) with `token`.
+    /// A client of the registry at `url` (`http://IP:PORT`; `https://…` with the `client-tls`
+    /// feature, verified against the system's roots) with `token`.
     pub fn new(url: &str, token: impl Into<String>) -> Result<Self, Error> {
+        Self::with_builder(url, token, client_builder())
+    }
+
+    /// A client of the `https://` registry at `url` (behind a TLS proxy) that trusts the CA
+    /// certificates in `ca_pem` beside the system's roots.
+    #[cfg(feature = "client-tls")]
+    pub fn with_root_certificates(
+        url: &str,
+        token: impl Into<String>,
+        ca_pem: &[u8],
+    ) -> Result<Self, Error> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let roots = CertificateDer::pem_slice_iter(ca_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::Url(format!("the CA certificates given are not PEM: {e}")))?;
+        if roots.is_empty() {
+            return Err(Error::Url("no CA certificate in the PEM given".to_owned()));
+        }
+        let builder = crate::discovery::with_tls(client_builder(), roots);
+        Self::with_builder(url, token, builder)
+    }
+
+    fn with_builder(
+        url: &str,
+        token: impl Into<String>,
+        builder: reqwest::ClientBuilder,
+    ) -> Result<Self, Error> {
         let base = Url::parse(url).map_err(|e| Error::Url(format!("{url:?}: {e}")))?;
         if base.cannot_be_a_base() {
             return Err(Error::Url(format!("{url:?} cannot be a base URL")));
         }
-        let http = client_builder()
+        spoken(&base).map_err(|why| Error::Url(format!("{url:?}: {why}")))?;
+        let http = builder
             .build()
             .map_err(|source| Error::transport(url, source))?;
         Ok(Self {
@@ -247,6 +281,20 @@ impl Client {
     }
 }
 
+/// Whether this build speaks `url`'s scheme: `http`, and `https` with the `client-tls` feature;
+/// else why not.
+fn spoken(url: &Url) -> Result<(), &'static str> {
+    match url.scheme() {
+        "http" => Ok(()),
+        "https" if cfg!(feature = "client-tls") => Ok(()),
+        "https" => Err(
+            "https:// needs the client built with the `client-tls` feature \
+            (this build speaks plain HTTP only, and will not send the token unencrypted there)",
+        ),
+        _ => Err("not an http:// or https:// URL"),
+    }
+}
+
 /// `query`'s parameters on `url`, each as `GET /sessions` reads it.
 fn list_pairs(url: &mut Url, query: &ListQuery) {
     let mut pairs = url.query_pairs_mut();
@@ -306,5 +354,18 @@ mod tests {
         let shown = format!("{client:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(Client::new("not a url", "t").is_err());
+    }
+
+    #[test]
+    fn only_http_and_with_its_feature_https_are_spoken() {
+        let url = |text: &str| Url::parse(text).unwrap();
+        assert_eq!(spoken(&url("http://127.0.0.1:1")), Ok(()));
+        assert!(spoken(&url("ftp://127.0.0.1:1")).is_err());
+        let https = spoken(&url("https://registry.example:443"));
+        if cfg!(feature = "client-tls") {
+            assert_eq!(https, Ok(()));
+        } else {
+            assert!(https.is_err_and(|why| why.contains("`client-tls`")));
+        }
     }
 }

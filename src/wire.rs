@@ -2,14 +2,16 @@
 //! client sees, each documented in the OpenAPI spec by its own type, serialized by the server
 //! (`http`) and deserialized by the client (`client`) alike, one file per job: a session
 //! (`session`), the list body (`session_list`), paths and queries (`query`), signal, stop,
-//! prune, card, the events' data (`events`) and problems (`problem`). The fleet's bodies are in
-//! `http::fleet::wire`.
+//! prune, card, the events' data (`events`) and problems (`problem`). The fleet's bodies are
+//! written from its cache by `http::fleet::wire` and read by the client as `fleet`'s types,
+//! whose schemas a test holds to the served ones.
 //!
 //! Invariant: a session's JSON is built field by field from the record ([`SessionView::of`]);
 //! it has no place for `door_token` or `credentials`, so they cannot leak through it.
 
 mod card;
 mod events;
+mod fleet;
 mod problem;
 mod prune;
 mod query;
@@ -22,6 +24,10 @@ mod stop;
 pub use card::{AgentCard, CardProblem, CardRefusalMembers};
 pub use events::{
     EventName, ResourcesEvent, SessionAdded, SessionChanged, SessionRemoved, SessionResources,
+};
+pub use fleet::{
+    DoorScope, FleetHosts, FleetQuery, FleetSessionAdded, FleetSessionChanged, FleetSessionRemoved,
+    FleetSessionView, FleetSessions, HostEntry, HostJoined, HostLeft, HostLoad,
 };
 pub use problem::Problem;
 pub use prune::{PruneAllResponse, PruneProblem, PruneRefusal, PruneResponse, PrunedEntry};

@@ -1,7 +1,8 @@
 //! The typed client (`murmur_registry::client`) against the real server: every operation
 //! answers its wire type, every problem it can meet arrives whole, the event stream carries on
 //! across a restart of the registry with a fresh snapshot, no request goes to a proxy the
-//! environment names, and the `find_peers` example finds a peer by skill.
+//! environment names, the `find_peers` example finds a peer by skill, and (feature `fleet`,
+//! a real etcd) the fleet's operations and stream read two real registries' fleet.
 //!
 //! These are tests of behaviour: the contract itself (field names, statuses) is checked with
 //! raw JSON and raw sockets elsewhere (`http_api.rs`, `openapi.rs`), never against these types.
@@ -161,6 +162,19 @@ async fn every_refusal_carries_its_problem() {
     assert_eq!((status, slug.as_str()), (409, "session-not-gone"));
     let too_late = client.signal(&gone.session_id(), SignalKind::Kill).await;
     assert_eq!(problem(too_late.unwrap_err()), (410, "already-gone".into()));
+    let no_fleet = client.fleet_hosts().await.unwrap_err();
+    assert_eq!(problem(no_fleet), (404, "fleet-not-configured".into()));
+    std::fs::write(server.dir().join("ses_notarecord.json"), "not JSON").unwrap();
+    let junk = client
+        .session("ses_notarecord", &ProbeQuery::default())
+        .await;
+    assert_eq!(problem(junk.unwrap_err()), (404, "not-a-record".into()));
+    // The running directory moved away, and back (the server's own temporary directory).
+    let away = server.dir().with_extension("away");
+    std::fs::rename(server.dir(), &away).unwrap();
+    let missing = client.sessions(&all).await.unwrap_err();
+    std::fs::rename(&away, server.dir()).unwrap();
+    assert_eq!(problem(missing), (503, "running-dir-unavailable".into()));
 
     let nobody = Client::new("http://127.0.0.1:1", "t").unwrap();
     let error = nobody.healthz().await.unwrap_err();
@@ -273,4 +287,177 @@ fn find_peers_prints_each_live_peer_offering_the_skill() {
     done.assert_success();
     assert_eq!(done.stdout, "", "{done:#?}");
     drop(server);
+}
+
+/// The fleet's operations against two real registries (the binary) publishing to a real etcd:
+/// every body read as its wire type (the host entries with their load, the sessions with their
+/// skills and door scope), paging to the end, the filters and their refusals, the event
+/// stream following a session that starts and a host that leaves, and etcd gone as a problem.
+#[cfg(feature = "fleet")]
+mod fleet {
+    use std::time::Instant;
+
+    use futures_util::StreamExt;
+    use murmur_registry::client::{Client, FleetEvent};
+    use murmur_registry::wire::{DoorScope, FleetQuery, FleetSessions, SessionState};
+    use rustix::process::Signal;
+
+    use super::common::binary::Home;
+    use super::common::etcd::Etcd;
+    use super::common::fleet_members::{poll, serve_member};
+    use super::common::{DEADLINE, ServedBinary, TestProcess};
+    use super::{live_in, problem};
+
+    /// Every session `client`'s fleet holds, walked a page of one at a time.
+    async fn walked(client: &Client) -> Vec<String> {
+        let mut query = FleetQuery {
+            limit: Some(1),
+            ..FleetQuery::default()
+        };
+        let mut seen = Vec::new();
+        loop {
+            let page = client.fleet_sessions(&query).await.unwrap();
+            seen.extend(page.sessions.iter().map(|s| s.session.session_id.clone()));
+            match page.next_cursor {
+                Some(Some(cursor)) => query.cursor = Some(cursor),
+                Some(None) => return seen,
+                None => panic!("a page without next_cursor: {page:?}"),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn the_fleet_is_read_as_its_wire_types_and_followed() {
+        let mut etcd = Etcd::start().await;
+        let (home_a, home_b) = (Home::new(), Home::new());
+        let peer_a = live_in(&home_a.running_dir());
+        let peer_b = live_in(&home_b.running_dir());
+        let bind = "127.0.0.1:0";
+        let _a = ServedBinary::spawn(serve_member(&home_a, "a", &etcd.endpoint(), bind));
+        let b = ServedBinary::spawn(serve_member(&home_b, "b", &etcd.endpoint(), bind));
+        let client = Client::discover_in(&home_a.registry_dir()).await.unwrap();
+
+        let whole = |fleet: &FleetSessions| {
+            fleet.hosts.len() == 2
+                && fleet.sessions.len() == 2
+                && (fleet.sessions.iter())
+                    .all(|s| s.session.liveness.state == Some(SessionState::Live))
+        };
+        let (fleet, _) = poll(
+            "both hosts and both live sessions",
+            Instant::now(),
+            DEADLINE,
+            async || {
+                let fleet = client.fleet_sessions(&FleetQuery::default()).await;
+                let fleet = fleet.map_err(|e| e.to_string())?;
+                if whole(&fleet) {
+                    Ok(fleet)
+                } else {
+                    Err(format!("{fleet:?}"))
+                }
+            },
+        )
+        .await;
+        assert_eq!(fleet.host_id, "a");
+        assert_eq!(fleet.next_cursor, None, "no page asked for");
+        for host in &fleet.hosts {
+            let load = host.load.as_ref().expect("this machine's load is read");
+            assert!(load.cpus >= 1 && load.memory_total_bytes > 0, "{host:?}");
+        }
+        let of_b = (fleet.sessions.iter())
+            .find(|s| s.host_id == "b")
+            .expect("b's session");
+        assert_eq!(of_b.session.session_id, peer_b.id);
+        assert_eq!(of_b.door_scope, Some(DoorScope::Host), "a loopback door");
+        assert!(of_b.skills.iter().any(|s| s.id == "summarize"), "{of_b:?}");
+
+        let mut pages = walked(&client).await;
+        pages.sort();
+        let mut ids = vec![peer_a.id.clone(), peer_b.id.clone()];
+        ids.sort();
+        assert_eq!(pages, ids, "each session on exactly one page");
+        let only_b = FleetQuery {
+            host: Some("b".into()),
+            skill: Some("summarize".into()),
+            ..FleetQuery::default()
+        };
+        let only_b = client.fleet_sessions(&only_b).await.unwrap();
+        assert_eq!(only_b.sessions.len(), 1);
+        assert_eq!(only_b.hosts.len(), 1, "{only_b:?}");
+        let hosts = client.fleet_hosts().await.unwrap();
+        let mut host_ids: Vec<_> = hosts.hosts.iter().map(|h| h.host_id.as_str()).collect();
+        host_ids.sort();
+        assert_eq!(host_ids, ["a", "b"]);
+
+        let bad_host = FleetQuery {
+            host: Some("not a host!".into()),
+            ..FleetQuery::default()
+        };
+        let bad_host = client.fleet_sessions(&bad_host).await.unwrap_err();
+        assert_eq!(problem(bad_host), (400, "invalid-query".into()));
+        let loose_cursor = FleetQuery {
+            cursor: Some("x".into()),
+            ..FleetQuery::default()
+        };
+        let loose_cursor = client.fleet_sessions(&loose_cursor).await.unwrap_err();
+        assert_eq!(problem(loose_cursor), (400, "invalid-query".into()));
+
+        let mut events = Box::pin(client.fleet_events());
+        let first = tokio::time::timeout(DEADLINE, events.next()).await.unwrap();
+        let Some(Ok(FleetEvent::Snapshot(snapshot))) = first else {
+            panic!("a snapshot first: {first:?}");
+        };
+        assert!(whole(&snapshot), "{snapshot:?}");
+        // A session started on b arrives; then b leaves: its sessions go, then the host.
+        let later = TestProcess::sleeping();
+        let later = (later.record(), later);
+        home_b.write(&later.0);
+        let added = tokio::time::timeout(DEADLINE, async {
+            loop {
+                match events.next().await {
+                    Some(Ok(FleetEvent::SessionAdded(added))) => return added,
+                    Some(Ok(_)) => {}
+                    other => panic!("the stream broke: {other:?}"),
+                }
+            }
+        })
+        .await
+        .expect("b's new session arrives");
+        assert_eq!(added.session.session.session_id, later.0.session_id());
+        assert_eq!(added.host_id, "b");
+        let (exit, stderr) = b.stop_with(Signal::TERM);
+        assert!(exit.success(), "{stderr}");
+        let left = tokio::time::timeout(DEADLINE, async {
+            let mut removed = Vec::new();
+            loop {
+                match events.next().await {
+                    Some(Ok(FleetEvent::SessionRemoved(gone))) => removed.push(gone.session_id),
+                    Some(Ok(FleetEvent::HostLeft(host))) => return (host.host_id, removed),
+                    Some(Ok(_)) => {}
+                    other => panic!("the stream broke: {other:?}"),
+                }
+            }
+        })
+        .await
+        .expect("b leaves within the deadline");
+        assert_eq!(left.0, "b");
+        assert!(left.1.contains(&peer_b.id), "{left:?}");
+
+        // etcd gone: the fleet is not served stale, and the client says why.
+        etcd.kill();
+        let since = Instant::now();
+        let (unavailable, _) =
+            poll(
+                "the fleet is unavailable",
+                since,
+                DEADLINE,
+                async || match client.fleet_hosts().await {
+                    Err(error) if error.problem().is_some() => Ok(problem(error)),
+                    other => Err(format!("{other:?}")),
+                },
+            )
+            .await;
+        assert_eq!(unavailable, (503, "fleet-unavailable".into()));
+    }
 }

@@ -1,5 +1,5 @@
-//! `GET /events` as a stream of typed events that outlives the connection: when it drops, the
-//! client connects again (finding the registry again through its discovery file when it was
+//! `GET /events` (and `GET /fleet/events`, [`super::fleet`]) as a stream of typed events that
+//! outlives the connection: when it drops, the client connects again (finding the registry again through its discovery file when it was
 //! found that way: a restarted registry has a new port) and the registry's first event, a
 //! snapshot, says where things stand.
 //!
@@ -38,8 +38,13 @@ pub enum Event {
     Resources(ResourcesEvent),
 }
 
-impl Event {
-    /// The event named `name` with `data`; `None` for a name `/events` does not send.
+/// An event of one stream, read from its `event:` name and its data.
+pub(super) trait StreamEvent: Sized {
+    /// The event named `name` with `data`; `None` for a name this stream does not send.
+    fn decode(name: &str, data: &str) -> Result<Option<Self>, serde_json::Error>;
+}
+
+impl StreamEvent for Event {
     fn decode(name: &str, data: &str) -> Result<Option<Self>, serde_json::Error> {
         Ok(Some(match EventName::parse(name) {
             Some(EventName::Snapshot) => Self::Snapshot(serde_json::from_str(data)?),
@@ -53,11 +58,14 @@ impl Event {
 }
 
 /// Where a followed stream stands.
-struct Follow {
+struct Follow<E> {
     client: Client,
-    include: Option<String>,
+    /// The stream's path, as segments.
+    path: &'static [&'static str],
+    /// Its query parameters.
+    query: Vec<(&'static str, String)>,
     open: Option<(reqwest::Response, Frames)>,
-    ready: VecDeque<Event>,
+    ready: VecDeque<E>,
     /// How long to wait before the next attempt, after one failed.
     wait: Option<Duration>,
     /// Whether a connection was made before (the next one finds the registry again).
@@ -70,9 +78,20 @@ impl Client {
     /// waiting up to 2 s between attempts) or an event could not be read; it ends only when
     /// dropped.
     pub fn events(&self, query: &EventsQuery) -> impl Stream<Item = Result<Event, Error>> + use<> {
+        let include = query.include.clone().map(|words| ("include", words));
+        self.follow(&["events"], include.into_iter().collect())
+    }
+
+    /// The stream at `path` with `query`, followed as [`Client::events`] says.
+    pub(super) fn follow<E: StreamEvent>(
+        &self,
+        path: &'static [&'static str],
+        query: Vec<(&'static str, String)>,
+    ) -> impl Stream<Item = Result<E, Error>> + use<E> {
         let follow = Follow {
             client: self.clone(),
-            include: query.include.clone(),
+            path,
+            query,
             open: None,
             ready: VecDeque::new(),
             wait: None,
@@ -85,8 +104,8 @@ impl Client {
     }
 }
 
-impl Follow {
-    async fn next(&mut self) -> Result<Event, Error> {
+impl<E: StreamEvent> Follow<E> {
+    async fn next(&mut self) -> Result<E, Error> {
         loop {
             if let Some(event) = self.ready.pop_front() {
                 return Ok(event);
@@ -98,7 +117,7 @@ impl Follow {
             match answer.chunk().await {
                 Ok(Some(chunk)) => {
                     for frame in frames.push(&chunk) {
-                        let event = Event::decode(&frame.name, &frame.data);
+                        let event = E::decode(&frame.name, &frame.data);
                         if let Some(event) = event.map_err(Error::Decode)? {
                             self.ready.push_back(event);
                         }
@@ -129,9 +148,9 @@ impl Follow {
         {
             self.client = Client::discover_in(&dir).await?;
         }
-        let mut url = self.client.at(&["events"]);
-        if let Some(include) = &self.include {
-            url.query_pairs_mut().append_pair("include", include);
+        let mut url = self.client.at(self.path);
+        if !self.query.is_empty() {
+            url.query_pairs_mut().extend_pairs(&self.query);
         }
         let request = self
             .client

@@ -1,5 +1,5 @@
 //! Asking a registry over HTTP from the command line: the one client configuration (no proxy,
-//! a deadline) and the one `/healthz` question, which `health` and the discovery file's trust
+//! a deadline; TLS with the `client-tls` feature) and the one `/healthz` question, which `health` and the discovery file's trust
 //! check share.
 
 use std::net::SocketAddr;
@@ -9,12 +9,16 @@ use std::time::Duration;
 const DEADLINE: Duration = Duration::from_secs(3);
 
 /// The one configuration of every client of a registry: never through a proxy (the bearer
-/// token must not travel to `$HTTP_PROXY`), no redirects followed.
+/// token must not travel to `$HTTP_PROXY`), no redirects followed; with the `client-tls`
+/// feature, `https://` verified against the system's roots.
 pub fn client_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(DEADLINE)
+        .connect_timeout(DEADLINE);
+    #[cfg(feature = "client-tls")]
+    let builder = super::tls::with_tls(builder, Vec::new());
+    builder
 }
 
 /// A client for a registry ([`client_builder`]), each request bounded by a few seconds.

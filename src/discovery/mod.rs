@@ -19,6 +19,8 @@ mod asking;
 mod claim;
 mod find;
 mod info;
+#[cfg(feature = "client-tls")]
+mod tls;
 mod trust;
 
 use std::path::{Path, PathBuf};
@@ -27,6 +29,8 @@ pub use asking::{ask_healthz, client_builder, plain_client};
 pub use claim::{Claim, ClaimError, Published};
 pub use find::{Found, find};
 pub use info::{FleetInfo, ServerInfo};
+#[cfg(feature = "client-tls")]
+pub use tls::with_tls;
 
 /// The discovery file's name.
 pub const FILE_NAME: &str = "server.json";

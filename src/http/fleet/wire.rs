@@ -1,5 +1,6 @@
 //! The fleet endpoints' wire types: the bodies of `GET /fleet/sessions` and `GET /fleet/hosts`,
-//! the data of each `/fleet/events` event, and the filters, each documented by its own type.
+//! the data of each `/fleet/events` event, each documented by its own type (the filters are
+//! `wire::FleetQuery`, read by the client too).
 //!
 //! Invariant: a fleet session is served as etcd holds it (its host built it from the public
 //! session view, so it has no place for a secret); these types borrow the cached entries and
@@ -11,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
-use utoipa::{IntoParams, PartialSchema, ToSchema};
+use utoipa::{PartialSchema, ToSchema};
 
 use super::super::event_data::encode;
 use super::super::event_stream::{EventName, one_event_schema};
@@ -19,6 +20,7 @@ use crate::fleet::cache::CachedSession;
 use crate::fleet::view::{FleetPage, FleetSnapshot};
 use crate::fleet::{DoorScope, HostEntry};
 use crate::running::Skill;
+pub use crate::wire::FleetQuery;
 use crate::wire::{SessionState, SessionView};
 
 /// One session of the fleet: the session object `GET /sessions` serves on its host, plus whose
@@ -134,38 +136,6 @@ pub struct HostJoined<'a> {
 pub struct HostLeft<'a> {
     /// The host.
     pub host_id: &'a str,
-}
-
-/// Filters of `GET /fleet/sessions`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct FleetQuery {
-    /// Comma-separated states to keep: `live`, `unreachable`, `gone`.
-    #[param(
-        example = "live,unreachable",
-        pattern = "^(live|unreachable|gone)(,(live|unreachable|gone))*$"
-    )]
-    pub status: Option<String>,
-    /// Comma-separated host ids to keep (sessions and hosts).
-    #[param(
-        example = "web01,web02",
-        pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}(,[A-Za-z0-9][A-Za-z0-9._-]{0,127})*$"
-    )]
-    pub host: Option<String>,
-    /// Comma-separated capsule names to keep (each session's `capsule_name`).
-    #[param(example = "researcher,writer", pattern = "^[^,]+(,[^,]+)*$")]
-    pub capsule: Option<String>,
-    /// Comma-separated skills: keep sessions offering one of them, as a skill id or tag of
-    /// their verified card.
-    #[param(example = "summarize,nlp", pattern = "^[^,]+(,[^,]+)*$")]
-    pub skill: Option<String>,
-    /// Answer one page of at most this many sessions, by host then session id, with
-    /// `next_cursor`.
-    #[param(minimum = 1, maximum = 10000, example = 1000)]
-    pub limit: Option<u32>,
-    /// The `next_cursor` of the page before (with `limit`): the page after it. A cursor whose
-    /// walk began at a revision etcd has since compacted is a 410 `cursor-expired`.
-    pub cursor: Option<String>,
 }
 
 /// The JSON of `GET /fleet/sessions` (and a snapshot's data) keeping the hosts and sessions the
