@@ -16,6 +16,9 @@
 //! and how many were lost; a host killed (its publisher dropped without leaving) to gone from
 //! every reader.
 //!
+//! `MURMUR_BENCH_READER_BIN` names another build's binary for the readers (an A/B of the
+//! reader on one bench build).
+//!
 //! Invariant: figures are printed, never asserted; a broken premise (a reader that never sees
 //! the whole fleet, a change never delivered) fails its named step.
 
@@ -45,6 +48,9 @@ const WINDOW: Duration = Duration::from_secs(10);
 /// `src/fleet/etcd.rs`), and the most bytes it takes in one answer.
 const READ_PAGE_KEYS: i64 = 4_000;
 const MAX_READ_BYTES: usize = 256 << 20;
+
+/// Names a registry binary the readers run instead of this build's (an A/B of the reader).
+const READER_BIN_VAR: &str = "MURMUR_BENCH_READER_BIN";
 
 /// The scenario's sizes, from the command line.
 #[derive(Debug, Clone)]
@@ -223,7 +229,12 @@ async fn largest_page(rows: &mut Vec<Row>, client: &EtcdClient) {
 
 /// Start the readers one after another; the first one's cold start is the figure.
 async fn start_readers(rows: &mut Vec<Row>, etcd: &Etcd, scale: &Scale) -> Vec<Server> {
-    let binary = Path::new(env!("CARGO_BIN_EXE_murmur-registry"));
+    // Another build's binary as the readers, for a before-and-after of the reader alone.
+    let other = std::env::var_os(READER_BIN_VAR).filter(|path| !path.is_empty());
+    let binary = other
+        .as_deref()
+        .map_or(Path::new(env!("CARGO_BIN_EXE_murmur-registry")), Path::new);
+    println!("fleet-scale: readers run {}", binary.display());
     let mut readers = Vec::new();
     for n in 0..scale.readers {
         let running = private_temp_dir();
