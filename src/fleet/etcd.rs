@@ -17,7 +17,9 @@ use tokio::time::{Instant, timeout_at};
 use super::cache::{FleetCache, Skipped};
 use super::keys::FleetKeys;
 use crate::private_fs::{PrivateFileProblem, read_private_file};
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{
+    Certificate, Client, ConnectOptions, GetResponse, Identity, KvClient, TlsOptions,
+};
 
 /// Credentials files larger than this are not credentials files.
 const MAX_CREDENTIALS_FILE_BYTES: u64 = 4096;
@@ -92,54 +94,92 @@ pub async fn read_fleet(
 }
 
 /// Every entry under `keys`' prefix, read in ranges as `paging` says, all at the revision of
-/// the first (so the pages are one consistent picture), each within `paging.deadline` and the
-/// first also by `first_by` when given: the cache at that revision, and the entries it
-/// skipped. Nothing of a read that fails is kept, so no caller can serve half of one. A
-/// compaction past that revision while the pages are read fails the read (etcd says so).
+/// the first (so the pages are one consistent picture), each within `paging.deadline` of being
+/// asked for and the first also by `first_by` when given: the cache at that revision, and the
+/// entries it skipped. Each page is asked for before the one before it is taken in, so etcd
+/// serves one while this process parses the other. Nothing of a read that fails is kept, so no
+/// caller can serve half of one. A compaction past that revision while the pages are read
+/// fails the read (etcd says so).
 pub(crate) async fn read_fleet_paged(
     client: &Client,
     keys: &FleetKeys,
     paging: ReadPaging,
     first_by: Option<Instant>,
 ) -> Result<(FleetCache, Vec<Skipped>), ReadFailed> {
-    let mut kv = client
+    let kv = client
         .kv_client()
         .max_decoding_message_size(MAX_FLEET_READ_BYTES);
     let prefix = keys.all().into_bytes();
     let end = prefix_end(&prefix);
-    let (mut from, mut at, mut cache, mut skipped) = (prefix, 0, None, Vec::new());
+    let mut asked = PageAsked::new(&kv, prefix, &end, 0, paging);
+    if let Some(first_by) = first_by {
+        asked.by = asked.by.min(first_by);
+    }
+    let (mut at, mut cache, mut skipped) = (0, None, Vec::new());
     for page in 0.. {
-        let options = (etcd_client::GetOptions::new())
-            .with_range(end.clone())
-            .with_limit(paging.keys.max(1))
-            .with_revision(at);
-        let mut by = Instant::now() + paging.deadline;
-        if page == 0 {
-            by = first_by.map_or(by, |first| first.min(by));
-        }
-        let mut response = match timeout_at(by, kv.get(from.clone(), Some(options))).await {
-            Ok(answer) => answer.map_err(ReadFailed::Etcd)?,
-            Err(_) => return Err(ReadFailed::Silent { page }),
-        };
+        let mut response = asked.answer(page).await?;
         if at == 0 {
             at = response.header().map_or(0, |header| header.revision());
         }
         let kvs = response.take_kvs();
-        let cache = cache.get_or_insert_with(|| FleetCache::empty(keys.clone(), at));
-        skipped.extend(cache.read_more(kvs.iter().map(|kv| (kv.key(), kv.value()))));
-        match (response.more(), kvs.last()) {
+        let next = match (response.more(), kvs.last()) {
             (true, Some(last)) => {
                 // The least key after the last one read.
-                from = last.key().to_vec();
+                let mut from = last.key().to_vec();
                 from.push(0);
+                Some(PageAsked::new(&kv, from, &end, at, paging))
             }
-            _ => break,
+            _ => None,
+        };
+        let cache = cache.get_or_insert_with(|| FleetCache::empty(keys.clone(), at));
+        skipped.extend(cache.read_more(kvs.iter().map(|kv| (kv.key(), kv.value()))));
+        match next {
+            Some(next) => asked = next,
+            None => break,
         }
     }
     Ok((
         cache.unwrap_or_else(|| FleetCache::empty(keys.clone(), at)),
         skipped,
     ))
+}
+
+/// One range asked of etcd, under way on its own task; dropping it abandons the request.
+struct PageAsked {
+    answer: tokio::task::JoinHandle<Result<GetResponse, etcd_client::Error>>,
+    /// When it must have answered.
+    by: Instant,
+}
+
+impl PageAsked {
+    /// Ask for at most `paging.keys` keys from `from` to `end` at revision `at` (0: the
+    /// latest), now.
+    fn new(kv: &KvClient, from: Vec<u8>, end: &[u8], at: i64, paging: ReadPaging) -> Self {
+        let options = (etcd_client::GetOptions::new())
+            .with_range(end.to_vec())
+            .with_limit(paging.keys.max(1))
+            .with_revision(at);
+        let mut kv = kv.clone();
+        Self {
+            answer: tokio::spawn(async move { kv.get(from, Some(options)).await }),
+            by: Instant::now() + paging.deadline,
+        }
+    }
+
+    /// Its answer, page number `page` of the read (for the failure's words).
+    async fn answer(&mut self, page: usize) -> Result<GetResponse, ReadFailed> {
+        match timeout_at(self.by, &mut self.answer).await {
+            Ok(Ok(answer)) => answer.map_err(ReadFailed::Etcd),
+            // The request's task panicked or was cancelled: no answer came.
+            Ok(Err(_)) | Err(_) => Err(ReadFailed::Silent { page }),
+        }
+    }
+}
+
+impl Drop for PageAsked {
+    fn drop(&mut self) {
+        self.answer.abort();
+    }
 }
 
 /// The end of the range of keys that start with `prefix` (etcd's own rule: the prefix with
