@@ -503,14 +503,28 @@ async fn events(rows: &mut Vec<Row>, fleet: &SimFleet, readers: &[Server], etcd:
         .enable_all()
         .build()
         .expect("a runtime for the clocks");
-    let mut listeners = Vec::new();
-    for reader in readers {
-        let (addr, token) = (reader.addr().to_owned(), reader.token().to_owned());
-        let opened = clocks
-            .spawn(async move { EventListener::open_on(&addr, &token, "/fleet/events").await });
-        let mut listener = opened.await.expect("a listener");
-        listener.snapshot().await;
-        listeners.push(listener);
+    let (mut listeners, mut ended) = (Vec::new(), Vec::new());
+    for (n, reader) in readers.iter().enumerate() {
+        // A stream ended before its snapshot (a reader before issue 27's budget fix ends one
+        // when changes come while its snapshot is made) is opened again, and counted.
+        for tries in 1.. {
+            let (addr, token) = (reader.addr().to_owned(), reader.token().to_owned());
+            let opened = clocks
+                .spawn(async move { EventListener::open_on(&addr, &token, "/fleet/events").await });
+            let mut listener = opened.await.expect("a listener");
+            let first = listener
+                .next_before(Instant::now() + Duration::from_secs(120))
+                .await;
+            if first.is_some_and(|first| first.name == "snapshot") {
+                listeners.push(listener);
+                break;
+            }
+            assert!(tries < 10, "reader {n}: no snapshot in {tries} streams");
+            ended.push(n);
+        }
+    }
+    if !ended.is_empty() {
+        println!("fleet-scale: streams ended before their snapshot, by reader: {ended:?}");
     }
     let endpoint = etcd.endpoint();
     let committed = (clocks
