@@ -51,7 +51,8 @@ impl EventListener {
     }
 
     /// Open the event stream at `path` on the registry at `addr` with `token`: from a task of
-    /// another runtime, whose clock then stamps the events.
+    /// another runtime, whose clock then stamps the events (`fleet-scale`'s, feature `fleet`).
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
     pub async fn open_on(addr: &str, token: &str, path: &str) -> Self {
         let mut client = Client::connect(addr, token).await;
         let body = client.stream(path).await;
