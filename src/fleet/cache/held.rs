@@ -4,18 +4,19 @@
 //! Why: the derive's `flatten` first copies the whole value into serde's own buffer of strings
 //! and numbers, then builds the map from it, so a reader starting cold on 100,000 entries spent
 //! most of its time allocating (issue 27's profile: malloc, free and page faults well over half
-//! of the read). Here each member goes straight into its place, and one a reader would drop
-//! (`door_token`, `credentials`, anything unknown) is skipped unbuilt.
+//! of the read). Here each member goes straight into its place; one a reader drops
+//! (`door_token`, `credentials`, anything unknown, which an honest host never publishes) is
+//! read as the derive reads it and dropped.
 //!
 //! Invariant: what is accepted, and the entry it makes, are the derive's with the members
 //! outside [`SESSION_MEMBERS`] removed: the same required fields, a repeated field refused, a
-//! repeated member the last one kept. A member outside the list is only checked to be JSON
-//! (its number's range is not, as nothing of it is kept).
+//! repeated member the last one kept, a member the derive cannot read (a number out of range,
+//! too deep) refused.
 
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+use serde::de::{self, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use super::super::model::SESSION_MEMBERS;
@@ -40,7 +41,7 @@ enum Field {
     SkillsOmitted,
     /// One of [`SESSION_MEMBERS`].
     Member(&'static str),
-    /// Anything else: dropped.
+    /// Anything else: read, and dropped.
     Other,
 }
 
@@ -100,9 +101,8 @@ impl<'de> Visitor<'de> for EntryVisitor {
                 Field::Member(name) => {
                     session.insert(name.to_owned(), map.next_value::<Value>()?);
                 }
-                Field::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                // Read as the derive reads it, so a value it refuses is refused here too.
+                Field::Other => drop(map.next_value::<Value>()?),
             }
         }
         Ok(HeldEntry(SessionEntry {

@@ -52,9 +52,16 @@ fn what_the_derive_refuses_is_refused() {
         r#"{"host_id":"h","changed_at":"t","skills":[],"skills_omitted":-1}"#,
         r#"{"host_id":"h","changed_at":"t","skills":[],"url":}"#,
         r#"{"host_id":"h","changed_at":"t","skills":[],"x":[1,}"#,
+        r#"{"host_id":"h","changed_at":"t","skills":[],"x":1e400}"#,
+        r#"{"host_id":"h","changed_at":"t","skills":[],"pid":-1e999}"#,
         r#"{"host_id":"h","changed_at":"t","skills":[]} trailing"#,
     ];
-    for text in refused {
+    let deep = format!(
+        r#"{{"host_id":"h","changed_at":"t","skills":[],"x":{}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    for text in refused.iter().copied().chain([deep.as_str()]) {
         assert!(derived(text).is_err(), "the derive takes {text}");
         assert!(held(text).is_err(), "{text}");
     }
