@@ -75,3 +75,21 @@ pub fn sse_event_text(id: u64, name: EventName, value: &serde_json::Value) -> Ve
 pub fn sse_comment_text(text: &str) -> Vec<u8> {
     crate::http::sse_comment_text(text)
 }
+
+/// A fleet watcher as [`crate::fleet::watcher::start`] starts one, but reading the fleet in
+/// ranges of `page_keys` keys, each within `page_deadline` (a read of many short pages).
+#[cfg(feature = "fleet")]
+pub fn start_fleet_watcher_paged(
+    settings: crate::fleet::etcd::EtcdSettings,
+    keys: crate::fleet::keys::FleetKeys,
+    ttl: std::time::Duration,
+    view: crate::fleet::FleetView,
+    page_keys: i64,
+    page_deadline: std::time::Duration,
+) -> crate::fleet::watcher::FleetWatcher {
+    let paging = crate::fleet::etcd::ReadPaging {
+        keys: page_keys,
+        deadline: page_deadline,
+    };
+    crate::fleet::watcher::start_paged(settings, keys, ttl, view, paging)
+}

@@ -6,8 +6,10 @@
 //! What is held: each reader serves the whole fleet; a paged walk sees every session present
 //! throughout exactly once while sessions come, change and go; 200 changes published one by one
 //! reach every reader's `/fleet/events`, none lost; a host whose publisher is dropped without
-//! leaving is gone from every reader, host and sessions, once its lease lapses. Needs
-//! `/usr/bin/etcd` and the `fleet` feature.
+//! leaving is gone from every reader, host and sessions, once its lease lapses; a cold read of
+//! many pages, each within its deadline but all of them together far past it, finishes, and
+//! the reader serves nothing of it before the whole. Needs `/usr/bin/etcd` and the `fleet`
+//! feature.
 
 #![cfg(feature = "fleet")]
 
@@ -24,6 +26,7 @@ use murmur_registry::fleet::etcd::EtcdSettings;
 use murmur_registry::fleet::keys::FleetKeys;
 use murmur_registry::fleet::watcher::{self, FleetWatcher};
 use murmur_registry::fleet::{FleetView, HostId};
+use murmur_registry::test_support::start_fleet_watcher_paged;
 use serde_json::Value;
 
 const HOSTS: usize = 20;
@@ -108,6 +111,61 @@ async fn a_simulated_fleet_is_served_paged_followed_and_left() {
         let (_, whole) = server.get_json("/fleet/sessions").await;
         assert!(count(&whole, "sessions") >= (HOSTS - 1) * SESSIONS);
     }
+}
+
+/// A reader starting cold on 20 × 200 entries read one key a range (4,020 ranges, each within
+/// 300 ms, all of them together seconds): it gets the whole fleet, though the read outlasts one
+/// page's deadline many times over (a whole-read deadline began it again for ever), and until
+/// then it answers 503, never part of the fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (/usr/bin/etcd) and the fleet feature"]
+async fn a_cold_read_of_many_pages_outlasting_a_page_deadline_finishes_whole() {
+    const PAGE_DEADLINE: Duration = Duration::from_millis(300);
+    let etcd = Etcd::start().await;
+    let _fleet = SimFleet::start(SimSettings {
+        endpoint: etcd.endpoint(),
+        prefix: PREFIX.to_owned(),
+        hosts: HOSTS,
+        sessions: SESSIONS,
+        ttl: TTL,
+        pass: Duration::from_millis(500),
+        load_concurrency: HOSTS,
+    })
+    .await;
+    let view = FleetView::new("reader-paged".parse::<HostId>().expect("a host id"));
+    #[allow(clippy::needless_update)]
+    let settings = EtcdSettings {
+        endpoints: vec![etcd.endpoint()],
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let keys = FleetKeys::new(PREFIX);
+    let _watcher = start_fleet_watcher_paged(settings, keys, TTL, view.clone(), 1, PAGE_DEADLINE);
+    let server = TestServer::builder().fleet(view).start().await;
+    let mut unavailable = 0;
+    wait_until_async("the paged reader serves the whole fleet", async || {
+        let (status, body) = server.get_json("/fleet/sessions").await;
+        if status != 200 {
+            assert_eq!(status, 503, "{body}");
+            unavailable += 1;
+            return false;
+        }
+        assert_eq!(
+            count(&body, "sessions"),
+            HOSTS * SESSIONS,
+            "never half a read"
+        );
+        true
+    })
+    .await;
+    let (_, hosts) = server.get_json("/fleet/hosts").await;
+    assert_eq!(count(&hosts, "hosts"), HOSTS);
+    // The premise: the read took many page deadlines, so one deadline over it would have failed.
+    assert!(
+        started.elapsed() > PAGE_DEADLINE * 2 && unavailable > 0,
+        "the read took {:?}: too quick to outlast its page deadline",
+        started.elapsed()
+    );
 }
 
 /// Every page of `/fleet/sessions?limit=333` on `server`, sessions coming, changing and going

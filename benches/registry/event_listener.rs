@@ -50,6 +50,18 @@ impl EventListener {
         }
     }
 
+    /// Open the event stream at `path` on the registry at `addr` with `token`: from a task of
+    /// another runtime, whose clock then stamps the events (`fleet-scale`'s, feature `fleet`).
+    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+    pub async fn open_on(addr: &str, token: &str, path: &str) -> Self {
+        let mut client = Client::connect(addr, token).await;
+        let body = client.stream(path).await;
+        Self {
+            events: SseReader::spawn(body, parse_block),
+            _client: client,
+        }
+    }
+
     /// The next event, or `None` once `deadline` passes or the stream ended.
     pub async fn next_before(&mut self, deadline: Instant) -> Option<StreamEvent> {
         self.events.next_before(deadline).await
@@ -91,21 +103,26 @@ impl<T: Send + 'static> SseReader<T> {
     {
         let (send, items) = mpsc::unbounded_channel();
         let reader = tokio::spawn(async move {
-            let mut pending = String::new();
+            // `pending` before `scanned` holds no block's end: each byte is looked at once, so a
+            // snapshot of 50 MB in thousands of frames is not searched from its start each time.
+            let (mut pending, mut scanned) = (String::new(), 0);
             while let Some(Ok(frame)) = body.frame().await {
                 let at = Instant::now();
                 let Ok(data) = frame.into_data() else {
                     continue;
                 };
                 pending.push_str(&String::from_utf8_lossy(&data));
-                while let Some(end) = pending.find("\n\n") {
+                while let Some(end) = pending[scanned..].find("\n\n").map(|at| scanned + at) {
                     let block: String = pending.drain(..end + 2).collect();
+                    scanned = 0;
                     for item in parse(&block, at) {
                         if send.send(item).is_err() {
                             return;
                         }
                     }
                 }
+                // A `\n` last may begin a block's end; every other byte is a char boundary.
+                scanned = pending.len() - usize::from(pending.ends_with('\n'));
             }
         });
         Self { items, reader }

@@ -137,7 +137,7 @@ pub struct Client {
 }
 
 impl Client {
-    async fn connect(addr: &str, token: &str) -> Self {
+    pub(crate) async fn connect(addr: &str, token: &str) -> Self {
         let stream = TcpStream::connect(addr).await.expect("connect registry");
         let _ = stream.set_nodelay(true);
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))

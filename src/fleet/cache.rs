@@ -7,8 +7,8 @@
 //! the order etcd gave them. An entry that does not parse is skipped with a reason, and a key
 //! overwritten with one leaves the cache (its old value is no longer what etcd holds); a value
 //! over the caps of [`super::model`] is refused before it is parsed, so never held or served. A
-//! session member that `GET /sessions` does not serve ([`SESSION_MEMBERS`]), a `door_token` or
-//! `credentials` should a faulty host publish one, is dropped. Each
+//! session member that `GET /sessions` does not serve ([`SESSION_MEMBERS`](super::model::SESSION_MEMBERS)), a `door_token` or
+//! `credentials` should a faulty host publish one, is dropped unread ([`held`]). Each
 //! session is held with its JSON encoding, made once when it is read, so an answer of any subset
 //! of the fleet is a concatenation, not a re-encoding; only that encoding and the fields the
 //! endpoints filter by are kept ([`CachedSession`]), not the parsed tree. Pure: no I/O, no clock.
@@ -18,9 +18,10 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::keys::{FleetKey, FleetKeys};
-use super::model::{SESSION_MEMBERS, check_value_size};
+use super::model::check_value_size;
 pub use super::refusals::{Refusal, Skipped};
-use super::{HostEntry, HostId, SessionEntry, refusals};
+use super::{HostEntry, HostId, refusals};
+use held::HeldEntry;
 pub use session::CachedSession;
 
 /// One change the watch reports, as etcd gives it.
@@ -322,14 +323,11 @@ impl FleetCache {
                 Ok(Parsed::Host(id, Arc::new(entry)))
             }
             FleetKey::Session { host, session_id } => {
-                let mut entry: SessionEntry = serde_json::from_str(value)
+                // Only the members a session is served with are read: a faulty or hostile
+                // host adds nothing (a `door_token` or `credentials` least of all).
+                let HeldEntry(entry) = serde_json::from_str(value)
                     .map_err(|e| invalid(format!("not a session entry: {e}")))?;
                 entry.check().map_err(|why| skip(Refusal::TooLarge, why))?;
-                // Only the members a session is served with go further: a faulty or hostile
-                // host adds nothing (a `door_token` or `credentials` least of all).
-                entry
-                    .session
-                    .retain(|name, _| SESSION_MEMBERS.contains(&name.as_str()));
                 if entry.host_id != host.as_str() {
                     return Err(invalid(format!("names host {:?}", entry.host_id)));
                 }
@@ -346,6 +344,7 @@ impl FleetCache {
     }
 }
 
+mod held;
 mod session;
 #[cfg(test)]
 mod tests;

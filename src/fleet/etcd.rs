@@ -12,10 +12,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use tokio::time::{Instant, timeout_at};
+
 use super::cache::{FleetCache, Skipped};
 use super::keys::FleetKeys;
 use crate::private_fs::{PrivateFileProblem, read_private_file};
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{
+    Certificate, Client, ConnectOptions, GetResponse, Identity, KvClient, TlsOptions,
+};
 
 /// Credentials files larger than this are not credentials files.
 const MAX_CREDENTIALS_FILE_BYTES: u64 = 4096;
@@ -43,47 +47,139 @@ const MAX_FLEET_READ_BYTES: usize = 256 << 20;
 /// The most keys one read of the fleet asks for: at the 64 KiB a value may hold, with its key,
 /// a page stays within [`MAX_FLEET_READ_BYTES`]; at a usual entry's 600–700 bytes it is about
 /// 3 MB, so a fleet of any size is read in pages etcd and the client each hold one of.
-const READ_PAGE_KEYS: i64 = 4_000;
+pub(crate) const READ_PAGE_KEYS: i64 = 4_000;
+
+/// How a read of the fleet is paged: how many keys a range asks for, and how long each range
+/// may take. The deadline is a page's, never the whole read's: a fleet of any size is read
+/// while etcd answers each page in time (a whole-read deadline made a large fleet's read
+/// begin again for ever, issue 27).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReadPaging {
+    /// The most keys one range asks for (at least 1).
+    pub(crate) keys: i64,
+    /// How long one range may take to answer.
+    pub(crate) deadline: Duration,
+}
+
+/// Why a paged read of the fleet failed.
+#[derive(Debug)]
+pub(crate) enum ReadFailed {
+    /// etcd refused a range (a compaction past the read's revision among the reasons).
+    Etcd(etcd_client::Error),
+    /// Range number `page` (from 0) did not answer within its deadline.
+    Silent { page: usize },
+}
 
 /// Every entry under `keys`' prefix, read in pages of [`READ_PAGE_KEYS`] all at the revision
 /// of the first (so the pages are one consistent picture): the cache at that revision, and
-/// the entries it skipped. What the watcher and `ps --fleet` start from. A compaction past
-/// that revision while the pages are read fails the read (etcd says so); it is read again.
+/// the entries it skipped. What `ps --fleet` reads, on a connection made for
+/// [`DEFAULT_TTL`](super::DEFAULT_TTL): each range within that connection's request deadline.
 pub async fn read_fleet(
     client: &Client,
     keys: &FleetKeys,
 ) -> Result<(FleetCache, Vec<Skipped>), etcd_client::Error> {
-    let mut kv = client
+    let paging = ReadPaging {
+        keys: READ_PAGE_KEYS,
+        deadline: request_deadline(super::DEFAULT_TTL),
+    };
+    read_fleet_paged(client, keys, paging, None)
+        .await
+        .map_err(|failed| match failed {
+            ReadFailed::Etcd(error) => error,
+            ReadFailed::Silent { page } => etcd_client::Error::IoError(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("etcd did not answer page {page} of the fleet"),
+            )),
+        })
+}
+
+/// Every entry under `keys`' prefix, read in ranges as `paging` says, all at the revision of
+/// the first (so the pages are one consistent picture), each within `paging.deadline` of being
+/// asked for and the first also by `first_by` when given: the cache at that revision, and the
+/// entries it skipped. Each page is asked for before the one before it is taken in, so etcd
+/// serves one while this process parses the other. Nothing of a read that fails is kept, so no
+/// caller can serve half of one. A compaction past that revision while the pages are read
+/// fails the read (etcd says so).
+pub(crate) async fn read_fleet_paged(
+    client: &Client,
+    keys: &FleetKeys,
+    paging: ReadPaging,
+    first_by: Option<Instant>,
+) -> Result<(FleetCache, Vec<Skipped>), ReadFailed> {
+    let kv = client
         .kv_client()
         .max_decoding_message_size(MAX_FLEET_READ_BYTES);
     let prefix = keys.all().into_bytes();
     let end = prefix_end(&prefix);
-    let (mut from, mut at, mut cache, mut skipped) = (prefix, 0, None, Vec::new());
-    loop {
-        let options = (etcd_client::GetOptions::new())
-            .with_range(end.clone())
-            .with_limit(READ_PAGE_KEYS)
-            .with_revision(at);
-        let mut response = kv.get(from.clone(), Some(options)).await?;
+    let mut asked = PageAsked::new(&kv, prefix, &end, 0, paging);
+    if let Some(first_by) = first_by {
+        asked.by = asked.by.min(first_by);
+    }
+    let (mut at, mut cache, mut skipped) = (0, None, Vec::new());
+    for page in 0.. {
+        let mut response = asked.answer(page).await?;
         if at == 0 {
             at = response.header().map_or(0, |header| header.revision());
         }
         let kvs = response.take_kvs();
-        let cache = cache.get_or_insert_with(|| FleetCache::empty(keys.clone(), at));
-        skipped.extend(cache.read_more(kvs.iter().map(|kv| (kv.key(), kv.value()))));
-        match (response.more(), kvs.last()) {
+        let next = match (response.more(), kvs.last()) {
             (true, Some(last)) => {
                 // The least key after the last one read.
-                from = last.key().to_vec();
+                let mut from = last.key().to_vec();
                 from.push(0);
+                Some(PageAsked::new(&kv, from, &end, at, paging))
             }
-            _ => break,
+            _ => None,
+        };
+        let cache = cache.get_or_insert_with(|| FleetCache::empty(keys.clone(), at));
+        skipped.extend(cache.read_more(kvs.iter().map(|kv| (kv.key(), kv.value()))));
+        match next {
+            Some(next) => asked = next,
+            None => break,
         }
     }
     Ok((
         cache.unwrap_or_else(|| FleetCache::empty(keys.clone(), at)),
         skipped,
     ))
+}
+
+/// One range asked of etcd, under way on its own task; dropping it abandons the request.
+struct PageAsked {
+    answer: tokio::task::JoinHandle<Result<GetResponse, etcd_client::Error>>,
+    /// When it must have answered.
+    by: Instant,
+}
+
+impl PageAsked {
+    /// Ask for at most `paging.keys` keys from `from` to `end` at revision `at` (0: the
+    /// latest), now.
+    fn new(kv: &KvClient, from: Vec<u8>, end: &[u8], at: i64, paging: ReadPaging) -> Self {
+        let options = (etcd_client::GetOptions::new())
+            .with_range(end.to_vec())
+            .with_limit(paging.keys.max(1))
+            .with_revision(at);
+        let mut kv = kv.clone();
+        Self {
+            answer: tokio::spawn(async move { kv.get(from, Some(options)).await }),
+            by: Instant::now() + paging.deadline,
+        }
+    }
+
+    /// Its answer, page number `page` of the read (for the failure's words).
+    async fn answer(&mut self, page: usize) -> Result<GetResponse, ReadFailed> {
+        match timeout_at(self.by, &mut self.answer).await {
+            Ok(Ok(answer)) => answer.map_err(ReadFailed::Etcd),
+            // The request's task panicked or was cancelled: no answer came.
+            Ok(Err(_)) | Err(_) => Err(ReadFailed::Silent { page }),
+        }
+    }
+}
+
+impl Drop for PageAsked {
+    fn drop(&mut self) {
+        self.answer.abort();
+    }
 }
 
 /// The end of the range of keys that start with `prefix` (etcd's own rule: the prefix with

@@ -10,8 +10,13 @@
 //!   connection; a compaction, and a watch that broke while following (its member went away),
 //!   are a fresh read at once on the same one (see [`read_again_at_once`]). A fresh read replaces the whole
 //!   cache, so nothing that left meanwhile survives it.
-//! - Every wait on etcd has a deadline; the task never panics and ends only when stopped.
+//! - Every wait on etcd has a deadline; the task never panics and ends only when stopped. A
+//!   read's deadline is each page's ([`ReadPaging`]), not the whole read's, so a fleet of any
+//!   size is read while etcd answers; a read still going after
+//!   [`WatchDeadlines::silent_after`] makes the view unavailable meanwhile (a picture it held
+//!   is no longer known current), and only a whole read is ever handed to the view.
 
+use std::pin::pin;
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, WatchOptions, WatchStream};
@@ -19,7 +24,9 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout, timeout_at};
 
 use super::cache::WatchChange;
-use super::etcd::{EtcdSettings, connect, read_fleet};
+use super::etcd::{
+    EtcdSettings, READ_PAGE_KEYS, ReadFailed, ReadPaging, connect, read_fleet_paged,
+};
 use super::history::EtcdHistory;
 use super::keys::FleetKeys;
 use super::refusals;
@@ -53,11 +60,29 @@ pub fn start(
     ttl: Duration,
     view: FleetView,
 ) -> FleetWatcher {
+    let paging = ReadPaging {
+        keys: READ_PAGE_KEYS,
+        // A page that takes this long is etcd gone silent, as a watch's would be.
+        deadline: WatchDeadlines::for_ttl(ttl).silent_after,
+    };
+    start_paged(settings, keys, ttl, view, paging)
+}
+
+/// [`start`], reading the fleet in pages as `paging` says (the tests' way to a read of many
+/// pages, each within a short deadline).
+pub(crate) fn start_paged(
+    settings: EtcdSettings,
+    keys: FleetKeys,
+    ttl: Duration,
+    view: FleetView,
+    paging: ReadPaging,
+) -> FleetWatcher {
     let watcher = Watcher {
         settings,
         keys,
         ttl,
         deadlines: WatchDeadlines::for_ttl(ttl),
+        paging,
         view: view.clone(),
     };
     let (stop, stopped) = oneshot::channel::<()>();
@@ -76,6 +101,7 @@ struct Watcher {
     keys: FleetKeys,
     ttl: Duration,
     deadlines: WatchDeadlines,
+    paging: ReadPaging,
     view: FleetView,
 }
 
@@ -235,15 +261,25 @@ impl Watcher {
         }
     }
 
-    /// Read every fleet key, answered by `deadline`; the revision read at.
-    async fn read(&self, client: &mut Client, deadline: Instant) -> Result<i64, (Failure, String)> {
-        let (cache, skipped) = match timeout_at(deadline, read_fleet(client, &self.keys)).await {
-            Ok(Ok(read)) => read,
-            Ok(Err(error)) => {
+    /// Read every fleet key, the first page answered by `first_by` and each within the
+    /// paging's deadline, and hand the whole read to the view; the revision read at.
+    async fn read(&self, client: &mut Client, first_by: Instant) -> Result<i64, (Failure, String)> {
+        let reading = read_fleet_paged(client, &self.keys, self.paging, Some(first_by));
+        let (cache, skipped) = match self.unavailable_while_long(reading).await {
+            Ok(read) => read,
+            Err(ReadFailed::Etcd(error)) => {
                 let why = format!("cannot read the fleet from etcd: {error}");
                 return Err((Failure::Refused, why));
             }
-            Err(_) => return Err((Failure::Silent, self.silent())),
+            Err(ReadFailed::Silent { page }) => {
+                let why = format!(
+                    "etcd at {} did not answer page {} of the fleet within {:?}",
+                    self.settings.endpoints.join(","),
+                    page + 1,
+                    self.paging.deadline
+                );
+                return Err((Failure::Silent, why));
+            }
         };
         let revision = cache.revision();
         for skipped in &skipped {
@@ -311,6 +347,24 @@ impl Watcher {
                 }
             }
         }
+    }
+
+    /// `read` awaited; should it outlast [`WatchDeadlines::silent_after`], the view is made
+    /// unavailable meanwhile: the picture it holds (after a compaction, say) is no longer
+    /// known current, and a reader starting cold says it is still reading.
+    async fn unavailable_while_long<T>(&self, read: impl Future<Output = T>) -> T {
+        let mut read = pin!(read);
+        tokio::select! {
+            done = &mut read => return done,
+            () = tokio::time::sleep(self.deadlines.silent_after) => {}
+        }
+        let why = format!(
+            "still reading the fleet from etcd at {} after {:?}",
+            self.settings.endpoints.join(","),
+            self.deadlines.silent_after
+        );
+        self.view.unavailable(why);
+        read.await
     }
 
     fn silent(&self) -> String {

@@ -8,9 +8,11 @@
 //! with every other stream that sends it (a snapshot is encoded once and never copied).
 //!
 //! Invariants:
-//! - What a stream has queued and its connection has not taken is at most [`STREAM_BUDGET`]
-//!   bytes in at most [`FRAME_BUDGET`] frames, or one frame (a snapshot larger than the budget
-//!   still goes to a client that keeps up). Frames share their text with the ring and every
+//! - What a stream has queued and its connection has not taken is its next frame, whatever its
+//!   size (a snapshot larger than the budget still goes to a client that keeps up), and behind
+//!   it at most [`STREAM_BUDGET`] bytes in fewer than [`FRAME_BUDGET`] frames: the changes that
+//!   come while a large snapshot is made and taken do not end the stream (they did, at 100,000
+//!   fleet sessions: issue 27's bench). Frames share their text with the ring and every
 //!   other stream, so what a stalled stream adds of its own is a few bytes a frame.
 //! - A stream whose next frame does not fit is ended at once: its queue is emptied, only whole
 //!   frames (the client never reads half an event), and replaced by a last comment saying why,
@@ -196,11 +198,13 @@ impl Queue {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Queue `frame`, unless it does not fit in the budget: `false` then, and nothing queued.
+    /// Queue `frame`, unless it does not fit in the budget behind the next frame: `false`
+    /// then, and nothing queued.
     fn push(&self, frame: Frame) -> bool {
         let mut state = self.lock();
         let len = frame.len();
-        if !fits(state.bytes, state.frames.len(), len) {
+        let next = state.frames.front().map_or(0, Frame::len);
+        if !fits(state.bytes - next, state.frames.len(), len) {
             return false;
         }
         state.bytes += len;
@@ -244,8 +248,8 @@ impl Queue {
     }
 }
 
-/// Whether a frame of `len` bytes may join `frames` frames of `queued` bytes: within the
-/// budgets, or alone.
+/// Whether a frame of `len` bytes may join `frames` frames queued, of which those behind the
+/// next hold `queued` bytes: within the budgets, or alone.
 fn fits(queued: usize, frames: usize, len: usize) -> bool {
     frames == 0 || (frames < FRAME_BUDGET && queued.saturating_add(len) <= STREAM_BUDGET)
 }

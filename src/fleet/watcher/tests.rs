@@ -128,6 +128,10 @@ async fn a_compacted_watch_is_read_again_and_listeners_get_the_differences() {
         keys: keys.clone(),
         ttl,
         deadlines: WatchDeadlines::for_ttl(ttl),
+        paging: ReadPaging {
+            keys: READ_PAGE_KEYS,
+            deadline: Duration::from_secs(10),
+        },
         view: view.clone(),
     };
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -225,6 +229,10 @@ async fn a_fleet_larger_than_four_mib_is_read() {
         keys,
         ttl,
         deadlines: WatchDeadlines::for_ttl(ttl),
+        paging: ReadPaging {
+            keys: READ_PAGE_KEYS,
+            deadline: Duration::from_secs(10),
+        },
         view: view.clone(),
     };
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -56,14 +56,18 @@ async fn a_queue_past_its_budget_refuses_and_ends_with_only_its_last_words() {
     while queue.push(frame.clone()) {
         pushed += 1;
     }
-    assert_eq!(pushed, STREAM_BUDGET / frame.len(), "as many as fit");
+    assert_eq!(
+        pushed,
+        STREAM_BUDGET / frame.len() + 1,
+        "the next, and as many as fit behind it"
+    );
     let small = Queue::default();
     let mut pushed = 0;
     while small.push(frame_of(1)) {
         pushed += 1;
     }
     assert_eq!(pushed, FRAME_BUDGET, "as many frames as the event budget");
-    assert!(queue.lock().bytes <= STREAM_BUDGET);
+    assert!(queue.lock().bytes <= STREAM_BUDGET + frame.len());
     queue.replace_all(Frame::comment("stream ended: behind"));
     queue.finish();
     let last = queue.next().await.expect("the last words");
@@ -73,13 +77,22 @@ async fn a_queue_past_its_budget_refuses_and_ends_with_only_its_last_words() {
 }
 
 #[tokio::test]
-async fn a_frame_larger_than_the_budget_goes_out_alone() {
+async fn a_frame_larger_than_the_budget_goes_out_and_the_budget_counts_behind_it() {
     let queue = Queue::default();
     assert!(queue.push(frame_of(STREAM_BUDGET * 2)));
-    assert!(!queue.push(frame_of(1)), "nothing joins it");
+    // The changes that come while a large snapshot waits to be taken.
+    let half = frame_of(STREAM_BUDGET / 2 - 100);
+    assert!(queue.push(half.clone()));
+    assert!(queue.push(half.clone()));
+    let rest = STREAM_BUDGET - 2 * half.len();
+    assert!(!queue.push(frame_of(rest)), "behind it, the budget");
+    assert!(
+        !queue.push(frame_of(STREAM_BUDGET * 2)),
+        "a second one does not join"
+    );
     assert!(queue.next().await.is_some());
     assert!(
         queue.push(frame_of(1)),
-        "once taken, the queue is free again"
+        "once taken, the budget is what is behind the next"
     );
 }
