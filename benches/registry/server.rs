@@ -94,6 +94,10 @@ impl Server {
         self.served.kill();
     }
 
+    pub fn pid(&self) -> u32 {
+        self.served.pid()
+    }
+
     pub fn cpu(&self) -> Duration {
         cpu_time(self.served.pid())
     }

@@ -11,8 +11,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use murmur_registry::fleet::cache::{FleetCache, WatchChange};
-use murmur_registry::fleet::keys::FleetKeys;
+use murmur_registry::test_support::fleet::cache::{FleetCache, WatchChange};
+use murmur_registry::test_support::fleet::keys::FleetKeys;
 use serde_json::Value;
 
 /// The members an entry is served with: the session view's and the entry's own.
