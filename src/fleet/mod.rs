@@ -44,9 +44,9 @@ pub mod watcher;
 
 pub use figures::PublishFigures;
 pub use host_id::{HOST_ID_RULE, HostId};
-pub use model::{DoorScope, HostEntry, SessionEntry};
 #[cfg(feature = "fleet")]
 pub use model::check_advertise_url;
+pub use model::{DoorScope, HostEntry, SessionEntry};
 pub use view::{FleetUnavailable, FleetView};
 
 use std::time::Duration;
