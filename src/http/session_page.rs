@@ -15,9 +15,9 @@ use bytes::Bytes;
 use super::AppState;
 use super::error::ApiError;
 use super::include::Includes;
+use super::json_body::json_body;
 use super::list_filter::ListFilter;
 use super::paging::SessionsCursor;
-use super::sessions::json_body;
 use crate::registry::{Reading, ReadingCard, RegistryError, StateCounts, listing_key};
 use crate::wire::{ListMembers, SessionList};
 
