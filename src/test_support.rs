@@ -16,6 +16,23 @@ pub use crate::http::dashboard::CONTENT_SECURITY_POLICY;
 pub use crate::http::event_stream::EventName;
 pub use crate::registry::verify::ProbesInFlight;
 
+/// The fleet's parts that tests, the bench and the `fleet_values` fuzz target drive directly: the
+/// key layout, the values, the watch-fed cache and (feature `fleet`) etcd, publishing and the
+/// watcher. The server reaches the fleet through `cli` and `http::AppState`.
+pub mod fleet {
+    pub use crate::fleet::{DoorScope, FleetView, HOST_LOAD_REFRESH, HostId, SessionEntry};
+    pub use crate::fleet::{cache, keys};
+    #[cfg(feature = "fleet")]
+    pub use crate::fleet::{etcd, publisher, publishing, watcher};
+}
+
+/// The live view at its own level, for tests that listen to it without a server.
+pub mod monitor {
+    pub use crate::monitor::{
+        EVENT_BUFFER, EventKind, Monitor, Next, Published, SNAPSHOT_OVER, SubscribeError,
+    };
+}
+
 /// Lift the soft open-files limit to the hard one, as `serve` does: tests and the bench hold
 /// thousands of sockets of their own.
 pub fn raise_open_files_limit() {

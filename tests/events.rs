@@ -51,9 +51,9 @@ use std::time::{Duration, Instant};
 use common::server::TestServer;
 use common::*;
 use murmur_registry::http::AppState;
-use murmur_registry::monitor::{Monitor, SNAPSHOT_OVER, SubscribeError};
 use murmur_registry::registry::Registry;
 use murmur_registry::running::{DoorProbe, MURMUR_CAPSULE_EXTENSION};
+use murmur_registry::test_support::monitor::{Monitor, SNAPSHOT_OVER, SubscribeError};
 use reqwest::header;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1326,7 +1326,7 @@ async fn a_listener_more_than_1024_events_behind_is_dropped_and_others_go_on() {
 
 /// More sessions than the ring holds events, all naming one process (doorless, so live on
 /// layers 1–2 alone, with no door to probe).
-const MANY: usize = murmur_registry::monitor::EVENT_BUFFER + 76;
+const MANY: usize = murmur_registry::test_support::monitor::EVENT_BUFFER + 76;
 
 /// The state of every session a snapshot lists.
 fn states_in(snapshot: &SseEvent) -> std::collections::HashMap<String, String> {
@@ -1455,7 +1455,7 @@ fn rewrite_all_at_once(dir: &Path, records: &[RecordJson], workdir: &str) {
 /// that reads at last skips the dead ones (and anything between) to it, with no gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_listener_keeps_no_superseded_snapshot_alive() {
-    use murmur_registry::monitor::{Next, Published};
+    use murmur_registry::test_support::monitor::{Next, Published};
     const SESSIONS: usize = SNAPSHOT_OVER + 88;
     const STEPS: usize = 6;
     let (_home, dir, monitor) = monitor_over_own_dir(INTERVAL);
@@ -1532,7 +1532,7 @@ async fn a_stalled_listener_keeps_no_superseded_snapshot_alive() {
 /// still within the ring (the step put at most `SNAPSHOT_OVER + 1` entries in it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_whose_changes_and_prunes_exceed_half_the_ring_keeps_a_listener_one_behind() {
-    use murmur_registry::monitor::{EventKind, Next};
+    use murmur_registry::test_support::monitor::{EventKind, Next};
     let (_home, dir, monitor) = monitor_over_own_dir(INTERVAL);
     let child = TestProcess::sleeping();
     for _ in 0..SNAPSHOT_OVER {

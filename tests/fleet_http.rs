@@ -16,12 +16,12 @@ mod common;
 
 use common::server::ServeTask;
 use common::temp_dir;
-use murmur_registry::fleet::FleetView;
-use murmur_registry::fleet::cache::FleetCache;
-use murmur_registry::fleet::keys::FleetKeys;
 use murmur_registry::http::{AppState, ServeLimits, serve_with};
 use murmur_registry::registry::Registry;
 use murmur_registry::running::DoorProbe;
+use murmur_registry::test_support::fleet::FleetView;
+use murmur_registry::test_support::fleet::cache::FleetCache;
+use murmur_registry::test_support::fleet::keys::FleetKeys;
 use murmur_registry::token::TokenStore;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -200,7 +200,7 @@ fn feed_bulky_sessions(view: &FleetView, revision: &mut i64, round: usize) {
             .collect();
         view.apply(values.iter().map(|(key, value)| {
             *revision += 1;
-            let change = murmur_registry::fleet::cache::WatchChange::Put {
+            let change = murmur_registry::test_support::fleet::cache::WatchChange::Put {
                 key: key.as_bytes(),
                 value: value.as_bytes(),
             };
@@ -311,9 +311,9 @@ mod with_etcd {
     use std::time::{Duration, Instant};
 
     use etcd_client::{Client, PutOptions};
-    use murmur_registry::fleet::etcd::EtcdSettings;
-    use murmur_registry::fleet::watcher::{self, FleetWatcher};
-    use murmur_registry::fleet::{FleetView, HostId};
+    use murmur_registry::test_support::fleet::etcd::EtcdSettings;
+    use murmur_registry::test_support::fleet::watcher::{self, FleetWatcher};
+    use murmur_registry::test_support::fleet::{FleetView, HostId};
     use serde_json::json;
 
     use super::common::DEADLINE;

@@ -43,12 +43,14 @@ use common::{
     wait_until, write_raw,
 };
 use etcd_client::{Client, GetOptions};
-use murmur_registry::fleet::etcd::EtcdSettings;
-use murmur_registry::fleet::publisher::{PublishError, PublishOptions, Publisher, StepReport};
-use murmur_registry::fleet::{HostId, SessionEntry, keys::FleetKeys, publishing};
-use murmur_registry::monitor::Monitor;
 use murmur_registry::registry::{Reading, Registry};
 use murmur_registry::running::{DoorProbe, Skill};
+use murmur_registry::test_support::fleet::etcd::EtcdSettings;
+use murmur_registry::test_support::fleet::publisher::{
+    PublishError, PublishOptions, Publisher, StepReport,
+};
+use murmur_registry::test_support::fleet::{HostId, SessionEntry, keys::FleetKeys, publishing};
+use murmur_registry::test_support::monitor::Monitor;
 use murmur_registry::wire::SessionView;
 use serde_json::{Map, Value, json};
 

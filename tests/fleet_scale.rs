@@ -22,10 +22,10 @@ use common::EventStream;
 use common::etcd::Etcd;
 use common::fleet_sim::{SimFleet, SimSettings, sim_host_id, sim_session_id};
 use common::server::TestServer;
-use murmur_registry::fleet::etcd::EtcdSettings;
-use murmur_registry::fleet::keys::FleetKeys;
-use murmur_registry::fleet::watcher::{self, FleetWatcher};
-use murmur_registry::fleet::{FleetView, HostId};
+use murmur_registry::test_support::fleet::etcd::EtcdSettings;
+use murmur_registry::test_support::fleet::keys::FleetKeys;
+use murmur_registry::test_support::fleet::watcher::{self, FleetWatcher};
+use murmur_registry::test_support::fleet::{FleetView, HostId};
 use murmur_registry::test_support::start_fleet_watcher_paged;
 use serde_json::Value;
 

@@ -579,9 +579,9 @@ fn tool_names(listing: &Value) -> Vec<String> {
 /// are neither listed nor callable.
 #[tokio::test]
 async fn the_fleet_tools_exist_only_with_a_fleet_and_answer_as_the_fleet_routes() {
-    use murmur_registry::fleet::FleetView;
-    use murmur_registry::fleet::cache::FleetCache;
-    use murmur_registry::fleet::keys::FleetKeys;
+    use murmur_registry::test_support::fleet::FleetView;
+    use murmur_registry::test_support::fleet::cache::FleetCache;
+    use murmur_registry::test_support::fleet::keys::FleetKeys;
     let view = FleetView::new("a".parse().expect("a host id"));
     let host =
         br#"{"host_id":"a","version":"1","started_at":"2026-12-01T00:00:00Z","registry_url":null}"#;
@@ -669,9 +669,9 @@ mod with_etcd {
     use super::*;
     use common::etcd::Etcd;
     use etcd_client::PutOptions;
-    use murmur_registry::fleet::etcd::EtcdSettings;
-    use murmur_registry::fleet::keys::FleetKeys;
-    use murmur_registry::fleet::{FleetView, HostId, watcher};
+    use murmur_registry::test_support::fleet::etcd::EtcdSettings;
+    use murmur_registry::test_support::fleet::keys::FleetKeys;
+    use murmur_registry::test_support::fleet::{FleetView, HostId, watcher};
 
     const PREFIX: &str = "/test/mcp";
 

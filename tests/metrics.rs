@@ -461,6 +461,45 @@ async fn figures_move_as_capsules_come_and_go_and_no_session_id_shows() {
     assert!(!text.contains("ses_") && !text.contains('?'), "{text}");
 }
 
+/// A verified page of `/sessions` is a listing of its own: the picture `/metrics` shows becomes
+/// the sessions that page verified (with the directory's unreadable entries), at its time; a
+/// page without probes leaves the picture as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_sessions_is_the_picture_of_the_sessions_it_verified() {
+    let api = Scraper::start(TestServer::builder()).await;
+    let capsules = [(); 3].map(|()| CapsuleProcess::single());
+    for capsule in &capsules {
+        capsule.record().write_in(api.server.dir());
+    }
+    write_raw(api.server.dir(), &format!("{}.json", session_id()), "{");
+    let live = |e: &exposition::Exposition| e.value(SESSIONS, &[("state", "live")]);
+    let at =
+        |e: &exposition::Exposition| e.value("murmur_registry_last_listing_timestamp_seconds", &[]);
+
+    let (status, body) = api.send(Method::GET, "/sessions?limit=2").await;
+    assert_eq!(status, 200, "{body}");
+    let first: serde_json::Value = serde_json::from_str(&body).expect("a page");
+    let (paged, _) = api.scrape().await;
+    assert_eq!(live(&paged), 2.0, "the first page verified two sessions");
+    assert_eq!(paged.value("murmur_registry_unreadable_entries", &[]), 1.0);
+    assert!(at(&paged) > 0.0);
+
+    let cursor = first["next_cursor"].as_str().expect("a second page");
+    let (status, body) = api
+        .send(Method::GET, &format!("/sessions?limit=2&cursor={cursor}"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (last, _) = api.scrape().await;
+    assert_eq!(live(&last), 1.0, "the last page verified one session");
+    assert!(at(&last) >= at(&paged));
+
+    let (status, _) = api.send(Method::GET, "/sessions?limit=2&probe=false").await;
+    assert_eq!(status, 200);
+    let (unprobed, _) = api.scrape().await;
+    assert_eq!(live(&unprobed), 1.0, "a page without probes is no picture");
+    assert_eq!(at(&unprobed), at(&last));
+}
+
 /// Hold one request inside the registry: a listing that waits for a door that never answers.
 async fn hold_a_listing(api: &Scraper) -> tokio::task::JoinHandle<(u16, String)> {
     let door = DoorServer::start(DoorMode::Silent);

@@ -170,10 +170,10 @@ mod with_etcd {
     use std::time::Duration;
 
     use etcd_client::Client;
-    use murmur_registry::fleet::etcd::EtcdSettings;
-    use murmur_registry::fleet::keys::FleetKeys;
-    use murmur_registry::fleet::watcher::{self, FleetWatcher};
-    use murmur_registry::fleet::{FleetView, HostId};
+    use murmur_registry::test_support::fleet::etcd::EtcdSettings;
+    use murmur_registry::test_support::fleet::keys::FleetKeys;
+    use murmur_registry::test_support::fleet::watcher::{self, FleetWatcher};
+    use murmur_registry::test_support::fleet::{FleetView, HostId};
     use serde_json::json;
 
     use super::*;

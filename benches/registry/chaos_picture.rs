@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::server::by_session_id;
+
 /// What a picture holds of one session: its `liveness.state` and `liveness.process`.
 pub type Verdict = (String, String);
 
@@ -72,18 +74,7 @@ pub fn verdict_of(session: &Value) -> Verdict {
 
 /// The picture of a `{"sessions": [...]}` body (a listing, a snapshot, `/fleet/sessions`).
 pub fn picture_of(body: &Value) -> Picture {
-    body["sessions"]
-        .as_array()
-        .map(|sessions| {
-            sessions
-                .iter()
-                .map(|s| {
-                    let id = s["session_id"].as_str().unwrap_or_default().to_owned();
-                    (id, verdict_of(s))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    by_session_id(body, verdict_of)
 }
 
 /// Apply one event to `picture`; answers the id of a session it removed.

@@ -109,7 +109,7 @@ fn session_entry(host_id: &str, session_id: &str, index: usize) -> Value {
         "started_at": format!("2026-12-01T{:02}:{:02}:{:02}Z", index / 3600 % 24, index / 60 % 60, index % 60),
         "liveness": {"state": state, "process": "alive", "reason": reason}
     });
-    serde_json::from_value::<murmur_registry::fleet::SessionEntry>(entry.clone())
+    serde_json::from_value::<murmur_registry::test_support::fleet::SessionEntry>(entry.clone())
         .expect("shaped like a SessionEntry");
     entry
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, GetOptions};
-use murmur_registry::fleet::HOST_LOAD_REFRESH;
+use murmur_registry::test_support::fleet::HOST_LOAD_REFRESH;
 use serde_json::Value;
 
 use crate::door_host::Doors;

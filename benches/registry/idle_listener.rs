@@ -11,7 +11,7 @@ use crate::door_host::Doors;
 use crate::event_listener::EventListener;
 use crate::figures::{Row, add, baseline_cell};
 use crate::pid_holders::PidHolders;
-use crate::server::Server;
+use crate::server::{Server, count_live};
 
 /// Live records, each of its own process.
 const IDLE: usize = 1_000;
@@ -139,7 +139,12 @@ pub async fn idle_with_one_listener(rows: &mut Vec<Row>, binaries: &Binaries) {
 async fn idle_window(binary: Binary<'_>, dir: &Path, doors: &mut Doors) -> IdleCost {
     let server = Server::start_binary(binary.path, dir);
     let mut listener = EventListener::open(&server).await;
-    listener.snapshot().await;
+    let picture = listener.snapshot().await;
+    assert_eq!(
+        count_live(&picture),
+        IDLE,
+        "every record is live before the window"
+    );
     doors.stats();
     let cpu_before = server.cpu();
     let began = Instant::now();
@@ -161,9 +166,9 @@ async fn idle_window(binary: Binary<'_>, dir: &Path, doors: &mut Doors) -> IdleC
         events: listener.drain().len(),
     };
     eprintln!(
-        "  idle ({}): CPU {}, probes {} (per second: {buckets:?})",
+        "  idle ({}): CPU {:.2} %, probes {} (per second: {buckets:?})",
         binary.path.display(),
-        cost.cpu(),
+        cost.cpu_percent,
         cost.probes()
     );
     cost

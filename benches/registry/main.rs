@@ -60,6 +60,7 @@ mod lean;
 mod many;
 mod mcp;
 mod mcp_client;
+mod perf_counts;
 mod pid_holders;
 mod pollers;
 mod records;

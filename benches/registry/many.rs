@@ -9,6 +9,7 @@ use murmur_registry::running::Liveness;
 use crate::binaries::{Binaries, Binary, Sides};
 use crate::door_host::Doors;
 use crate::figures::{Row, add, baseline_cell, latency_row, median, ms, speed_up};
+use crate::perf_counts::PerfCounts;
 use crate::sequential::{sequential_layers_1_2, sequential_verify};
 use crate::server::{Client, Server, count_live, states_of};
 
@@ -31,14 +32,28 @@ pub async fn many_live_records(rows: &mut Vec<Row>, binaries: &Binaries) {
 }
 
 /// The full listing's p50 against this build and the baseline, in balanced order, each on a
-/// server of its own over the same records and doors.
+/// server of its own over the same records and doors; and the server's CPU time a listing
+/// (its `utime + stime`, which a busy machine sways less than the wall clock).
 async fn full_verification_by_binary(rows: &mut Vec<Row>, binaries: &Binaries, dir: &Path) {
-    let mut sides = Sides::new();
+    let (mut sides, mut cpu) = (Sides::new(), Sides::new());
     for binary in binaries.balanced() {
-        let took = step!(full_listings(binary, dir));
+        let (took, cpu_each) = step!(full_listings(binary, dir));
         sides.push(binary, took);
+        cpu.push(binary, cpu_each);
     }
     let p50 = |runs: Vec<Vec<Duration>>| median(runs.concat());
+    let (cpu_new, cpu_baseline) = (median(cpu.new), median(cpu.baseline));
+    add(
+        rows,
+        Row {
+            scenario: format!("GET /sessions, {MANY} live, full, server CPU a listing (2 x 15)"),
+            measured: ms(cpu_new.expect("this build was measured")),
+            target: "-".to_owned(),
+            baseline: baseline_cell(cpu_baseline.map(ms)),
+            ratio: "-".to_owned(),
+            met: true,
+        },
+    );
     let new = p50(sides.new).expect("this build was measured");
     let baseline = p50(sides.baseline);
     add(
@@ -54,26 +69,37 @@ async fn full_verification_by_binary(rows: &mut Vec<Row>, binaries: &Binaries, d
     );
 }
 
-/// 15 full listings (after 3 uncounted) of a fresh `binary` server.
-async fn full_listings(binary: Binary<'_>, dir: &Path) -> Vec<Duration> {
+/// 15 full listings (after 3 uncounted) of a fresh `binary` server: each one's time, and the
+/// server's CPU time a listing over the 15.
+async fn full_listings(binary: Binary<'_>, dir: &Path) -> (Vec<Duration>, Duration) {
     let server = Server::start_binary(binary.path, dir);
     let mut client = server.client().await;
     let mut took = Vec::new();
+    let (mut cpu_before, mut counts) = (server.cpu(), None);
     for round in 0..18 {
+        if round == 3 {
+            counts = PerfCounts::attach(server.pid());
+            cpu_before = server.cpu();
+        }
         let (time, body) = client.timed_get("/sessions").await;
         assert_eq!(count_live(&body), MANY, "every record is live");
         if round >= 3 {
             took.push(time);
         }
     }
+    let cpu = (server.cpu() - cpu_before) / took.len() as u32;
+    for (event, count) in counts.map(PerfCounts::finish).unwrap_or_default() {
+        eprintln!("  {event}: {} a listing", count / took.len() as u64);
+    }
     let mut sorted = took.clone();
     sorted.sort();
     eprintln!(
-        "  full listing ({}): p50 {}",
+        "  full listing ({}): p50 {}, server CPU {} a listing",
         binary.path.display(),
-        ms(sorted[sorted.len() / 2])
+        ms(sorted[sorted.len() / 2]),
+        ms(cpu)
     );
-    took
+    (took, cpu)
 }
 
 /// `GET /sessions` over [`MANY`] live records, against upstream's one-at-a-time verification.

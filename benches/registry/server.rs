@@ -94,6 +94,10 @@ impl Server {
         self.served.kill();
     }
 
+    pub fn pid(&self) -> u32 {
+        self.served.pid()
+    }
+
     pub fn cpu(&self) -> Duration {
         cpu_time(self.served.pid())
     }
@@ -205,22 +209,22 @@ impl Client {
     }
 }
 
+/// Each session of a `{"sessions": [...]}` body (a listing, a snapshot, `/fleet/sessions`) by
+/// its `session_id`, as `read` sees it: the one walk every scenario's picture is made by.
+pub fn by_session_id<T, C: FromIterator<(String, T)>>(
+    body: &Value,
+    read: impl Fn(&Value) -> T,
+) -> C {
+    (body["sessions"].as_array().into_iter().flatten())
+        .map(|s| (s["session_id"].as_str().unwrap_or("").to_owned(), read(s)))
+        .collect()
+}
+
 /// `session_id -> liveness.state` of a `GET /sessions` body.
 pub fn states_of(body: &Value) -> HashMap<String, String> {
-    body["sessions"]
-        .as_array()
-        .map(|sessions| {
-            sessions
-                .iter()
-                .map(|s| {
-                    (
-                        s["session_id"].as_str().unwrap_or("").to_owned(),
-                        s["liveness"]["state"].as_str().unwrap_or("-").to_owned(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    by_session_id(body, |s| {
+        s["liveness"]["state"].as_str().unwrap_or("-").to_owned()
+    })
 }
 
 pub fn count_live(body: &Value) -> usize {

@@ -4,40 +4,42 @@
 //! Checks: no panic; a put whose value serde_json does not read as an object is refused and its
 //! key leaves the cache (never served); every entry held is under the key its `host_id` and
 //! `session_id` name, and its served JSON is an object holding only the members of a session
-//! the registry serves (a list written here, apart from the code: `door_token`, `credentials`
-//! or any unknown member never goes out).
+//! the registry serves (as its OpenAPI document describes a fleet session, apart from the
+//! code's own list: `door_token`, `credentials` or any unknown member never goes out).
 //!
 //! Input: operations split at 0xFF bytes: `P<key>\x00<value>` puts, anything else deletes.
 #![no_main]
 
+use std::sync::LazyLock;
+
 use libfuzzer_sys::fuzz_target;
-use murmur_registry::fleet::cache::{FleetCache, WatchChange};
-use murmur_registry::fleet::keys::FleetKeys;
+use murmur_registry::test_support::fleet::cache::{FleetCache, WatchChange};
+use murmur_registry::test_support::fleet::keys::FleetKeys;
 use serde_json::Value;
 
-/// The members an entry is served with: the session view's and the entry's own.
-const SERVED: [&str; 20] = [
-    "session_id",
-    "url",
-    "pid",
-    "process_start",
-    "capsule_name",
-    "capsule_version",
-    "workdir",
-    "outlives_launcher",
-    "started_at",
-    "formation_id",
-    "formation_member",
-    "spawned_by",
-    "records_dir",
-    "liveness",
-    "card",
-    "resources",
-    "host_id",
-    "changed_at",
-    "door_scope",
-    "skills",
-];
+/// The members an entry may be served with, read from the OpenAPI document the registry
+/// serves (the session view's, `SessionView`, and the fleet entry's own in `FleetSessionView`),
+/// not from the list the cache keeps members by.
+static SERVED: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let text = murmur_registry::http::openapi_json_text().expect("the OpenAPI document");
+    let document: Value = serde_json::from_str(&text).expect("the OpenAPI document is JSON");
+    let schemas = &document["components"]["schemas"];
+    let members = |schema: &Value| {
+        (schema["properties"].as_object().into_iter())
+            .flat_map(|properties| properties.keys().cloned())
+            .collect::<Vec<_>>()
+    };
+    let mut served = members(&schemas["SessionView"]);
+    let fleet_parts = schemas["FleetSessionView"]["allOf"].as_array();
+    served.extend(fleet_parts.into_iter().flatten().flat_map(members));
+    for named in ["session_id", "liveness", "host_id", "door_scope"] {
+        assert!(
+            served.iter().any(|m| m == named),
+            "the oracle lacks {named}"
+        );
+    }
+    served
+});
 
 fuzz_target!(|data: &[u8]| {
     let (mut cache, _) = FleetCache::read(FleetKeys::new("/m"), 1, []);
@@ -84,10 +86,7 @@ fuzz_target!(|data: &[u8]| {
             panic!("a session served as no object");
         };
         for name in members.keys() {
-            assert!(
-                SERVED.contains(&name.as_str()),
-                "served an unknown member {name:?}"
-            );
+            assert!(SERVED.contains(name), "served an unknown member {name:?}");
         }
         assert_eq!(
             members.get("host_id").and_then(Value::as_str),

@@ -25,6 +25,8 @@ pub mod keys;
 pub mod model;
 #[cfg(feature = "fleet")]
 mod own_host;
+// Pure, so built and tested in every build; only the publisher (feature `fleet`) uses it.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
 pub mod plan;
 #[cfg(feature = "fleet")]
 pub mod publisher;
@@ -41,8 +43,10 @@ mod watch_step;
 pub mod watcher;
 
 pub use figures::PublishFigures;
-pub use host_id::{HOST_ID_RULE, HostId, InvalidHostId};
-pub use model::{DoorScope, HostEntry, MAX_ADVERTISE_URL, SessionEntry, check_advertise_url};
+pub use host_id::{HOST_ID_RULE, HostId};
+#[cfg(feature = "fleet")]
+pub use model::check_advertise_url;
+pub use model::{DoorScope, HostEntry, SessionEntry};
 pub use view::{FleetUnavailable, FleetView};
 
 use std::time::Duration;
@@ -50,6 +54,7 @@ use std::time::Duration;
 /// Where fleet keys live in etcd unless `--fleet-prefix` says otherwise.
 pub const DEFAULT_PREFIX: &str = "/murmur/registry/v1";
 /// How long a host's keys outlive its last renewal unless `--fleet-ttl` says otherwise.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// How often a host's entry is written again with its load read afresh: a fleet at rest
 /// writes one small put per host this often, beside the renewals.

@@ -34,11 +34,13 @@ pub fn check_value_size(len: usize) -> Result<(), String> {
 
 /// The longest `--advertise-url` taken: URLs longer than this are not links a browser or proxy
 /// keeps whole, and the host entry that carries it must stay far below [`MAX_VALUE_BYTES`].
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
 pub const MAX_ADVERTISE_URL: usize = 2048;
 
 /// Whether `url` may be advertised in this host's entry: an absolute `http://` or `https://`
 /// URL with a host, at most [`MAX_ADVERTISE_URL`] bytes, nothing a URL parser would rewrite
 /// (spaces, control characters), since readers show it as it was written.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
 pub fn check_advertise_url(url: &str) -> Result<(), String> {
     if url.len() > MAX_ADVERTISE_URL {
         return Err(format!(

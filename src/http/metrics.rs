@@ -109,8 +109,9 @@ impl HttpMetrics {
 /// The registry's figures for Prometheus.
 ///
 /// Needs the bearer token. A scrape probes nothing: sessions by state are those of the
-/// registry's latest picture, its last verified listing or the live view's last pass (made at
-/// `murmur_registry_last_listing_timestamp_seconds`); counters run from the registry's start.
+/// registry's latest picture, its last verified listing (a page: the sessions it verified) or the
+/// live view's last pass (made at `murmur_registry_last_listing_timestamp_seconds`); counters
+/// run from the registry's start.
 #[utoipa::path(
     get, path = PATH, tag = "service",
     security(("bearer" = [])),

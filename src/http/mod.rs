@@ -21,6 +21,7 @@ pub(crate) mod event_stream;
 pub(crate) mod events;
 pub(crate) mod fleet;
 mod include;
+mod json_body;
 mod list_filter;
 pub(crate) mod mcp;
 pub(crate) mod metrics;

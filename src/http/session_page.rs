@@ -6,6 +6,8 @@
 //! a filter turned away while filling it; a record whose capsule, or whose state as layers 1–2
 //! settled it, the filter turns away is never probed. The page starts strictly after the
 //! cursor's keys ([`listing_key`]), so a session present for the whole walk is on one page.
+//! A verified page is a listing of its own: the registry's picture (`/metrics`) becomes the
+//! sessions it verified, with the directory's unreadable entries.
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -13,10 +15,10 @@ use bytes::Bytes;
 use super::AppState;
 use super::error::ApiError;
 use super::include::Includes;
+use super::json_body::json_body;
 use super::list_filter::ListFilter;
 use super::paging::SessionsCursor;
-use super::sessions::json_body;
-use crate::registry::{Reading, ReadingCard, RegistryError, listing_key};
+use crate::registry::{Reading, ReadingCard, RegistryError, StateCounts, listing_key};
 use crate::wire::{ListMembers, SessionList};
 
 /// What a page was asked for.
@@ -33,6 +35,7 @@ pub(super) async fn page(state: &AppState, ask: PageAsk) -> Result<Response, Api
     let lean = state.registry().sessions(false).await?;
     let after = &lean.readings[page_start(&lean.readings, ask.cursor.as_ref())..];
     let (mut kept, mut cards, mut read) = (Vec::new(), Vec::new(), 0);
+    let mut verified = StateCounts::default();
     // Each round verifies no more than the page still lacks, so no door past the page's last
     // session is asked.
     while kept.len() < ask.limit {
@@ -46,12 +49,17 @@ pub(super) async fn page(state: &AppState, ask: PageAsk) -> Result<Response, Api
         };
         let mut round_cards = round_cards.into_iter();
         for reading in readings {
+            verified.add(&reading);
             let card: Option<ReadingCard> = round_cards.next();
             if ask.filter.keeps(&reading) {
                 kept.push(reading);
                 cards.extend(card);
             }
         }
+    }
+    if ask.probe {
+        // A page is a listing of the sessions it verified: `/metrics` shows them as the picture.
+        (state.registry().tally()).pictured(verified, lean.unreadable.len());
     }
     let more = after[read..]
         .iter()

@@ -17,6 +17,7 @@ use super::AppState;
 use super::body::NoBodyOrJson;
 use super::error::{ApiError, Problem, ProblemType};
 use super::include::Includes;
+use super::json_body::json_body;
 use super::list_filter::ListFilter;
 use super::paging::{SessionsCursor, page_size};
 use super::responses::{BodyProblems, GateProblems, SessionProblems};
@@ -31,7 +32,6 @@ use crate::wire::{
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -175,18 +175,6 @@ fn encode_list(
     )
     .map(Bytes::from)
     .map_err(|e| RegistryError::Task(format!("encoding the session list: {e}")).into())
-}
-
-/// A 200 with a JSON body already encoded.
-pub(super) fn json_body(body: Bytes) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
 }
 
 /// One session, verified.

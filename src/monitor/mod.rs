@@ -29,7 +29,7 @@
 //!   pruned (on fresh evidence, through the registry). With nobody listening, nothing is.
 //! - A failure belongs to its loop: a first picture that fails is reported only to the
 //!   listeners that waited on that loop; a later listener starts a new loop.
-//! - A directory that stays unreadable ([`FAILED_PASSES_TO_END`] periodic passes) ends the
+//! - A directory that stays unreadable ([`looper::FAILED_PASSES_TO_END`] periodic passes) ends the
 //!   loop, and every stream after the events already published; [`Subscription::ended_by`]
 //!   says why. It is never evidence about sessions: nothing is published for it.
 //! - No gap, no repeat, ids only grow: a listener's snapshot and receiver are taken under the
@@ -54,11 +54,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::registry::{Registry, copy_error};
-pub use event::{Event, EventKind, Next, Published, Snapshot, SnapshotLink};
+pub use event::{Event, EventKind, Next, Published, Snapshot};
 pub use feed::{EVENT_BUFFER, SNAPSHOT_OVER};
 use hub::Hub;
 pub use hub::closed;
-pub use looper::FAILED_PASSES_TO_END;
 use subscription::ListenerGuard;
 pub use subscription::{SubscribeError, Subscription};
 

@@ -269,9 +269,21 @@ mod tests {
         std::os::unix::fs::symlink("a", dir.path().join("link")).unwrap();
         let followed = same_contents(&fd, "a", "link");
         assert!(followed.is_err(), "a symlink was followed: {followed:?}");
-        // No writer holds the FIFO: a blocking open would wait for one for ever.
+        // No writer holds the FIFO: a blocking open would wait for one for ever. The comparison
+        // runs apart so that such a wait fails here at a deadline, not as a hung test.
         rustix::fs::mknodat(&fd, "fifo", FileType::Fifo, Mode::RUSR | Mode::WUSR, 0).unwrap();
-        assert!(!same_contents(&fd, "a", "fifo").unwrap());
+        let (told, compared) = std::sync::mpsc::channel();
+        let apart = fd.try_clone().unwrap();
+        std::thread::spawn(move || told.send(same_contents(&apart, "a", "fifo").ok()));
+        match compared.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(same) => assert_eq!(same, Some(false)),
+            Err(_) => {
+                // A writer's open frees the waiting reader, so the thread ends with the test.
+                let flags = OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+                let _writer = rustix::fs::openat(&fd, "fifo", flags, Mode::empty());
+                panic!("comparing with a FIFO waited for a writer");
+            }
+        }
     }
 
     #[test]

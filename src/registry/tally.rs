@@ -65,8 +65,9 @@ pub const COUNTED_REMOVALS: [RemovalCause; 3] = [
     RemovalCause::Unreadable,
 ];
 
-/// What the registry's latest picture holds: a verified listing's (all three layers) or, while
-/// the live view runs, its picture after each change, whichever came last.
+/// What the registry's latest picture holds: a verified listing's (all three layers), a verified
+/// page's (the sessions it verified: a page is a listing of its own) or, while the live view
+/// runs, its picture after each change, whichever came last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PictureFigures {
     /// Sessions whose door confirmed them (or that have none).
@@ -233,7 +234,8 @@ impl Tally {
     }
 
     /// Keep `counts` and the count of unreadable entries as the figures of the registry's
-    /// picture: a verified listing's, or the live view's after each step, whichever came last.
+    /// picture: a verified listing's or page's, or the live view's after each step, whichever
+    /// came last.
     pub fn pictured(&self, counts: StateCounts, unreadable: usize) {
         let figures = PictureFigures {
             live: counts.live,

@@ -191,7 +191,7 @@ impl fmt::Debug for EncodedOnce {
 
 impl RunningRecord {
     /// The bytes `encode` makes of this record: made on the first call, kept after. Every
-    /// caller must pass the same encoding (there is one: the listing's, in `http::wire`).
+    /// caller must pass the same encoding (there is one: the listing's, in `wire`).
     pub(crate) fn encoded_once<E>(
         &self,
         encode: impl FnOnce(&Self) -> Result<Vec<u8>, E>,

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use murmur_registry::fleet::etcd::{EtcdSettings, connect};
-use murmur_registry::fleet::keys::FleetKeys;
-use murmur_registry::fleet::publisher::{PublishOptions, Publisher};
-use murmur_registry::fleet::{DoorScope, HOST_LOAD_REFRESH, HostId, SessionEntry};
 use murmur_registry::running::Skill;
+use murmur_registry::test_support::fleet::etcd::{EtcdSettings, connect};
+use murmur_registry::test_support::fleet::keys::FleetKeys;
+use murmur_registry::test_support::fleet::publisher::{PublishOptions, Publisher};
+use murmur_registry::test_support::fleet::{DoorScope, HOST_LOAD_REFRESH, HostId, SessionEntry};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;

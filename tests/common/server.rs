@@ -18,10 +18,10 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
-use murmur_registry::fleet::FleetView;
 use murmur_registry::http::{AppState, ServeLimits, serve_with};
 use murmur_registry::registry::Registry;
 use murmur_registry::running::DoorProbe;
+use murmur_registry::test_support::fleet::FleetView;
 use murmur_registry::token::TokenStore;
 use tempfile::TempDir;
 use tokio::sync::oneshot;

@@ -101,6 +101,27 @@ fn session(host: &str, id: &str, state: &str) -> String {
     .to_string()
 }
 
+/// A watcher of `keys` on `etcd` feeding `view`, at a 3 s lease's deadlines and 10 s a page.
+fn watcher_of(etcd: &SoloEtcd, keys: FleetKeys, view: &FleetView) -> Watcher {
+    let ttl = Duration::from_secs(3);
+    Watcher {
+        // The shared settings carry TLS and credential fields on the publishing branch.
+        #[allow(clippy::needless_update)]
+        settings: EtcdSettings {
+            endpoints: vec![etcd.endpoint.clone()],
+            ..Default::default()
+        },
+        keys,
+        ttl,
+        deadlines: WatchDeadlines::for_ttl(ttl),
+        paging: ReadPaging {
+            keys: READ_PAGE_KEYS,
+            deadline: Duration::from_secs(10),
+        },
+        view: view.clone(),
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
 async fn a_compacted_watch_is_read_again_and_listeners_get_the_differences() {
@@ -116,24 +137,8 @@ async fn a_compacted_watch_is_read_again_and_listeners_get_the_differences() {
         )
         .await
         .expect("put");
-    let ttl = Duration::from_secs(3);
     let view = FleetView::new("a".parse().expect("a host id"));
-    let watcher = Watcher {
-        // The shared settings carry TLS and credential fields on the publishing branch.
-        #[allow(clippy::needless_update)]
-        settings: EtcdSettings {
-            endpoints: vec![etcd.endpoint.clone()],
-            ..Default::default()
-        },
-        keys: keys.clone(),
-        ttl,
-        deadlines: WatchDeadlines::for_ttl(ttl),
-        paging: ReadPaging {
-            keys: READ_PAGE_KEYS,
-            deadline: Duration::from_secs(10),
-        },
-        view: view.clone(),
-    };
+    let watcher = watcher_of(&etcd, keys.clone(), &view);
     let deadline = Instant::now() + Duration::from_secs(10);
     let read_at = watcher.read(&mut client, deadline).await.expect("a read");
     let (before, mut listener) = view.subscribe().expect("current");
@@ -217,24 +222,8 @@ async fn a_fleet_larger_than_four_mib_is_read() {
             .await
             .expect("a transaction");
     }
-    let ttl = Duration::from_secs(3);
     let view = FleetView::new("a".parse().expect("a host id"));
-    let watcher = Watcher {
-        // The shared settings carry TLS and credential fields on the publishing branch.
-        #[allow(clippy::needless_update)]
-        settings: EtcdSettings {
-            endpoints: vec![etcd.endpoint.clone()],
-            ..Default::default()
-        },
-        keys,
-        ttl,
-        deadlines: WatchDeadlines::for_ttl(ttl),
-        paging: ReadPaging {
-            keys: READ_PAGE_KEYS,
-            deadline: Duration::from_secs(10),
-        },
-        view: view.clone(),
-    };
+    let watcher = watcher_of(&etcd, keys, &view);
     let deadline = Instant::now() + Duration::from_secs(20);
     watcher
         .read(&mut client, deadline)

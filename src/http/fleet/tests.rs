@@ -365,53 +365,61 @@ async fn every_answer_is_byte_for_byte_the_serde_encoding_of_what_it_keeps() {
     ] {
         let (status, body) = get(&state, &token, "GET", &format!("/fleet/sessions?{query}")).await;
         assert_eq!(status, StatusCode::OK, "{query}");
-        let keep = Filter::of(
-            &axum::extract::Query::try_from_uri(&format!("/?{query}").parse().expect("a uri"))
-                .expect("a query")
-                .0,
-        )
-        .expect("a filter");
-        let want = serde_json::to_string(&FleetSessions {
-            revision: snapshot.revision,
-            host_id: snapshot.host_id.as_str(),
-            hosts: (snapshot.hosts.iter())
-                .filter(|h| keep.host(&h.host_id))
-                .map(|h| &**h)
-                .collect(),
-            next_cursor: None,
-            sessions: (snapshot.sessions.iter())
-                .filter(|s| keep.session(s))
-                .map(|s| s.json())
-                .collect(),
-        })
-        .expect("encodes");
-        assert_eq!(body, want, "{query}");
+        let keep = filter_of(query);
+        assert_eq!(body, whole_answer(&snapshot, &keep), "{query}");
         assert!(!body.contains("secret"), "{query}");
-        // One page of everything: the same sessions by host then session id, the hosts of
-        // those sessions, and `next_cursor: null`.
         let path = format!("/fleet/sessions?{query}&limit=10000");
         let (status, page) = get(&state, &token, "GET", &path).await;
         assert_eq!(status, StatusCode::OK, "{query}");
-        let mut sessions: Vec<&CachedSession> = (snapshot.sessions.iter())
-            .filter(|s| keep.session(s))
-            .map(|s| &**s)
-            .collect();
-        sessions.sort_by_key(|s| (s.host_id().clone(), s.session_id().to_owned()));
-        let want = serde_json::to_string(&FleetSessions {
-            revision: snapshot.revision,
-            host_id: snapshot.host_id.as_str(),
-            hosts: (snapshot.hosts.iter())
-                .filter(|h| sessions.iter().any(|s| s.host_id().as_str() == h.host_id))
-                .map(|h| &**h)
-                .collect(),
-            next_cursor: Some(None),
-            sessions: sessions.iter().map(|s| s.json()).collect(),
-        })
-        .expect("encodes");
-        assert_eq!(page, want, "{query}");
+        assert_eq!(page, one_page_of_all(&snapshot, &keep), "{query}");
     }
     assert!(
         snapshot.encoded(whole).contains("ünï"),
         "the snapshot's data is the same encoding"
     );
+}
+
+/// The filter `query` (a `/fleet/sessions` query string) reads as.
+fn filter_of(query: &str) -> Filter {
+    let uri = format!("/?{query}").parse().expect("a uri");
+    Filter::of(&axum::extract::Query::try_from_uri(&uri).expect("a query").0).expect("a filter")
+}
+
+/// serde's encoding of the whole answer `keep` leaves of `snapshot`.
+fn whole_answer(snapshot: &FleetSnapshot, keep: &Filter) -> String {
+    serde_json::to_string(&FleetSessions {
+        revision: snapshot.revision,
+        host_id: snapshot.host_id.as_str(),
+        hosts: (snapshot.hosts.iter())
+            .filter(|h| keep.host(&h.host_id))
+            .map(|h| &**h)
+            .collect(),
+        next_cursor: None,
+        sessions: (snapshot.sessions.iter())
+            .filter(|s| keep.session(s))
+            .map(|s| s.json())
+            .collect(),
+    })
+    .expect("encodes")
+}
+
+/// serde's encoding of one page of everything `keep` leaves of `snapshot`: the same sessions by
+/// host then session id, the hosts of those sessions, and `next_cursor: null`.
+fn one_page_of_all(snapshot: &FleetSnapshot, keep: &Filter) -> String {
+    let mut sessions: Vec<&CachedSession> = (snapshot.sessions.iter())
+        .filter(|s| keep.session(s))
+        .map(|s| &**s)
+        .collect();
+    sessions.sort_by_key(|s| (s.host_id().clone(), s.session_id().to_owned()));
+    serde_json::to_string(&FleetSessions {
+        revision: snapshot.revision,
+        host_id: snapshot.host_id.as_str(),
+        hosts: (snapshot.hosts.iter())
+            .filter(|h| sessions.iter().any(|s| s.host_id().as_str() == h.host_id))
+            .map(|h| &**h)
+            .collect(),
+        next_cursor: Some(None),
+        sessions: sessions.iter().map(|s| s.json()).collect(),
+    })
+    .expect("encodes")
 }

@@ -28,7 +28,17 @@ pub(super) const FLEET_HOSTS: &str = "fleet_hosts";
 
 /// The tools of a registry, with the fleet's when `fleet` is configured.
 pub(super) fn catalogue(fleet: bool) -> Vec<Tool> {
-    let mut tools = vec![
+    let mut tools = reading_tools();
+    tools.extend(acting_tools());
+    if fleet {
+        tools.extend(fleet_tools());
+    }
+    tools
+}
+
+/// The tools that read this host's sessions: read-only.
+fn reading_tools() -> Vec<Tool> {
+    vec![
         read(
             LIST_SESSIONS,
             "Every session on this machine, verified (process alive, same process, door \
@@ -70,6 +80,12 @@ pub(super) fn catalogue(fleet: bool) -> Vec<Tool> {
             ),
             &["SessionList"],
         ),
+    ]
+}
+
+/// The tools that end a process or remove a record: destructive.
+fn acting_tools() -> Vec<Tool> {
+    vec![
         act(
             STOP_SESSION,
             "Stop a session as POST /sessions/{id}/stop does: ask its door to cancel its tasks, \
@@ -108,26 +124,29 @@ pub(super) fn catalogue(fleet: bool) -> Vec<Tool> {
             &["PruneResponse", "PruneAllResponse"],
             true,
         ),
-    ];
-    if fleet {
-        let mut arguments = list_arguments(false);
-        arguments["host"] = words("host ids (--host-id)");
-        tools.push(read(
+    ]
+}
+
+/// The tools that read the fleet, listed only with one: read-only.
+fn fleet_tools() -> Vec<Tool> {
+    let mut arguments = list_arguments(false);
+    arguments["host"] = words("host ids (--host-id)");
+    vec![
+        read(
             FLEET_SESSIONS,
             "Every session of every host in the fleet, as their registries verified and \
              published them: what GET /fleet/sessions answers. Act (stop, signal) only on \
              sessions of this registry's own host (`host_id`).",
             object(arguments),
             &["FleetSessions"],
-        ));
-        tools.push(read(
+        ),
+        read(
             FLEET_HOSTS,
             "Every host in the fleet: what GET /fleet/hosts answers.",
             object(json!({})),
             &["FleetHosts"],
-        ));
-    }
-    tools
+        ),
+    ]
 }
 
 /// The arguments of a listing; with `local`, those only this host's listing takes.

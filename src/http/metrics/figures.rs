@@ -136,8 +136,8 @@ fn picture(encoder: &mut DescriptorEncoder, last: &PictureFigures) -> Fmt {
     single(
         encoder,
         "last_listing_timestamp_seconds",
-        "When the latest picture was taken: a verified listing or a live-view pass (Unix time; 0 \
-         before the first).",
+        "When the latest picture was taken: a verified listing, a verified page of one, or a \
+         live-view pass (Unix time; 0 before the first).",
         at,
     )
 }

@@ -10,17 +10,12 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::directory::open_running_dir;
-use super::unreadable::{EntryError, Unreadable, UnreadableEntry, entry_errno};
+use super::unreadable::{EntryError, MAX_RECORD_BYTES, Unreadable, UnreadableEntry, entry_errno};
 use crate::private_fs::FileIdentity;
 use crate::running::RunningError;
 use crate::running::record::{
     CONTROL_SUFFIX, Origin, OriginSlot, RunningRecord, is_valid_session_id,
 };
-
-/// The most of a record file that is read. murmur sets no limit: a record is a few KiB, and one
-/// carrying hundreds of credentials of a few KiB each still fits. A larger file is not read,
-/// so nothing is known of it: it is counted unreadable and kept ([`Unreadable::TooLarge`]).
-pub const MAX_RECORD_BYTES: u64 = 1024 * 1024;
 
 /// Read the record of `session_id` from `dir`, if there is a file for it.
 ///

@@ -32,8 +32,8 @@ mod unreadable;
 
 pub use cache::RecordCache;
 pub use directory::{running_dir, running_dir_in};
-pub use entry::{MAX_RECORD_BYTES, read_record, still_the_file_read};
+pub use entry::{read_record, still_the_file_read};
 pub use prune::prune;
 pub(crate) use prune::{recover_quarantined, remove_unreadable};
 pub use scan::{Scan, list, scan};
-pub use unreadable::{Unreadable, UnreadableEntry};
+pub use unreadable::{MAX_RECORD_BYTES, Unreadable, UnreadableEntry};

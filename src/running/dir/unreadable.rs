@@ -1,10 +1,15 @@
-//! Why a `*.json` entry of the running directory is not a valid record, and whether what was
-//! read of it proves it never can be one (the one rule that lets an unreadable entry go).
+//! Why a `*.json` entry of the running directory is not a valid record (past what size one is
+//! not read at all), and whether what was read of it proves it never can be one (the one rule
+//! that lets an unreadable entry go).
 
 use rustix::io::Errno;
 
-use super::entry::MAX_RECORD_BYTES;
 use crate::running::record::{RECORD_SUFFIX, is_murmur_session_id};
+
+/// The most of a record file that is read. murmur sets no limit: a record is a few KiB, and one
+/// carrying hundreds of credentials of a few KiB each still fits. A larger file is not read,
+/// so nothing is known of it: it is counted unreadable and kept ([`Unreadable::TooLarge`]).
+pub const MAX_RECORD_BYTES: u64 = 1024 * 1024;
 
 /// Why a `*.json` entry is not a valid record.
 #[derive(Debug, Clone, PartialEq, Eq)]
