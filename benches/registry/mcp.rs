@@ -1,7 +1,8 @@
 //! Issue 24, `/mcp` (`--only mcp`): what an MCP client pays next to a REST one, each figure
 //! taken against its REST or `/events` counterpart in the same run, at the wire (`mcp_client`,
 //! MCP's streamable HTTP spoken by this process, so no SDK's own costs are counted):
-//! - `find_peers` over 100 live sessions with ~2 KiB cards against `GET
+//! - `find_peers` over 100 live sessions with ~2 KiB cards, asked in each revision (2025-11-25
+//!   in an MCP session, 2026-07-28 request by request), against `GET
 //!   /sessions?status=live&include=card`, rounds interleaved (target: at most 1.2x, judged on
 //!   the median of each round's ratio, as `include=card` is);
 //! - SIGKILL of a capsule → `notifications/resources/updated` on the session's GET stream
@@ -22,7 +23,7 @@ use crate::door_host::Doors;
 use crate::event_listener::{EventListener, StreamEvent};
 use crate::figures::{Row, add, median, ms, percentile};
 use crate::include_card::CardDoors;
-use crate::mcp_client::{McpClient, McpMessage};
+use crate::mcp_client::{McpClient, McpMessage, Revision};
 use crate::pid_holders::PidHolders;
 use crate::records::private_temp_dir;
 use crate::server::{Client, Server, count_live};
@@ -54,53 +55,107 @@ pub async fn mcp_figures(rows: &mut Vec<Row>) {
     step!(idle_subscription_against_events(rows));
 }
 
-/// `find_peers` and the REST listing it stands for, over the same doors, side by side.
+/// `find_peers` in each revision and the REST listing it stands for, over the same doors,
+/// side by side.
 async fn find_peers_against_rest(rows: &mut Vec<Row>) {
     let doors = CardDoors::start(PEERS);
     let dir = private_temp_dir();
     doors.write_records(dir.path());
     let server = Server::start(dir.path());
-    let mut rest = server.client().await;
-    let mut mcp = server.mcp().await;
-    step!(same_answer_both_ways(&mut rest, &mut mcp));
-    let rounds = step!(rounds_of_both(&mut rest, &mut mcp));
-    let mut paired: Vec<f64> = (rounds.mcp.iter().zip(&rounds.rest))
-        .map(|(mcp, rest)| mcp.as_secs_f64() / rest.as_secs_f64().max(1e-9))
-        .collect();
-    paired.sort_by(f64::total_cmp);
-    let paired = paired[paired.len() / 2];
-    let (rest_small, mcp_small) = step!(small_calls(&mut rest, &mut mcp));
-    let p50 = |samples: &[Duration]| median(samples.to_vec()).expect("timed rounds");
-    println!(
-        "mcp fixed cost: an answer of a few hundred bytes (an unknown session) takes p50 {} by \
-         REST, {} as a tool call",
-        ms(p50(&rest_small)),
-        ms(p50(&mcp_small))
-    );
-    let (rest_p50, mcp_p50) = (p50(&rounds.rest), p50(&rounds.mcp));
-    println!(
-        "mcp find_peers: REST p50 {} ({} B, last byte at {}), find_peers p50 {} ({} B, last \
-         byte at {}); ratio of medians {:.2}x, median of the rounds' ratios {paired:.2}x \
-         (target <= {TARGET_RATIO}x)",
-        ms(rest_p50),
-        rounds.rest_bytes,
-        ms(p50(&rounds.rest_arrived)),
-        ms(mcp_p50),
-        rounds.mcp_bytes,
-        ms(p50(&rounds.mcp_arrived)),
-        mcp_p50.as_secs_f64() / rest_p50.as_secs_f64().max(1e-9)
-    );
-    add(
-        rows,
-        Row {
-            scenario: format!("MCP find_peers, {PEERS} live, ~2 KiB cards, p50 at the client"),
-            measured: format!("{}, {paired:.2}x REST {}", ms(mcp_p50), ms(rest_p50)),
-            target: format!("<= {TARGET_RATIO}x REST"),
-            baseline: format!("{} (GET ?include=card)", ms(rest_p50)),
-            ratio: format!("{paired:.2}x"),
-            met: paired <= TARGET_RATIO,
-        },
-    );
+    let mut askers = vec![Asker::Rest(server.client().await)];
+    for revision in REVISIONS {
+        let client = McpClient::open_as(server.addr(), server.token(), revision).await;
+        askers.push(Asker::Mcp(client));
+    }
+    step!(same_answer_every_way(&mut askers));
+    let rounds = step!(rotating(&mut askers, Ask::Peers));
+    let small = step!(rotating(&mut askers, Ask::Missing));
+    let (rest, rest_small) = (&rounds[0], &small[0]);
+    for (index, revision) in REVISIONS.into_iter().enumerate() {
+        let (mcp, mcp_small) = (&rounds[index + 1], &small[index + 1]);
+        let mut paired: Vec<f64> = (mcp.iter().zip(rest))
+            .map(|(mcp, rest)| mcp.whole.as_secs_f64() / rest.whole.as_secs_f64().max(1e-9))
+            .collect();
+        paired.sort_by(f64::total_cmp);
+        let paired = paired[paired.len() / 2];
+        let name = revision.name();
+        println!(
+            "mcp fixed cost ({name}): an answer of a few hundred bytes (an unknown session) \
+             takes p50 {} by REST, {} as a tool call",
+            ms(p50(rest_small, |turn| turn.whole)),
+            ms(p50(mcp_small, |turn| turn.whole))
+        );
+        let (rest_p50, mcp_p50) = (p50(rest, |turn| turn.whole), p50(mcp, |turn| turn.whole));
+        println!(
+            "mcp find_peers ({name}): REST p50 {} ({} B, last byte at {}), find_peers p50 {} \
+             ({} B, last byte at {}); ratio of medians {:.2}x, median of the rounds' ratios \
+             {paired:.2}x (target <= {TARGET_RATIO}x)",
+            ms(rest_p50),
+            rest[0].bytes,
+            ms(p50(rest, |turn| turn.arrived)),
+            ms(mcp_p50),
+            mcp[0].bytes,
+            ms(p50(mcp, |turn| turn.arrived)),
+            mcp_p50.as_secs_f64() / rest_p50.as_secs_f64().max(1e-9)
+        );
+        add(
+            rows,
+            Row {
+                scenario: format!(
+                    "MCP {name} find_peers, {PEERS} live, ~2 KiB cards, p50 at the client"
+                ),
+                measured: format!("{}, {paired:.2}x REST {}", ms(mcp_p50), ms(rest_p50)),
+                target: format!("<= {TARGET_RATIO}x REST"),
+                baseline: format!("{} (GET ?include=card)", ms(rest_p50)),
+                ratio: format!("{paired:.2}x"),
+                met: paired <= TARGET_RATIO,
+            },
+        );
+    }
+}
+
+/// The revisions `find_peers` is timed in, each beside the same REST listing.
+const REVISIONS: [Revision; 2] = [Revision::Sessions, Revision::PerRequest];
+
+/// Who asks in a round: the REST client, or an MCP client (of one revision).
+enum Asker {
+    Rest(Client),
+    Mcp(McpClient),
+}
+
+/// What a round asks each side.
+#[derive(Debug, Clone, Copy)]
+enum Ask {
+    /// Every live session with its card (`find_peers`, `GET /sessions?status=live&include=card`).
+    Peers,
+    /// A session that does not exist (no door asked): the fixed cost of each path.
+    Missing,
+}
+
+/// One side's turn: the answer whole and parsed at the client, its last byte (the server's
+/// work and the transfer, before the client parses), and its size.
+struct Turn {
+    whole: Duration,
+    arrived: Duration,
+    bytes: usize,
+}
+
+/// The median of `of` over `turns`.
+fn p50(turns: &[Turn], of: fn(&Turn) -> Duration) -> Duration {
+    median(turns.iter().map(of).collect()).expect("timed rounds")
+}
+
+/// Each tool's `structuredContent` is the REST answer (see [`same_answer_both_ways`]).
+async fn same_answer_every_way(askers: &mut [Asker]) {
+    let Some((Asker::Rest(rest), mcps)) = askers.split_first_mut() else {
+        panic!("the REST client asks first");
+    };
+    for asker in mcps {
+        let Asker::Mcp(mcp) = asker else {
+            panic!("only the first asker is REST's");
+        };
+        same_answer_both_ways(rest, mcp).await;
+    }
 }
 
 /// The tool's `structuredContent` is the REST answer, every session live with its card.
@@ -139,87 +194,71 @@ async fn find_peers(mcp: &mut McpClient) -> Value {
     .await
 }
 
-/// What the rounds measured, per side: each answer whole and parsed at the client, and each
-/// answer's last byte (the server's work and the transfer, before the client parses).
-#[derive(Default)]
-struct Rounds {
-    rest: Vec<Duration>,
-    mcp: Vec<Duration>,
-    rest_arrived: Vec<Duration>,
-    mcp_arrived: Vec<Duration>,
-    rest_bytes: usize,
-    mcp_bytes: usize,
-}
-
-/// [`ROUNDS`] of one REST listing and one `find_peers`, which goes first alternating.
-async fn rounds_of_both(rest: &mut Client, mcp: &mut McpClient) -> Rounds {
-    let by_rest = async |began: Instant| {
-        let body = rest.get(REST_PEERS).await.expect("GET");
-        let arrived = began.elapsed();
-        let listing: Value = serde_json::from_slice(&body).expect("JSON body");
-        let whole = began.elapsed();
-        assert_eq!(count_live(&listing), PEERS);
-        (whole, arrived, body.len())
-    };
-    let by_mcp = async |began: Instant| {
-        let params = json!({ "name": "find_peers", "arguments": {} });
-        let answered = mcp.call_timed("tools/call", params).await;
-        let whole = began.elapsed();
-        assert_eq!(count_live(&answered.result["structuredContent"]), PEERS);
-        (whole, answered.arrived - began, answered.bytes)
-    };
-    let (by_rest, by_mcp) = alternating(by_rest, by_mcp).await;
-    let mut rounds = Rounds::default();
-    for (whole, arrived, bytes) in by_rest {
-        rounds.rest.push(whole);
-        rounds.rest_arrived.push(arrived);
-        rounds.rest_bytes = bytes;
-    }
-    for (whole, arrived, bytes) in by_mcp {
-        rounds.mcp.push(whole);
-        rounds.mcp_arrived.push(arrived);
-        rounds.mcp_bytes = bytes;
-    }
-    rounds
-}
-
-/// The fixed cost of each path: [`ROUNDS`] of a tiny answer (a session that does not exist,
-/// no door asked), by REST and as a tool call, which goes first alternating.
-async fn small_calls(rest: &mut Client, mcp: &mut McpClient) -> (Vec<Duration>, Vec<Duration>) {
-    const MISSING: &str = "ses_00000000000000000000000000000000";
-    let by_rest = async |began: Instant| {
-        let answer = rest.get(&format!("/sessions/{MISSING}")).await;
-        let whole = began.elapsed();
-        assert_eq!(answer, Err("HTTP 404 Not Found".to_owned()));
-        whole
-    };
-    let by_mcp = async |began: Instant| {
-        let params = json!({ "name": "get_session", "arguments": { "session_id": MISSING } });
-        let result = mcp.call("tools/call", params).await;
-        let whole = began.elapsed();
-        assert_eq!(result["isError"], true, "{result}");
-        whole
-    };
-    alternating(by_rest, by_mcp).await
-}
-
-/// [`ROUNDS`] of one turn of each side, the tool call first in even rounds: what each turn
-/// measured, by side (REST's first). A turn is given the instant it began.
-async fn alternating<S>(
-    mut by_rest: impl AsyncFnMut(Instant) -> S,
-    mut by_mcp: impl AsyncFnMut(Instant) -> S,
-) -> (Vec<S>, Vec<S>) {
-    let (mut rest, mut mcp) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+/// [`ROUNDS`] of `ask` put to each of `askers` in turn, the first to ask moving on by one each
+/// round: each side's turns, in `askers`' order.
+async fn rotating(askers: &mut [Asker], ask: Ask) -> Vec<Vec<Turn>> {
+    let sides = askers.len();
+    let mut turns: Vec<Vec<Turn>> = (0..sides).map(|_| Vec::with_capacity(ROUNDS)).collect();
     for round in 0..ROUNDS {
-        for mcp_turn in [round % 2 == 0, round % 2 != 0] {
-            if mcp_turn {
-                mcp.push(by_mcp(Instant::now()).await);
-            } else {
-                rest.push(by_rest(Instant::now()).await);
+        for offset in 0..sides {
+            let side = (round + offset) % sides;
+            turns[side].push(take_turn(&mut askers[side], ask, Instant::now()).await);
+        }
+    }
+    turns
+}
+
+/// `asker` answering `ask`, timed from `began`; the answer is checked to be what `ask` expects.
+async fn take_turn(asker: &mut Asker, ask: Ask, began: Instant) -> Turn {
+    const MISSING: &str = "ses_00000000000000000000000000000000";
+    match (asker, ask) {
+        (Asker::Rest(rest), Ask::Peers) => {
+            let body = rest.get(REST_PEERS).await.expect("GET");
+            let arrived = began.elapsed();
+            let listing: Value = serde_json::from_slice(&body).expect("JSON body");
+            let whole = began.elapsed();
+            assert_eq!(count_live(&listing), PEERS);
+            let bytes = body.len();
+            Turn {
+                whole,
+                arrived,
+                bytes,
+            }
+        }
+        (Asker::Rest(rest), Ask::Missing) => {
+            let answer = rest.get(&format!("/sessions/{MISSING}")).await;
+            let whole = began.elapsed();
+            assert_eq!(answer, Err("HTTP 404 Not Found".to_owned()));
+            let (arrived, bytes) = (whole, 0);
+            Turn {
+                whole,
+                arrived,
+                bytes,
+            }
+        }
+        (Asker::Mcp(mcp), ask) => {
+            let params = match ask {
+                Ask::Peers => json!({ "name": "find_peers", "arguments": {} }),
+                Ask::Missing => {
+                    json!({ "name": "get_session", "arguments": { "session_id": MISSING } })
+                }
+            };
+            let answered = mcp.call_timed("tools/call", params).await;
+            let whole = began.elapsed();
+            match ask {
+                Ask::Peers => {
+                    assert_eq!(count_live(&answered.result["structuredContent"]), PEERS);
+                }
+                Ask::Missing => assert_eq!(answered.result["isError"], true),
+            }
+            let (arrived, bytes) = (answered.arrived - began, answered.bytes);
+            Turn {
+                whole,
+                arrived,
+                bytes,
             }
         }
     }
-    (rest, mcp)
 }
 
 /// Kill capsules one at a time: when each is heard on the MCP stream and on `/events`.

@@ -1,6 +1,8 @@
-//! A client of `/mcp` speaking MCP's streamable HTTP at the wire (2025-11-25: `initialize`,
-//! `notifications/initialized`, requests in the session, its GET stream, DELETE), over
-//! keep-alive HTTP/1.1 connections, as any MCP client does; no SDK's own costs in the figures.
+//! A client of `/mcp` speaking MCP's streamable HTTP at the wire, over keep-alive HTTP/1.1
+//! connections, as any MCP client does; no SDK's own costs in the figures. It speaks either
+//! revision ([`Revision`]): 2025-11-25 (`initialize`, `notifications/initialized`, requests in
+//! the session, its GET stream, DELETE) or 2026-07-28 (`server/discover`, then each request
+//! naming its revision in its headers and `_meta`, no session).
 //!
 //! Invariant: a notification's `at` is taken by the stream's reader as its bytes arrive, never
 //! by whoever later takes it from the queue (the reader is `/events`' own, `event_listener`).
@@ -18,15 +20,34 @@ use tokio::net::TcpStream;
 
 use crate::event_listener::SseReader;
 
-/// The revision spoken: the one with MCP sessions and `resources/subscribe`.
-const REVISION: &str = "2025-11-25";
 const SESSION_HEADER: &str = "mcp-session-id";
 
-/// One MCP session on one keep-alive connection.
+/// The MCP revision a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revision {
+    /// 2025-11-25: MCP sessions, a GET stream, `resources/subscribe`.
+    Sessions,
+    /// 2026-07-28: no sessions; every request carries its revision (served statelessly).
+    PerRequest,
+}
+
+impl Revision {
+    /// The revision's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sessions => "2025-11-25",
+            Self::PerRequest => "2026-07-28",
+        }
+    }
+}
+
+/// One MCP client on one keep-alive connection: in an MCP session (2025-11-25), or asking
+/// request by request (2026-07-28).
 pub struct McpClient {
     sender: SendRequest<Full<Bytes>>,
     addr: String,
     authorization: String,
+    revision: Revision,
     session: String,
     next_id: u64,
 }
@@ -46,18 +67,32 @@ pub struct McpMessage {
 }
 
 impl McpClient {
-    /// Connect to `addr`, `initialize` and send `notifications/initialized`.
+    /// Connect to `addr` speaking 2025-11-25: `initialize` and `notifications/initialized`.
     pub async fn open(addr: &str, token: &str) -> Self {
+        Self::open_as(addr, token, Revision::Sessions).await
+    }
+
+    /// Connect to `addr` speaking `revision`: 2025-11-25 opens an MCP session, 2026-07-28 asks
+    /// `server/discover` (which must name the revision among the server's).
+    pub async fn open_as(addr: &str, token: &str, revision: Revision) -> Self {
         let mut client = Self {
             sender: connect(addr).await,
             addr: addr.to_owned(),
             authorization: format!("Bearer {token}"),
+            revision,
             session: String::new(),
             next_id: 1,
         };
+        if revision == Revision::PerRequest {
+            let discovered = client.call("server/discover", json!({})).await;
+            let supported = &discovered["supportedVersions"];
+            let named = (supported.as_array().into_iter().flatten()).any(|v| v == revision.name());
+            assert!(named, "server/discover: {discovered}");
+            return client;
+        }
         let initialize = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": REVISION, "capabilities": {},
-            "clientInfo": { "name": "murmur-registry-bench", "version": "1" } } });
+            "protocolVersion": revision.name(), "capabilities": {},
+            "clientInfo": client_info() } });
         let (session, body) = client.post(&initialize).await;
         client.session = session.expect("initialize names an MCP session");
         let answer = answer_in(&body, 0);
@@ -73,9 +108,16 @@ impl McpClient {
     }
 
     /// [`McpClient::call`], noting when the answer's last byte arrived and its size.
-    pub async fn call_timed(&mut self, method: &str, params: Value) -> Answered {
+    pub async fn call_timed(&mut self, method: &str, mut params: Value) -> Answered {
         let id = self.next_id;
         self.next_id += 1;
+        if self.revision == Revision::PerRequest {
+            // The revision's request metadata, which routes the request statelessly.
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": self.revision.name(),
+                "io.modelcontextprotocol/clientInfo": client_info(),
+                "io.modelcontextprotocol/clientCapabilities": {} });
+        }
         let request = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         let (_, body) = self.post(&request).await;
         let arrived = Instant::now();
@@ -89,8 +131,13 @@ impl McpClient {
     }
 
     /// Open the session's GET stream on a connection of its own; its server messages arrive on
-    /// the returned queue until the reader is dropped.
+    /// the returned queue until the reader is dropped. 2025-11-25 only.
     pub async fn stream(&self) -> McpStream {
+        assert_eq!(
+            self.revision,
+            Revision::Sessions,
+            "a GET stream needs a session"
+        );
         let mut sender: SendRequest<Full<Bytes>> = connect(&self.addr).await;
         let request = self
             .request(Method::GET)
@@ -107,8 +154,11 @@ impl McpClient {
         McpStream::read(response.into_body(), sender)
     }
 
-    /// End the session (`DELETE /mcp`).
+    /// End the session (`DELETE /mcp`); 2026-07-28 has none to end.
     pub async fn close(mut self) {
+        if self.revision == Revision::PerRequest {
+            return;
+        }
         let request = self
             .request(Method::DELETE)
             .body(Full::new(Bytes::new()))
@@ -141,7 +191,7 @@ impl McpClient {
             .uri("/mcp")
             .header(header::HOST, &self.addr)
             .header(header::AUTHORIZATION, &self.authorization)
-            .header("mcp-protocol-version", REVISION);
+            .header("mcp-protocol-version", self.revision.name());
         if self.session.is_empty() {
             builder
         } else {
@@ -151,12 +201,15 @@ impl McpClient {
 
     /// POST `message`: the session id the answer names, and its whole body.
     async fn post(&mut self, message: &Value) -> (Option<String>, Bytes) {
-        let request = self
+        let mut request = self
             .request(Method::POST)
             .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "application/json, text/event-stream")
-            .body(Full::new(Bytes::from(message.to_string())))
-            .expect("a POST request");
+            .header(header::ACCEPT, "application/json, text/event-stream");
+        if self.revision == Revision::PerRequest {
+            request = with_standard_headers(request, message);
+        }
+        let request =
+            (request.body(Full::new(Bytes::from(message.to_string())))).expect("a POST request");
         self.ready().await;
         let response = self.sender.send_request(request).await.expect("POST /mcp");
         let status = response.status();
@@ -166,6 +219,25 @@ impl McpClient {
         let body = response.into_body().collect().await.expect("the answer");
         assert!(status.is_success(), "POST /mcp: {status}");
         (session, body.to_bytes())
+    }
+}
+
+fn client_info() -> Value {
+    json!({ "name": "murmur-registry-bench", "version": "1" })
+}
+
+/// `request` with the headers 2026-07-28 asks to repeat from `message`'s body: its method,
+/// and the tool's name or the resource's URI (plain text here: ours are ASCII).
+fn with_standard_headers(
+    request: hyper::http::request::Builder,
+    message: &Value,
+) -> hyper::http::request::Builder {
+    let method = message["method"].as_str().unwrap_or_default();
+    let request = request.header("mcp-method", method);
+    let params = &message["params"];
+    match (params["name"].as_str()).or_else(|| params["uri"].as_str()) {
+        Some(name) if method != "server/discover" => request.header("mcp-name", name),
+        _ => request,
     }
 }
 

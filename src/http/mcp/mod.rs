@@ -109,6 +109,9 @@ pub(super) fn routes(state: &AppState) -> Router<AppState> {
         .disable_allowed_hosts()
         .disable_allowed_origins()
         .with_max_request_body_bytes(MAX_BODY_BYTES)
+        // A 2026-07-28 request's terminal answer goes out as one JSON body, not an SSE stream
+        // of it (rmcp falls back to SSE when a notification comes first).
+        .with_json_response(true)
         .with_cancellation_token(settings.closing.child_token());
     let handler_state = state.clone();
     let service = StreamableHttpService::new(
