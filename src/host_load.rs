@@ -4,31 +4,9 @@
 //! Invariant: a reading is whole and sane or there is none: every figure finite and at least
 //! zero, at least one CPU, some memory, and the memory available never over the total.
 
-use serde::{Deserialize, Serialize};
 use sysinfo::{CpuRefreshKind, MemoryRefreshKind, RefreshKind, System};
-use utoipa::ToSchema;
 
-/// How loaded a host is, as its registry last read it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[schema(example = json!({"cpus": 8, "load_1m": 1.25, "load_5m": 0.9, "load_15m": 0.7,
-    "memory_total_bytes": 16_777_216_000u64, "memory_available_bytes": 9_663_676_416u64,
-    "measured_at": "2026-12-02T18:00:00Z"}))]
-pub struct HostLoad {
-    /// Logical CPUs the kernel reports on the host.
-    pub cpus: u32,
-    /// Runnable and uninterruptible tasks, averaged over 1 minute (`/proc/loadavg`).
-    pub load_1m: f64,
-    /// The same over 5 minutes.
-    pub load_5m: f64,
-    /// The same over 15 minutes.
-    pub load_15m: f64,
-    /// Physical memory, in bytes.
-    pub memory_total_bytes: u64,
-    /// Memory available to new work without swapping (the kernel's `MemAvailable`), in bytes.
-    pub memory_available_bytes: u64,
-    /// When it was read (RFC 3339, UTC, whole seconds).
-    pub measured_at: String,
-}
+pub use crate::wire::HostLoad;
 
 impl HostLoad {
     /// Read the host's figures now; `None` when the kernel's answer is not whole and sane.

@@ -10,10 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use utoipa::ToSchema;
 
-use crate::host_load::HostLoad;
 use crate::running::{MAX_SKILLS, MAX_TAGS, Skill};
+pub use crate::wire::{DoorScope, HostEntry};
 
 /// The most bytes a fleet value may hold. The largest honest entry is a session with a card of
 /// 64 skills of 16 tags, each 128 characters (about 140 KB of skills alone) and paths of
@@ -65,33 +64,6 @@ pub fn check_advertise_url(url: &str) -> Result<(), String> {
         Ok(_) => Err(format!("--advertise-url {shown} names no host")),
         Err(error) => Err(format!("--advertise-url {shown} is not a URL: {error}")),
     }
-}
-
-/// `<prefix>/hosts/<host_id>`: one registry process taking part in the fleet.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct HostEntry {
-    /// The host's id (`--host-id`).
-    pub host_id: String,
-    /// The registry's version.
-    pub version: String,
-    /// When this registry process joined the fleet (RFC 3339, UTC).
-    pub started_at: String,
-    /// Where the registry serves its own API, when it said (`--advertise-url`).
-    pub registry_url: Option<String>,
-    /// How loaded the host is, read again every 30 s; absent when it could not be read, or
-    /// from a registry that predates it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load: Option<HostLoad>,
-}
-
-/// From where a session's door can be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum DoorScope {
-    /// The door listens on loopback: only processes on its own host can reach it.
-    Host,
-    /// The door listens on another address: other hosts may reach it.
-    Network,
 }
 
 impl DoorScope {

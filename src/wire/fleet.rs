@@ -2,13 +2,14 @@
 //! `GET /fleet/hosts`, each `/fleet/events` event's data), and the filters of
 //! `GET /fleet/sessions` ([`FleetQuery`], read by the server too).
 //!
-//! The server writes these bodies from its cache of etcd, borrowing what it holds
-//! (`http::fleet::wire`, `fleet::model`), so it cannot deserialize into its own types; these are
-//! their owned twins, under the same names. Invariant: each type's schema is the one the
-//! server's OpenAPI document gives under its name, member for member (a test compares them,
-//! descriptions and examples aside), so a client's reading cannot drift from what is served.
+//! A host's entry, its load and a door's scope are owned by the server too (etcd's values
+//! decode into them): one type each, here. The sessions' bodies the server writes from its
+//! cache of etcd, borrowing what it holds (`http::fleet::wire`), so it cannot deserialize into
+//! them; those here are their owned twins, under the same names. Invariant: each twin's schema
+//! is the one the server's OpenAPI document gives under its name, member for member (a test
+//! compares them, descriptions and examples aside), so a client's reading cannot drift.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{SessionState, SessionView};
@@ -64,8 +65,8 @@ pub struct FleetSessionView {
     pub session: SessionView,
 }
 
-/// One registry taking part in the fleet.
-#[derive(Debug, Clone, PartialEq, Deserialize, ToSchema)]
+/// `<prefix>/hosts/<host_id>`: one registry process taking part in the fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct HostEntry {
     /// The host's id (`--host-id`).
     pub host_id: String,
@@ -75,37 +76,41 @@ pub struct HostEntry {
     pub started_at: String,
     /// Where the registry serves its own API, when it said (`--advertise-url`).
     pub registry_url: Option<String>,
-    /// How loaded the host is; absent when it could not be read.
-    #[serde(default)]
+    /// How loaded the host is, read again every 30 s; absent when it could not be read, or
+    /// from a registry that predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<HostLoad>,
 }
 
 /// How loaded a host is, as its registry last read it.
-#[derive(Debug, Clone, PartialEq, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"cpus": 8, "load_1m": 1.25, "load_5m": 0.9, "load_15m": 0.7,
+    "memory_total_bytes": 16_777_216_000u64, "memory_available_bytes": 9_663_676_416u64,
+    "measured_at": "2026-12-02T18:00:00Z"}))]
 pub struct HostLoad {
-    /// Logical CPUs.
+    /// Logical CPUs the kernel reports on the host.
     pub cpus: u32,
-    /// The load average over 1 minute.
+    /// Runnable and uninterruptible tasks, averaged over 1 minute (`/proc/loadavg`).
     pub load_1m: f64,
-    /// Over 5 minutes.
+    /// The same over 5 minutes.
     pub load_5m: f64,
-    /// Over 15 minutes.
+    /// The same over 15 minutes.
     pub load_15m: f64,
     /// Physical memory, in bytes.
     pub memory_total_bytes: u64,
-    /// Memory available without swapping (`MemAvailable`), in bytes.
+    /// Memory available to new work without swapping (the kernel's `MemAvailable`), in bytes.
     pub memory_available_bytes: u64,
-    /// When it was read (RFC 3339, UTC).
+    /// When it was read (RFC 3339, UTC, whole seconds).
     pub measured_at: String,
 }
 
 /// From where a session's door can be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DoorScope {
-    /// Loopback: only from its own host.
+    /// The door listens on loopback: only processes on its own host can reach it.
     Host,
-    /// Another address: other hosts may reach it.
+    /// The door listens on another address: other hosts may reach it.
     Network,
 }
 
@@ -243,9 +248,6 @@ mod tests {
             entry::<FleetSessions>(),
             entry::<FleetHosts>(),
             entry::<FleetSessionView>(),
-            entry::<HostEntry>(),
-            entry::<HostLoad>(),
-            entry::<DoorScope>(),
             entry::<FleetSessionAdded>(),
             entry::<FleetSessionChanged>(),
             entry::<FleetSessionRemoved>(),
