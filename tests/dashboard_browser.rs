@@ -810,7 +810,17 @@ async fn the_right_token_shows_the_sessions_live(s: &mut Scene) {
         "{row}"
     );
 
-    // The token is in this tab's sessionStorage, and nowhere else the page could leak it.
+    the_token_is_kept_in_this_tab_only(browser, &server.url(), token, live_id).await;
+}
+
+/// The token is in this tab's sessionStorage and nowhere else the page could leak it; a
+/// reload keeps it (no second prompt) and shows `live_id` live again.
+async fn the_token_is_kept_in_this_tab_only(
+    browser: &Browser,
+    url: &str,
+    token: &str,
+    live_id: &str,
+) {
     let storage = browser
         .js(
             "return { session: Object.values(sessionStorage), local: localStorage.length,
@@ -821,15 +831,10 @@ async fn the_right_token_shows_the_sessions_live(s: &mut Scene) {
     assert_eq!(storage["session"], json!([token]), "{storage}");
     assert_eq!(storage["local"], 0, "{storage}");
     assert_eq!(storage["cookie"], "", "{storage}");
-    assert!(
-        !storage["url"]
-            .as_str()
-            .unwrap_or("")
-            .contains(token.as_str())
-    );
+    assert!(!storage["url"].as_str().unwrap_or("").contains(token));
 
     // A reload keeps the tab's token: no second prompt.
-    browser.goto(&server.url()).await;
+    browser.goto(url).await;
     browser
         .wait_for(
             "the table is back after a reload",
