@@ -810,7 +810,17 @@ async fn the_right_token_shows_the_sessions_live(s: &mut Scene) {
         "{row}"
     );
 
-    // The token is in this tab's sessionStorage, and nowhere else the page could leak it.
+    the_token_is_kept_in_this_tab_only(browser, &server.url(), token, live_id).await;
+}
+
+/// The token is in this tab's sessionStorage and nowhere else the page could leak it; a
+/// reload keeps it (no second prompt) and shows `live_id` live again.
+async fn the_token_is_kept_in_this_tab_only(
+    browser: &Browser,
+    url: &str,
+    token: &str,
+    live_id: &str,
+) {
     let storage = browser
         .js(
             "return { session: Object.values(sessionStorage), local: localStorage.length,
@@ -821,15 +831,10 @@ async fn the_right_token_shows_the_sessions_live(s: &mut Scene) {
     assert_eq!(storage["session"], json!([token]), "{storage}");
     assert_eq!(storage["local"], 0, "{storage}");
     assert_eq!(storage["cookie"], "", "{storage}");
-    assert!(
-        !storage["url"]
-            .as_str()
-            .unwrap_or("")
-            .contains(token.as_str())
-    );
+    assert!(!storage["url"].as_str().unwrap_or("").contains(token));
 
     // A reload keeps the tab's token: no second prompt.
-    browser.goto(&server.url()).await;
+    browser.goto(url).await;
     browser
         .wait_for(
             "the table is back after a reload",
@@ -1459,6 +1464,34 @@ async fn a_login_link_connects_and_rows_show_before_a_hanging_door_answers() {
 
     // The browser opens the private redirect page, which leads to the login link.
     browser.goto(&opened_login_page(&home)).await;
+    step!(rows_paint_before_the_hanging_door_answers(
+        &browser,
+        &capsule.session_id(),
+        &hanging_id
+    ));
+    step!(the_token_leaves_the_address_bar_and_no_request(
+        &browser, &token
+    ));
+    step!(a_link_with_a_route_follows_it(
+        &browser,
+        &server.url(),
+        &token
+    ));
+    step!(a_wrong_token_in_a_link_shows_the_paste_form(
+        &browser,
+        &server.url()
+    ));
+    browser.quit().await;
+    drop(server);
+}
+
+/// Four rows on screen within half a second of asking, the hanging door's row still
+/// asking; then the live capsule live and the hanging door's verdict, unreachable.
+async fn rows_paint_before_the_hanging_door_answers(
+    browser: &Browser,
+    live_id: &str,
+    hanging_id: &str,
+) {
     let first = browser
         .wait_for("four rows are on screen", FIRST_PAINT, json!([hanging_id]))
         .await;
@@ -1481,7 +1514,7 @@ async fn a_login_link_connects_and_rows_show_before_a_hanging_door_answers() {
         .wait_for(
             "the live capsule is live",
             ROW_IN_STATE,
-            json!([capsule.session_id(), "live"]),
+            json!([live_id, "live"]),
         )
         .await;
     browser
@@ -1491,8 +1524,10 @@ async fn a_login_link_connects_and_rows_show_before_a_hanging_door_answers() {
             json!([hanging_id, "unreachable"]),
         )
         .await;
+}
 
-    // The token left the address bar at once, stayed in this tab, and no request carried it.
+/// The token left the address bar at once, stayed in this tab, and no request carried it.
+async fn the_token_leaves_the_address_bar_and_no_request(browser: &Browser, token: &str) {
     let kept = browser
         .js(
             "return { hash: location.hash, stored: sessionStorage.getItem('murmur-registry.token') };",
@@ -1501,13 +1536,13 @@ async fn a_login_link_connects_and_rows_show_before_a_hanging_door_answers() {
         .await;
     assert_eq!(kept, json!({ "hash": "", "stored": token }), "{kept}");
     let requested = browser.js(REQUESTED, json!([])).await;
-    assert!(!requested.to_string().contains(&token), "{requested}");
+    assert!(!requested.to_string().contains(token), "{requested}");
+}
 
-    // A link with a route: the route is followed, the token taken all the same.
+/// A link with a route: the route is followed, the token taken all the same.
+async fn a_link_with_a_route_follows_it(browser: &Browser, url: &str, token: &str) {
     browser.goto("about:blank").await;
-    browser
-        .goto(&format!("{}#fleet&token={token}", server.url()))
-        .await;
+    browser.goto(&format!("{url}#fleet&token={token}")).await;
     browser
         .wait_for(
             "#fleet was routed (and falls back: this registry has no fleet)",
@@ -1523,12 +1558,14 @@ async fn a_login_link_connects_and_rows_show_before_a_hanging_door_answers() {
             .any(|u| u.as_str().is_some_and(|u| u.ends_with("/fleet/events"))),
         "the fleet view was asked for: {requested}"
     );
-    assert!(!requested.to_string().contains(&token), "{requested}");
+    assert!(!requested.to_string().contains(token), "{requested}");
+}
 
-    // A wrong token in a link: the paste form, with the registry's reason.
+/// A wrong token in a link: the paste form, with the registry's reason; nothing kept.
+async fn a_wrong_token_in_a_link_shows_the_paste_form(browser: &Browser, url: &str) {
     browser.goto("about:blank").await;
     browser
-        .goto(&format!("{}#token={}", server.url(), "0".repeat(64)))
+        .goto(&format!("{url}#token={}", "0".repeat(64)))
         .await;
     let refused = browser
         .wait_for(
@@ -1550,8 +1587,6 @@ async fn a_login_link_connects_and_rows_show_before_a_hanging_door_answers() {
         )
         .await;
     assert_eq!(after, json!({ "hash": "", "stored": 0 }), "{after}");
-    browser.quit().await;
-    drop(server);
 }
 
 #[cfg(feature = "fleet")]

@@ -392,22 +392,7 @@ async fn the_driver_publishes_a_running_directory_as_it_changes_with_nobody_list
     let monitor = Monitor::new(Arc::new(Registry::new(dir.path(), probe)));
     monitor.set_interval(INTERVAL);
     monitor.set_door_recheck(INTERVAL);
-    let mut capsule = CapsuleProcess::single();
-    let record = capsule.record();
-    write_raw(dir.path(), &record.file_name(), record.to_bytes());
-    // A door that wants a token, and gets it from its record.
-    let guarded_id = session_id();
-    let guarded = DoorServer::start(DoorMode::Authenticated {
-        session_id: guarded_id.clone(),
-        token: DOOR_SECRET.to_owned(),
-        rejection: Rejection::Http401,
-    });
-    RecordJson::new(&guarded_id)
-        .url(guarded.url())
-        .door_token(DOOR_SECRET)
-        .write_in(dir.path());
-    let doorless = RecordJson::fresh().no_door();
-    write_raw(dir.path(), &doorless.file_name(), doorless.to_bytes());
+    let mut first = FirstRecords::write_in(dir.path());
     let settings = EtcdSettings {
         endpoints: vec![etcd.endpoint()],
         ..EtcdSettings::default()
@@ -415,26 +400,95 @@ async fn the_driver_publishes_a_running_directory_as_it_changes_with_nobody_list
     let publishing = publishing::start(&settings, options("h1", TTL), monitor.clone(), render)
         .await
         .expect("start publishing");
-    let capsule_key = format!("{PREFIX}/sessions/h1/{}", capsule.session_id());
-    let doorless_key = format!("{PREFIX}/sessions/h1/{}", doorless.session_id());
+    let capsule_key = format!("{PREFIX}/sessions/h1/{}", first.capsule.session_id());
     // Published when start returns: the first picture is not a pass late.
     let values = values_in(&mut client).await;
+    the_first_picture_holds_each_session(&values, &first);
+    the_host_entry_carries_its_load(&values);
+    // The driver is the only listener, and the loop runs for it.
+    assert_eq!(monitor.listeners(), 1);
+    the_passes_renew_the_lease(&mut client, &monitor, &capsule_key).await;
+    let _second = a_new_capsule_is_published_and_a_killed_one_pruned(
+        &mut client,
+        dir.path(),
+        &mut first,
+        &capsule_key,
+    )
+    .await;
+    nothing_secret_is_in_etcd(&mut client).await;
+
+    // Leaving revokes: every key at once.
+    let before = revision(&mut client).await;
+    publishing.leave().await.expect("leave");
+    assert!(keys_in(&mut client).await.is_empty());
+    assert_eq!(revision(&mut client).await, before + 1);
+    assert_eq!(monitor.listeners(), 0, "the subscription went with it");
+}
+
+/// What the driver finds when it starts: a capsule, a door that wants a token (and gets it
+/// from its record), a record without a door. Held for the test's length.
+struct FirstRecords {
+    capsule: CapsuleProcess,
+    record: RecordJson,
+    guarded_id: String,
+    _guarded: DoorServer,
+    doorless: RecordJson,
+}
+
+impl FirstRecords {
+    /// Writes the three records in `dir`.
+    fn write_in(dir: &std::path::Path) -> Self {
+        let capsule = CapsuleProcess::single();
+        let record = capsule.record();
+        write_raw(dir, &record.file_name(), record.to_bytes());
+        // A door that wants a token, and gets it from its record.
+        let guarded_id = session_id();
+        let guarded = DoorServer::start(DoorMode::Authenticated {
+            session_id: guarded_id.clone(),
+            token: DOOR_SECRET.to_owned(),
+            rejection: Rejection::Http401,
+        });
+        RecordJson::new(&guarded_id)
+            .url(guarded.url())
+            .door_token(DOOR_SECRET)
+            .write_in(dir);
+        let doorless = RecordJson::fresh().no_door();
+        write_raw(dir, &doorless.file_name(), doorless.to_bytes());
+        Self {
+            capsule,
+            record,
+            guarded_id,
+            _guarded: guarded,
+            doorless,
+        }
+    }
+}
+
+/// The first picture: four keys; the capsule live with its host and scope, the guarded
+/// door live (it got its token), the doorless record without a scope.
+fn the_first_picture_holds_each_session(values: &BTreeMap<String, String>, first: &FirstRecords) {
+    let capsule_key = format!("{PREFIX}/sessions/h1/{}", first.capsule.session_id());
+    let doorless_key = format!("{PREFIX}/sessions/h1/{}", first.doorless.session_id());
     assert_eq!(values.len(), 4, "{values:?}");
     let entry: Value = serde_json::from_str(&values[&capsule_key]).expect("JSON");
     assert_eq!(entry["host_id"], "h1");
     assert_eq!(entry["door_scope"], "host");
-    assert_eq!(entry["session_id"], capsule.session_id());
+    assert_eq!(entry["session_id"], first.capsule.session_id());
     assert_eq!(entry["liveness"]["state"], "live");
     assert!(
         entry["changed_at"]
             .as_str()
             .is_some_and(|t| t.ends_with('Z'))
     );
-    let guarded_key = format!("{PREFIX}/sessions/h1/{guarded_id}");
+    let guarded_key = format!("{PREFIX}/sessions/h1/{}", first.guarded_id);
     let entry: Value = serde_json::from_str(&values[&guarded_key]).expect("JSON");
     assert_eq!(entry["liveness"]["state"], "live", "the door got its token");
     let entry: Value = serde_json::from_str(&values[&doorless_key]).expect("JSON");
     assert_eq!(entry["door_scope"], Value::Null);
+}
+
+/// The host's entry: its id, no registry URL, and a plausible load and memory.
+fn the_host_entry_carries_its_load(values: &BTreeMap<String, String>) {
     let host: Value = serde_json::from_str(&values[&format!("{PREFIX}/hosts/h1")]).expect("JSON");
     assert_eq!(host["host_id"], "h1");
     assert_eq!(host["registry_url"], Value::Null);
@@ -450,11 +504,11 @@ async fn the_driver_publishes_a_running_directory_as_it_changes_with_nobody_list
     }
     assert!(number("memory_available_bytes") <= number("memory_total_bytes"));
     assert!(number("memory_total_bytes") > 0.0, "{load}");
-    // The driver is the only listener, and the loop runs for it.
-    assert_eq!(monitor.listeners(), 1);
+}
 
-    // The lease is renewed by the passes: it outlives many TTLs' worth of passes.
-    let lease = keys_in(&mut client).await[&capsule_key];
+/// The lease is renewed by the passes: it outlives many TTLs' worth of passes.
+async fn the_passes_renew_the_lease(client: &mut Client, monitor: &Monitor, capsule_key: &str) {
+    let lease = keys_in(client).await[capsule_key];
     let mut steps = monitor.steps();
     let from = *steps.borrow_and_update();
     let passes = (3 * TTL.as_millis() / INTERVAL.as_millis()) as u64;
@@ -466,45 +520,48 @@ async fn the_driver_publishes_a_running_directory_as_it_changes_with_nobody_list
             .expect("a pass within the deadline")
             .expect("the monitor is alive");
     }
-    assert_eq!(keys_in(&mut client).await.get(&capsule_key), Some(&lease));
+    assert_eq!(keys_in(client).await.get(capsule_key), Some(&lease));
+}
 
-    // A new capsule appears; a killed one is pruned from disk and from etcd, with nobody
-    // listening to `/events`.
+/// A new capsule appears; a killed one is pruned from disk and from etcd, with nobody
+/// listening to `/events`. Answers the new capsule, to be held to the end.
+async fn a_new_capsule_is_published_and_a_killed_one_pruned(
+    client: &mut Client,
+    dir: &std::path::Path,
+    first: &mut FirstRecords,
+    capsule_key: &str,
+) -> CapsuleProcess {
     let second = CapsuleProcess::single();
     write_raw(
-        dir.path(),
+        dir,
         &second.record().file_name(),
         second.record().to_bytes(),
     );
     let second_key = format!("{PREFIX}/sessions/h1/{}", second.session_id());
-    until_keys(&mut client, "the new capsule is published", |keys| {
+    until_keys(client, "the new capsule is published", |keys| {
         keys.contains_key(&second_key)
     })
     .await;
-    capsule.send_signal(9);
-    capsule.wait_exit(DEADLINE);
-    until_keys(&mut client, "the killed capsule is unpublished", |keys| {
-        !keys.contains_key(&capsule_key)
+    first.capsule.send_signal(9);
+    first.capsule.wait_exit(DEADLINE);
+    until_keys(client, "the killed capsule is unpublished", |keys| {
+        !keys.contains_key(capsule_key)
     })
     .await;
-    let record_path = dir.path().join(record.file_name());
+    let record_path = dir.join(first.record.file_name());
     wait_until("the killed capsule's record is pruned", DEADLINE, || {
         !record_path.exists()
     });
+    second
+}
 
-    // Nothing secret in any key etcd holds.
-    for (key, value) in values_in(&mut client).await {
+/// Nothing secret in any key etcd holds.
+async fn nothing_secret_is_in_etcd(client: &mut Client) {
+    for (key, value) in values_in(client).await {
         for secret in [DOOR_SECRET, "door_token", "token", "password", "credential"] {
             assert!(!value.contains(secret), "{key} holds {secret:?}: {value}");
         }
     }
-
-    // Leaving revokes: every key at once.
-    let before = revision(&mut client).await;
-    publishing.leave().await.expect("leave");
-    assert!(keys_in(&mut client).await.is_empty());
-    assert_eq!(revision(&mut client).await, before + 1);
-    assert_eq!(monitor.listeners(), 0, "the subscription went with it");
 }
 
 #[tokio::test]

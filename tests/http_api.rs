@@ -339,115 +339,183 @@ async fn foreign_host_or_origin_gets_403_before_anything_else() {
 async fn lists_live_unreachable_and_gone_newest_first_without_touching_the_directory() {
     let api = Api::start().await;
     let dir = api.dir();
-
-    let capsule = TestProcess::sleeping();
-    let live = capsule.record();
-    let door = DoorServer::start(DoorMode::A2aCard(live.session_id()));
-    let live = live.url(door.url());
-    live.write_in(dir);
-
-    let silent_door = DoorServer::start(DoorMode::Silent);
-    let silent = RecordJson::fresh().url(silent_door.url());
-    silent.write_in(dir);
-
-    let other_door = DoorServer::start(DoorMode::SpecCard(session_id()));
-    let wrong_session = RecordJson::fresh().url(other_door.url());
-    wrong_session.write_in(dir);
-
-    let exited = ExitedChild::spawn().record();
-    exited.write_in(dir);
-
-    let me = std::process::id();
-    let reused = RecordJson::fresh().process(me, &wrong_start_token(me));
-    reused.write_in(dir);
-
-    let doorless = RecordJson::fresh().no_door();
-    doorless.write_in(dir);
-
-    write_raw(dir, "junk.json", "{ not a record");
+    let scene = ListingScene::write_in(dir);
     let before = snapshot(dir);
 
     let listing = api.get("/sessions").await;
+    the_listing_is_newest_first_and_judges_each(&listing, &scene);
+    // The record's fields travel; a GET changed nothing.
+    the_records_fields_travel(&listing, &scene);
+    assert_eq!(
+        snapshot(dir),
+        before,
+        "a GET must not change the running directory"
+    );
+    the_status_filter_selects(&api, &scene).await;
+    probe_false_reaches_no_door(&api, &scene).await;
+    assert_eq!(
+        snapshot(dir),
+        before,
+        "a GET must not change the running directory"
+    );
+    api.shut_down().await;
+}
+
+/// One record of each kind a listing tells apart, with the processes and doors they name
+/// (held for the test's length), and an unreadable entry beside them.
+struct ListingScene {
+    capsule: TestProcess,
+    door: DoorServer,
+    live: RecordJson,
+    silent_door: DoorServer,
+    silent: RecordJson,
+    _other_door: DoorServer,
+    wrong_session: RecordJson,
+    exited: RecordJson,
+    /// This test's own pid, which `reused` names with a wrong start token.
+    me: u32,
+    reused: RecordJson,
+    doorless: RecordJson,
+}
+
+impl ListingScene {
+    /// Writes the records (and `junk.json`) in `dir`.
+    fn write_in(dir: &Path) -> Self {
+        let capsule = TestProcess::sleeping();
+        let live = capsule.record();
+        let door = DoorServer::start(DoorMode::A2aCard(live.session_id()));
+        let live = live.url(door.url());
+        live.write_in(dir);
+
+        let silent_door = DoorServer::start(DoorMode::Silent);
+        let silent = RecordJson::fresh().url(silent_door.url());
+        silent.write_in(dir);
+
+        let other_door = DoorServer::start(DoorMode::SpecCard(session_id()));
+        let wrong_session = RecordJson::fresh().url(other_door.url());
+        wrong_session.write_in(dir);
+
+        let exited = ExitedChild::spawn().record();
+        exited.write_in(dir);
+
+        let me = std::process::id();
+        let reused = RecordJson::fresh().process(me, &wrong_start_token(me));
+        reused.write_in(dir);
+
+        let doorless = RecordJson::fresh().no_door();
+        doorless.write_in(dir);
+
+        write_raw(dir, "junk.json", "{ not a record");
+        Self {
+            capsule,
+            door,
+            live,
+            silent_door,
+            silent,
+            _other_door: other_door,
+            wrong_session,
+            exited,
+            me,
+            reused,
+            doorless,
+        }
+    }
+}
+
+/// The listing: every record, newest first, the junk counted unreadable, and each judged
+/// live, unreachable or gone with the reason that decided it.
+fn the_listing_is_newest_first_and_judges_each(listing: &Answer, scene: &ListingScene) {
+    let ListingScene {
+        live,
+        silent,
+        wrong_session,
+        exited,
+        reused,
+        doorless,
+        me,
+        ..
+    } = scene;
     assert_eq!(listing.status, 200, "{}", listing.text);
     assert_eq!(listing.body["unreadable"], 1);
-    let mut expected: Vec<String> = [&live, &silent, &wrong_session, &exited, &reused, &doorless]
+    let mut expected: Vec<String> = [live, silent, wrong_session, exited, reused, doorless]
         .iter()
         .map(|r| r.session_id())
         .collect();
     expected.sort_by(|a, b| b.cmp(a));
-    assert_eq!(ids(&listing), expected, "newest first");
+    assert_eq!(ids(listing), expected, "newest first");
 
-    let state = |r: &RecordJson| session(&listing, &r.session_id())["liveness"].clone();
+    let state = |r: &RecordJson| session(listing, &r.session_id())["liveness"].clone();
     assert_eq!(
-        state(&live),
+        state(live),
         json!({"state": "live", "process": "alive", "reason": null})
     );
-    assert_eq!(state(&doorless)["state"], "live");
-    for unreachable in [&silent, &wrong_session] {
+    assert_eq!(state(doorless)["state"], "live");
+    for unreachable in [silent, wrong_session] {
         assert_eq!(state(unreachable)["state"], "unreachable");
         assert_eq!(state(unreachable)["process"], "alive");
         assert!(state(unreachable)["reason"].is_string());
     }
     assert_eq!(
-        state(&exited),
+        state(exited),
         json!({"state": "gone", "process": "gone",
                "reason": format!("no process holds pid {}", exited.to_json()["pid"])})
     );
     assert_eq!(
-        state(&reused)["reason"],
+        state(reused)["reason"],
         format!("pid {me} is held by a process that started at another time")
     );
     assert!(
-        state(&wrong_session)["reason"]
+        state(wrong_session)["reason"]
             .as_str()
             .unwrap()
             .contains("answers for session"),
         "{}",
         listing.text
     );
+}
 
-    // The record's fields travel; a GET changed nothing.
-    let shown = session(&listing, &live.session_id());
-    assert_eq!(shown["pid"], capsule.pid());
-    assert_eq!(shown["url"], door.url());
-    assert_eq!(shown["capsule_name"], live.to_json()["capsule_name"]);
+/// The record's fields (pid, url, capsule name) travel into the listing; no door, no url.
+fn the_records_fields_travel(listing: &Answer, scene: &ListingScene) {
+    let shown = session(listing, &scene.live.session_id());
+    assert_eq!(shown["pid"], scene.capsule.pid());
+    assert_eq!(shown["url"], scene.door.url());
+    assert_eq!(shown["capsule_name"], scene.live.to_json()["capsule_name"]);
     assert_eq!(
-        session(&listing, &doorless.session_id())["url"],
+        session(listing, &scene.doorless.session_id())["url"],
         Value::Null
     );
-    assert_eq!(
-        snapshot(dir),
-        before,
-        "a GET must not change the running directory"
-    );
+}
 
-    // Filters.
+/// `?status=` keeps the states it names; an unknown state is a 400.
+async fn the_status_filter_selects(api: &Api, scene: &ListingScene) {
     let only_gone = api.get("/sessions?status=gone").await;
-    let mut gone_ids = vec![exited.session_id(), reused.session_id()];
+    let mut gone_ids = vec![scene.exited.session_id(), scene.reused.session_id()];
     gone_ids.sort_by(|a, b| b.cmp(a));
     assert_eq!(ids(&only_gone), gone_ids);
     let live_or_unreachable = api.get("/sessions?status=live,unreachable").await;
     assert_eq!(ids(&live_or_unreachable).len(), 4);
     assert_problem(&api.get("/sessions?status=dead").await, 400);
+}
 
-    // Layers 1-2 only: no probe reaches a door, and `state` is there only where they decide.
-    let silent_requests = silent_door.requests().len();
+/// Layers 1-2 only: no probe reaches a door, and `state` is there only where they decide.
+async fn probe_false_reaches_no_door(api: &Api, scene: &ListingScene) {
+    let silent_requests = scene.silent_door.requests().len();
     let unprobed = api.get("/sessions?probe=false").await;
     assert_eq!(unprobed.status, 200, "{}", unprobed.text);
     assert_eq!(
-        silent_door.requests().len(),
+        scene.silent_door.requests().len(),
         silent_requests,
         "probe=false probed a door"
     );
-    let unprobed_live = &session(&unprobed, &live.session_id())["liveness"];
+    let unprobed_live = &session(&unprobed, &scene.live.session_id())["liveness"];
     assert!(unprobed_live.get("state").is_none(), "{unprobed_live}");
     assert_eq!(unprobed_live["process"], "alive");
     assert_eq!(
-        session(&unprobed, &doorless.session_id())["liveness"]["state"],
+        session(&unprobed, &scene.doorless.session_id())["liveness"]["state"],
         "live"
     );
     assert_eq!(
-        session(&unprobed, &exited.session_id())["liveness"]["state"],
+        session(&unprobed, &scene.exited.session_id())["liveness"]["state"],
         "gone"
     );
     assert_eq!(
@@ -460,12 +528,6 @@ async fn lists_live_unreachable_and_gone_newest_first_without_touching_the_direc
         400,
     );
     assert_problem(&api.get("/sessions?probe=maybe").await, 400);
-    assert_eq!(
-        snapshot(dir),
-        before,
-        "a GET must not change the running directory"
-    );
-    api.shut_down().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1054,7 +1116,22 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
     let id = record.session_id();
     let before = snapshot(dir);
 
-    let long = "a".repeat(200);
+    dot_dot_paths_get_400(&api).await;
+    malformed_and_empty_ids_get_400(&api).await;
+    bad_signal_bodies_get_a_problem(&api, &id).await;
+    wrong_methods_and_paths_get_a_problem(&api, &id).await;
+
+    assert_eq!(
+        snapshot(dir),
+        before,
+        "bad input changed the running directory"
+    );
+    assert!(capsule.is_running(), "bad input signalled the capsule");
+    api.shut_down().await;
+}
+
+/// `..` (raw or percent-encoded) as an id: a 400 problem for each route.
+async fn dot_dot_paths_get_400(api: &Api) {
     // `..` is sent raw: an HTTP client library would resolve it away before sending.
     for (method, path) in [
         ("GET", "/sessions/.."),
@@ -1068,6 +1145,11 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
         assert_eq!(status, 400, "{method} {path}");
         assert_eq!(content_type, "application/problem+json");
     }
+}
+
+/// An id with a slash, too long, a NUL or a dot, or empty: a 400 problem for each route.
+async fn malformed_and_empty_ids_get_400(api: &Api) {
+    let long = "a".repeat(200);
     for bad in ["%2F", "a%2Fb", long.as_str(), "ses%00x", "a.b"] {
         for path in [
             format!("/sessions/{bad}"),
@@ -1082,9 +1164,12 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
     assert_problem(&api.get("/sessions/").await, 400);
     assert_problem(&api.delete("/sessions/").await, 400);
     assert_problem(&api.get("/sessions//liveness").await, 400);
+}
 
-    assert_problem(&api.signal(&id, "SIGHUP").await, 422);
-    assert_problem(&api.signal(&id, "").await, 422);
+/// A signal body naming no signal we send (422), not JSON (415), broken (400), too big (413).
+async fn bad_signal_bodies_get_a_problem(api: &Api, id: &str) {
+    assert_problem(&api.signal(id, "SIGHUP").await, 422);
+    assert_problem(&api.signal(id, "").await, 422);
     assert_problem(
         &api.post_json(&format!("/sessions/{id}/signal"), json!({}))
             .await,
@@ -1113,7 +1198,11 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
         &api.post_json(&format!("/sessions/{id}/signal"), huge).await,
         413,
     );
+}
 
+/// A method a route does not take (405 with `Allow`), an unknown path (404), a stop
+/// timeout out of range (400).
+async fn wrong_methods_and_paths_get_a_problem(api: &Api, id: &str) {
     let wrong_method = api
         .send(api.request(Method::PUT, "/sessions"), Auth::Token)
         .await;
@@ -1127,15 +1216,7 @@ async fn bad_input_gets_a_clear_problem_and_touches_nothing() {
         .await;
     assert_problem(&wrong_method, 405);
     assert_problem(&api.get("/nowhere").await, 404);
-    assert_problem(&api.stop(&id, 301).await, 400);
-
-    assert_eq!(
-        snapshot(dir),
-        before,
-        "bad input changed the running directory"
-    );
-    assert!(capsule.is_running(), "bad input signalled the capsule");
-    api.shut_down().await;
+    assert_problem(&api.stop(id, 301).await, 400);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

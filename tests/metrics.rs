@@ -327,7 +327,21 @@ async fn figures_move_as_capsules_come_and_go_and_no_session_id_shows() {
         "{ not json",
     );
 
-    // Unauthenticated: 401, and nothing else.
+    unauthenticated_gets_401(&api).await;
+    before_any_listing(&api).await;
+    a_listing_counts_live_unreadable_and_probes(&api).await;
+    let killed = a_killed_capsule_is_counted_gone(&api, &mut doomed).await;
+    a_prune_and_an_unreadable_removal_are_counted(&api, &killed, &ids[0]).await;
+    let text = a_signal_and_a_stop_are_counted(&api, &ids[2], &ids[1]).await;
+    // Route templates only: no session id, no query string, anywhere.
+    for id in ids.iter().chain([&unreadable]) {
+        assert!(!text.contains(id.as_str()), "{id} in:\n{text}");
+    }
+    assert!(!text.contains("ses_") && !text.contains('?'), "{text}");
+}
+
+/// Unauthenticated: 401, and nothing else.
+async fn unauthenticated_gets_401(api: &Scraper) {
     let refused = api
         .client
         .get(format!("{}/metrics", api.server.base()))
@@ -335,7 +349,10 @@ async fn figures_move_as_capsules_come_and_go_and_no_session_id_shows() {
         .await
         .expect("answers");
     assert_eq!(refused.status().as_u16(), 401);
+}
 
+/// Before any listing: each family typed, no live session counted, the 401 counted.
+async fn before_any_listing(api: &Scraper) {
     let (before, _) = api.scrape().await;
     assert_eq!(before.type_of(SESSIONS), Some("gauge"));
     assert_eq!(before.type_of(PRUNES), Some("counter"));
@@ -359,8 +376,10 @@ async fn figures_move_as_capsules_come_and_go_and_no_session_id_shows() {
         ),
         1.0
     );
+}
 
-    // A listing: three live, one unreadable, three doors probed.
+/// A listing: three live, one unreadable, three doors probed.
+async fn a_listing_counts_live_unreadable_and_probes(api: &Scraper) {
     let (status, _) = api.send(Method::GET, "/sessions?status=live,gone").await;
     assert_eq!(status, 200);
     let (listed, _) = api.scrape().await;
@@ -383,8 +402,13 @@ async fn figures_move_as_capsules_come_and_go_and_no_session_id_shows() {
         ),
         1.0
     );
+}
 
-    // A capsule killed: the next listing finds it gone.
+/// A capsule killed: the next listing finds it gone. The scrape after it.
+async fn a_killed_capsule_is_counted_gone(
+    api: &Scraper,
+    doomed: &mut CapsuleProcess,
+) -> exposition::Exposition {
     doomed.send_signal(9);
     doomed.wait_exit(DEADLINE);
     let (status, _) = api.send(Method::GET, "/sessions").await;
@@ -392,11 +416,19 @@ async fn figures_move_as_capsules_come_and_go_and_no_session_id_shows() {
     let (killed, _) = api.scrape().await;
     assert_eq!(killed.value(SESSIONS, &[("state", "gone")]), 1.0);
     assert_eq!(killed.value(SESSIONS, &[("state", "live")]), 2.0);
+    killed
+}
 
-    // Its prune, then the unreadable entry's removal.
+/// The killed capsule's prune (`gone_id`), then the unreadable entry's removal, counted
+/// from the scrape `killed` made after the kill.
+async fn a_prune_and_an_unreadable_removal_are_counted(
+    api: &Scraper,
+    killed: &exposition::Exposition,
+    gone_id: &str,
+) {
     let pruned_before = killed.value(PRUNES, &[("reason", "pruned")]);
     let (status, _) = api
-        .send(Method::DELETE, &format!("/sessions/{}", ids[0]))
+        .send(Method::DELETE, &format!("/sessions/{gone_id}"))
         .await;
     assert_eq!(status, 200);
     let (status, _) = api.send(Method::DELETE, "/sessions").await;
@@ -418,16 +450,19 @@ async fn figures_move_as_capsules_come_and_go_and_no_session_id_shows() {
         ),
         1.0
     );
+}
 
-    // A signal and a stop, each counted by its outcome.
+/// A signal to `signalled` and a stop of `stopped`, each counted by its outcome; the
+/// exposition's text after them.
+async fn a_signal_and_a_stop_are_counted(api: &Scraper, signalled: &str, stopped: &str) -> String {
     let (status, _) = api
-        .send(Method::POST, &format!("/sessions/{}/signal", ids[2]))
+        .send(Method::POST, &format!("/sessions/{signalled}/signal"))
         .await;
     assert_eq!(status, 200);
     let (status, body) = api
         .send(
             Method::POST,
-            &format!("/sessions/{}/stop?timeout=10", ids[1]),
+            &format!("/sessions/{stopped}/stop?timeout=10"),
         )
         .await;
     assert_eq!(status, 200, "{body}");
@@ -453,12 +488,7 @@ async fn figures_move_as_capsules_come_and_go_and_no_session_id_shows() {
         ),
         1.0
     );
-
-    // Route templates only: no session id, no query string, anywhere.
-    for id in ids.iter().chain([&unreadable]) {
-        assert!(!text.contains(id.as_str()), "{id} in:\n{text}");
-    }
-    assert!(!text.contains("ses_") && !text.contains('?'), "{text}");
+    text
 }
 
 /// A verified page of `/sessions` is a listing of its own: the picture `/metrics` shows becomes

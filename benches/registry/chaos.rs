@@ -75,6 +75,8 @@ type Etcd = Option<crate::etcd::Etcd>;
 #[cfg(not(feature = "fleet"))]
 type Etcd = Option<()>;
 
+/// The scenario: set up, run the monitor, the churn, the clients and the director for
+/// `args.secs`, then tear down and report (a violation fails it there).
 pub async fn chaos_soak(args: ChaosArgs) {
     let seed = Rng::from_clock().0;
     #[cfg(not(feature = "fleet"))]
@@ -96,38 +98,83 @@ pub async fn chaos_soak(args: ChaosArgs) {
         crate::figures::load_average()
     );
 
-    let monitor = {
-        let (shared, world) = (shared.clone(), world.clone());
-        std::thread::spawn(move || {
-            for round in 0u64.. {
-                if shared.is_done() {
-                    break;
-                }
-                let mut w = lock(&world);
-                w.check(&shared);
-                if round % 100 == 0 {
-                    w.check_protected_logs(&shared);
-                }
-                drop(w);
-                // The monitor's pace.
-                std::thread::sleep(Duration::from_millis(5));
+    let monitor = spawn_monitor(&shared, &world);
+    let churn = spawn_churn(&shared, &world, seed);
+    let (tasks, listenings) = spawn_clients(&shared, &world, seed, &protected);
+    let started = Instant::now();
+    let timings = direct(&args, &mut registry, &mut etcd, &shared, &listenings, seed).await;
+
+    shared.done.store(true, Ordering::Relaxed);
+    let _ = monitor.join();
+    let _ = churn.join();
+    for task in tasks {
+        task.abort();
+    }
+    let world = Arc::try_unwrap(world)
+        .ok()
+        .expect("the monitor and the churn have ended")
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    world.finish(&shared);
+    let stderr = registry.finish();
+    shared.invariants.add("registry stderr read for panics");
+    if stderr.contains("panicked") {
+        shared.violation(format!("the registry panicked:\n{stderr}"));
+    }
+    // etcd (with the fleet) is killed and reaped here, its data directory removed.
+    let _ = etcd.take();
+    report(&shared, &args, started.elapsed(), &timings);
+}
+
+/// The monitor thread: checks the kernel-side invariants until done, the protected
+/// capsules' signal logs every hundredth round.
+fn spawn_monitor(shared: &Arc<Shared>, world: &Arc<Mutex<World>>) -> std::thread::JoinHandle<()> {
+    let (shared, world) = (shared.clone(), world.clone());
+    std::thread::spawn(move || {
+        for round in 0u64.. {
+            if shared.is_done() {
+                break;
             }
-        })
-    };
-    let churn = {
-        let (shared, world) = (shared.clone(), world.clone());
-        std::thread::spawn(move || {
-            let mut rng = Rng(seed);
-            while !shared.is_done() {
-                {
-                    let _held = shared.gate.blocking_read();
-                    churn_step(&shared, &world, &mut rng);
-                }
-                // The churn's pace.
-                std::thread::sleep(Duration::from_millis(50 + rng.below(100) as u64));
+            let mut w = lock(&world);
+            w.check(&shared);
+            if round % 100 == 0 {
+                w.check_protected_logs(&shared);
             }
-        })
-    };
+            drop(w);
+            // The monitor's pace.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })
+}
+
+/// The churn thread: one churn step at a time under the gate's read side, until done.
+fn spawn_churn(
+    shared: &Arc<Shared>,
+    world: &Arc<Mutex<World>>,
+    seed: u64,
+) -> std::thread::JoinHandle<()> {
+    let (shared, world) = (shared.clone(), world.clone());
+    std::thread::spawn(move || {
+        let mut rng = Rng(seed);
+        while !shared.is_done() {
+            {
+                let _held = shared.gate.blocking_read();
+                churn_step(&shared, &world, &mut rng);
+            }
+            // The churn's pace.
+            std::thread::sleep(Duration::from_millis(50 + rng.below(100) as u64));
+        }
+    })
+}
+
+/// The clients: [`WORKERS`] workers and [`LISTENERS`] `/events` listeners, with what each
+/// listener has pictured.
+fn spawn_clients(
+    shared: &Arc<Shared>,
+    world: &Arc<Mutex<World>>,
+    seed: u64,
+    protected: &[String],
+) -> (Vec<tokio::task::JoinHandle<()>>, Vec<Arc<Mutex<Listening>>>) {
     let mut tasks = Vec::new();
     for n in 0..WORKERS {
         let seed = seed.wrapping_mul(n + 7);
@@ -139,11 +186,23 @@ pub async fn chaos_soak(args: ChaosArgs) {
         listenings.push(state.clone());
         tasks.push(tokio::spawn(listener(
             shared.clone(),
-            protected.clone(),
+            protected.to_vec(),
             state,
         )));
     }
+    (tasks, listenings)
+}
 
+/// The director, for `args.secs`: kills and restarts the registry (and etcd, with the
+/// fleet) and quiesces on its schedule, then quiesces once more; answers the timings.
+async fn direct(
+    args: &ChaosArgs,
+    registry: &mut ChaosRegistry,
+    etcd: &mut Etcd,
+    shared: &Shared,
+    listenings: &[Arc<Mutex<Listening>>],
+    seed: u64,
+) -> [(&'static str, Vec<Duration>); 3] {
     let started = Instant::now();
     let mut rng = Rng(seed.rotate_left(17) | 1);
     let mut next = Schedule {
@@ -167,42 +226,21 @@ pub async fn chaos_soak(args: ChaosArgs) {
             next.registry_kill = Schedule::after(&mut rng, 6, 12);
         }
         if now >= next.etcd_restart && etcd.is_some() {
-            restart_etcd(&mut etcd, &shared, &mut rng).await;
+            restart_etcd(etcd, shared, &mut rng).await;
             etcd_times.push(now.elapsed());
             next.etcd_restart = Schedule::after(&mut rng, 10, 15);
         }
         if now >= next.quiesce {
-            settle_times.push(quiesce(&shared, &listenings, &registry.running_dir()).await);
+            settle_times.push(quiesce(shared, listenings, &registry.running_dir()).await);
             next.quiesce = Schedule::after(&mut rng, 12, 10);
         }
     }
-    settle_times.push(quiesce(&shared, &listenings, &registry.running_dir()).await);
-
-    shared.done.store(true, Ordering::Relaxed);
-    let _ = monitor.join();
-    let _ = churn.join();
-    for task in tasks {
-        task.abort();
-    }
-    let world = Arc::try_unwrap(world)
-        .ok()
-        .expect("the monitor and the churn have ended")
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    world.finish(&shared);
-    let stderr = registry.finish();
-    shared.invariants.add("registry stderr read for panics");
-    if stderr.contains("panicked") {
-        shared.violation(format!("the registry panicked:\n{stderr}"));
-    }
-    // etcd (with the fleet) is killed and reaped here, its data directory removed.
-    let _ = etcd.take();
-    let timings = [
+    settle_times.push(quiesce(shared, listenings, &registry.running_dir()).await);
+    [
         ("quiesce phases settled in", settle_times),
         ("registry killed and listening again in", restart_times),
         ("etcd killed, away and answering again in", etcd_times),
-    ];
-    report(&shared, &args, started.elapsed(), &timings);
+    ]
 }
 
 /// With the fleet: a one-member etcd, and the flags that put the registry in it.
