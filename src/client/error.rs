@@ -22,7 +22,7 @@ pub enum Error {
     #[error("not a registry URL: {0}")]
     Url(String),
     /// Nothing answered, or the exchange broke off.
-    #[error("{}", transport_text(.url, .source))]
+    #[error("{}", crate::discovery::unanswered(.url, .source))]
     Transport {
         /// The registry's URL.
         url: String,
@@ -61,15 +61,6 @@ impl Error {
             Self::Problem(problem) => Some(problem),
             _ => None,
         }
-    }
-}
-
-/// How a broken exchange reads: nothing there at all, or what broke.
-fn transport_text(url: &str, source: &reqwest::Error) -> String {
-    if source.is_connect() || source.is_timeout() {
-        format!("no registry answers at {url}")
-    } else {
-        format!("the registry at {url} did not answer: {source}")
     }
 }
 

@@ -34,12 +34,22 @@ pub async fn ask_healthz(client: &reqwest::Client, addr: SocketAddr) -> Result<(
         .get(format!("{url}/healthz"))
         .send()
         .await
-        .map_err(|e| crate::client::Error::transport(&url, e).to_string())?;
+        .map_err(|e| unanswered(&url, &e))?;
     match answer.status() {
         reqwest::StatusCode::OK => Ok(()),
         status => Err(format!(
             "the registry at {url} answered HTTP {}",
             status.as_u16()
         )),
+    }
+}
+
+/// How a broken exchange with the registry at `url` reads, for a person: nothing there at
+/// all, or what broke.
+pub(crate) fn unanswered(url: &str, source: &reqwest::Error) -> String {
+    if source.is_connect() || source.is_timeout() {
+        format!("no registry answers at {url}")
+    } else {
+        format!("the registry at {url} did not answer: {source}")
     }
 }

@@ -25,6 +25,7 @@ mod trust;
 
 use std::path::{Path, PathBuf};
 
+pub(crate) use asking::unanswered;
 pub use asking::{ask_healthz, client_builder, plain_client};
 pub use claim::{Claim, ClaimError, Published};
 pub use find::{Found, find};
