@@ -85,6 +85,18 @@ struct Host {
     http: reqwest::Client,
 }
 
+impl Drop for Host {
+    /// A failing test shows each registry's log: what its lease and its watch did is often the
+    /// only way to tell a lease that lapsed from a view that lost a host.
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(server) = self.server.as_mut()
+        {
+            eprintln!("--- the log of registry {} ---\n{}", self.id, server.kill());
+        }
+    }
+}
+
 impl Host {
     /// Start host `id`'s registry against `endpoints`, answering once it listens (and so once
     /// it claimed its host id).
