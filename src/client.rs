@@ -297,28 +297,31 @@ fn spoken(url: &Url) -> Result<(), &'static str> {
 
 /// `query`'s parameters on `url`, each as `GET /sessions` reads it.
 fn list_pairs(url: &mut Url, query: &ListQuery) {
-    let mut pairs = url.query_pairs_mut();
-    let words = [
-        ("status", &query.status),
-        ("include", &query.include),
-        ("capsule", &query.capsule),
-        ("skill", &query.skill),
-        ("cursor", &query.cursor),
-    ];
-    for (name, value) in words {
-        if let Some(value) = value {
-            pairs.append_pair(name, value);
+    set_query(
+        url,
+        [
+            ("status", query.status.clone()),
+            ("include", query.include.clone()),
+            ("capsule", query.capsule.clone()),
+            ("skill", query.skill.clone()),
+            ("cursor", query.cursor.clone()),
+            ("probe", query.probe.map(|probe| probe.to_string())),
+            ("limit", query.limit.map(|limit| limit.to_string())),
+        ],
+    );
+}
+
+/// The `words` that have a value as `url`'s query, in their order; no `?` when none has.
+fn set_query<'a>(url: &mut Url, words: impl IntoIterator<Item = (&'a str, Option<String>)>) {
+    {
+        let mut pairs = url.query_pairs_mut();
+        for (name, value) in words {
+            if let Some(value) = value {
+                pairs.append_pair(name, &value);
+            }
         }
     }
-    if let Some(probe) = query.probe {
-        pairs.append_pair("probe", if probe { "true" } else { "false" });
-    }
-    if let Some(limit) = query.limit {
-        pairs.append_pair("limit", &limit.to_string());
-    }
-    drop(pairs);
-    let cleaned = clean(url.clone());
-    *url = cleaned;
+    *url = clean(url.clone());
 }
 
 /// `url` without an empty `?` (left when no parameter was added).

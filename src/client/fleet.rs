@@ -9,7 +9,7 @@ use futures_util::Stream;
 use reqwest::{Method, Url};
 
 use super::events::StreamEvent;
-use super::{Client, Error, clean};
+use super::{Client, Error, set_query};
 use crate::wire::{
     EventName, FleetHosts, FleetQuery, FleetSessionAdded, FleetSessionChanged, FleetSessionRemoved,
     FleetSessions, HostJoined, HostLeft,
@@ -76,24 +76,17 @@ impl Client {
 
 /// `query`'s parameters on `url`, each as `GET /fleet/sessions` reads it.
 fn fleet_pairs(url: &mut Url, query: &FleetQuery) {
-    let mut pairs = url.query_pairs_mut();
-    let words = [
-        ("status", &query.status),
-        ("host", &query.host),
-        ("capsule", &query.capsule),
-        ("skill", &query.skill),
-        ("cursor", &query.cursor),
-    ];
-    for (name, value) in words {
-        if let Some(value) = value {
-            pairs.append_pair(name, value);
-        }
-    }
-    if let Some(limit) = query.limit {
-        pairs.append_pair("limit", &limit.to_string());
-    }
-    drop(pairs);
-    *url = clean(url.clone());
+    set_query(
+        url,
+        [
+            ("status", query.status.clone()),
+            ("host", query.host.clone()),
+            ("capsule", query.capsule.clone()),
+            ("skill", query.skill.clone()),
+            ("cursor", query.cursor.clone()),
+            ("limit", query.limit.map(|limit| limit.to_string())),
+        ],
+    );
 }
 
 #[cfg(test)]
