@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use common::binary::Home;
 use common::etcd::Etcd;
 use common::fleet_members::{
-    LEAVE_BOUND, Member, POLL_PACE, PREFIX, Picture, TTL, UNAVAILABLE, poll, serve_member,
+    LEAVE_BOUND, Member, POLL_PACE, PREFIX, Picture, TTL, UNAVAILABLE, get_json, poll, serve_member,
 };
 use common::netns::{Cut, CutNetwork};
 use common::{CapsuleProcess, DEADLINE, ServedBinary, session_id};
@@ -111,19 +111,7 @@ impl Host {
 
     /// `GET path` with its token: the status and the JSON body.
     async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(format!("http://{}{path}", self.server.addr))
-            .bearer_auth(&self.token)
-            .timeout(DEADLINE)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("{} answers {path}: {e}", self.id));
-        let status = response.status().as_u16();
-        let bytes = response.bytes().await.expect("a body");
-        let body = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|e| panic!("{path} on {}: not JSON ({e})", self.id));
-        (status, body)
+        get_json(&self.http, (self.id, self.server.addr), &self.token, path).await
     }
 
     /// What it serves as the fleet, or the status and problem it answers instead.

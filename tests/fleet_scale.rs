@@ -59,11 +59,9 @@ fn count(body: &Value, what: &str) -> usize {
     body[what].as_array().map_or(0, Vec::len)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs etcd (/usr/bin/etcd) and the fleet feature"]
-async fn a_simulated_fleet_is_served_paged_followed_and_left() {
-    let etcd = Etcd::start().await;
-    let mut fleet = SimFleet::start(SimSettings {
+/// [`HOSTS`] simulated hosts of [`SESSIONS`] each publishing to `etcd`, loaded all at once.
+async fn sim_fleet(etcd: &Etcd) -> SimFleet {
+    SimFleet::start(SimSettings {
         endpoint: etcd.endpoint(),
         prefix: PREFIX.to_owned(),
         hosts: HOSTS,
@@ -72,7 +70,14 @@ async fn a_simulated_fleet_is_served_paged_followed_and_left() {
         pass: Duration::from_millis(500),
         load_concurrency: HOSTS,
     })
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (/usr/bin/etcd) and the fleet feature"]
+async fn a_simulated_fleet_is_served_paged_followed_and_left() {
+    let etcd = Etcd::start().await;
+    let mut fleet = sim_fleet(&etcd).await;
     let readers = [reader(&etcd, 0).await, reader(&etcd, 1).await];
     for (server, _) in &readers {
         wait_until_async("a reader serves the whole fleet", async || {
@@ -122,16 +127,7 @@ async fn a_simulated_fleet_is_served_paged_followed_and_left() {
 async fn a_cold_read_of_many_pages_outlasting_a_page_deadline_finishes_whole() {
     const PAGE_DEADLINE: Duration = Duration::from_millis(300);
     let etcd = Etcd::start().await;
-    let _fleet = SimFleet::start(SimSettings {
-        endpoint: etcd.endpoint(),
-        prefix: PREFIX.to_owned(),
-        hosts: HOSTS,
-        sessions: SESSIONS,
-        ttl: TTL,
-        pass: Duration::from_millis(500),
-        load_concurrency: HOSTS,
-    })
-    .await;
+    let _fleet = sim_fleet(&etcd).await;
     let view = FleetView::new("reader-paged".parse::<HostId>().expect("a host id"));
     #[allow(clippy::needless_update)]
     let settings = EtcdSettings {

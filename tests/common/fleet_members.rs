@@ -8,11 +8,13 @@
 //! deadline, never by sleeping.
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::DEADLINE;
 use super::binary::{Home, User, registry};
 
 /// The lease every member takes ([`serve_member`]'s `--fleet-ttl`).
@@ -123,3 +125,24 @@ pub async fn poll<T>(
 
 /// The pause between two polls of one member: paces the loop, decides nothing.
 pub const POLL_PACE: Duration = Duration::from_millis(10);
+
+/// `GET path` with `token` on member `id`, serving at `addr`: the status and the JSON body.
+pub async fn get_json(
+    http: &reqwest::Client,
+    (id, addr): (&str, SocketAddr),
+    token: &str,
+    path: &str,
+) -> (u16, Value) {
+    let response = http
+        .get(format!("http://{addr}{path}"))
+        .bearer_auth(token)
+        .timeout(DEADLINE)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{id} answers {path}: {e}"));
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.expect("a body");
+    let body =
+        serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{path} on {id}: not JSON ({e})"));
+    (status, body)
+}
