@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use tempfile::TempDir;
 
+pub use super::certs::TestCerts;
 use super::temp_dir;
 
 /// The etcd server binary (Debian's `etcd-server`).
@@ -369,114 +370,4 @@ fn free_port_pairs(count: usize) -> Vec<[u16; 2]> {
         .chunks(2)
         .map(|pair| [port(&pair[0]), port(&pair[1])])
         .collect()
-}
-
-/// A private CA and, signed by it, a server certificate for `127.0.0.1` and a client
-/// certificate, as PEM files in a directory of their own (made by the `openssl` command).
-#[derive(Clone)]
-pub struct TestCerts {
-    /// Kept alive as long as any copy is: the files live in it.
-    _dir: std::sync::Arc<TempDir>,
-    /// The CA certificate.
-    pub ca: PathBuf,
-    /// The server's certificate and key.
-    pub server_cert: PathBuf,
-    pub server_key: PathBuf,
-    /// The client's certificate and key.
-    pub client_cert: PathBuf,
-    pub client_key: PathBuf,
-}
-
-impl TestCerts {
-    /// A fresh CA, server and client certificate (P-256 keys, valid for a day).
-    pub fn generate() -> Self {
-        let dir = temp_dir();
-        let path = |name: &str| dir.path().join(name);
-        let openssl = |args: &[&str]| {
-            let output = Command::new("openssl")
-                .args(args)
-                .current_dir(dir.path())
-                .output()
-                .expect("run openssl");
-            assert!(
-                output.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        };
-        let key = |name: &str| {
-            openssl(&[
-                "ecparam",
-                "-genkey",
-                "-name",
-                "prime256v1",
-                "-noout",
-                "-out",
-                name,
-            ]);
-        };
-        key("ca.key");
-        openssl(&[
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            "ca.key",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=test etcd CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-            "-out",
-            "ca.pem",
-        ]);
-        for (name, extensions) in [
-            (
-                "server",
-                "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-            ),
-            ("client", "extendedKeyUsage=clientAuth\n"),
-        ] {
-            key(&format!("{name}.key"));
-            openssl(&[
-                "req",
-                "-new",
-                "-key",
-                &format!("{name}.key"),
-                "-subj",
-                &format!("/CN={name}"),
-                "-out",
-                &format!("{name}.csr"),
-            ]);
-            std::fs::write(path(&format!("{name}.ext")), extensions).expect("write extensions");
-            openssl(&[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{name}.csr"),
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "1",
-                "-extfile",
-                &format!("{name}.ext"),
-                "-out",
-                &format!("{name}.pem"),
-            ]);
-        }
-        Self {
-            ca: path("ca.pem"),
-            server_cert: path("server.pem"),
-            server_key: path("server.key"),
-            client_cert: path("client.pem"),
-            client_key: path("client.key"),
-            _dir: std::sync::Arc::new(dir),
-        }
-    }
 }

@@ -41,6 +41,8 @@ use std::time::{Duration, Instant};
 
 pub mod binary;
 pub mod capsules;
+#[cfg(feature = "fleet")]
+pub mod certs;
 pub mod doors;
 #[cfg(feature = "fleet")]
 pub mod etcd;
