@@ -240,35 +240,42 @@ fn ps_prints_the_table_newest_first_and_prunes_what_is_gone() {
             b_ago,
         ),
     ];
-    for (row, (capsule, status, detached, url, ago)) in rows.iter().zip(expected) {
-        assert_eq!(row[1], capsule, "CAPSULE of {row:?}");
-        assert_eq!(row[2], status, "STATUS of {row:?}");
-        // A sleeping child: next to no CPU, and some resident memory.
-        let cpu: f64 = row[3].parse().unwrap_or_else(|_| panic!("CPU% of {row:?}"));
-        assert!((0.0..50.0).contains(&cpu), "CPU% of {row:?}");
-        assert!(
-            row[4].ends_with(['K', 'M', 'G']) && row[4][..row[4].len() - 1].parse::<f64>().is_ok(),
-            "MEM of {row:?}"
-        );
-        assert_eq!(row[5], detached, "DETACHED of {row:?}");
-        assert_eq!(row[7], url, "URL of {row:?}");
-        let up = uptime_secs(&row[6]);
-        assert!(
-            (ago.as_secs()..=ago.as_secs() + elapsed).contains(&up),
-            "UPTIME of {row:?}: {up}s, expected about {}s",
-            ago.as_secs()
-        );
-        if ago.as_secs() >= 86_400 {
-            assert!(row[6].starts_with("2d "), "a day prefix: {row:?}");
-        } else {
-            assert!(!row[6].contains('d'), "no day prefix under a day: {row:?}");
-        }
+    for (row, expected) in rows.iter().zip(expected) {
+        assert_ps_row(row, expected, elapsed);
     }
     assert_eq!(rows[1][6].len(), "01:02:03".len());
 
     // Listing changed nothing else: the live records stay.
     for record in [&a, &b, &d] {
         assert!(home.running_dir().join(record.file_name()).exists());
+    }
+}
+
+/// One row of `ps`'s table against its capsule, status, detached flag, URL and age (the uptime
+/// may run `elapsed` seconds past the age, the time the listing took).
+fn assert_ps_row(row: &[String], expected: (&str, &str, &str, &str, Duration), elapsed: u64) {
+    let (capsule, status, detached, url, ago) = expected;
+    assert_eq!(row[1], capsule, "CAPSULE of {row:?}");
+    assert_eq!(row[2], status, "STATUS of {row:?}");
+    // A sleeping child: next to no CPU, and some resident memory.
+    let cpu: f64 = row[3].parse().unwrap_or_else(|_| panic!("CPU% of {row:?}"));
+    assert!((0.0..50.0).contains(&cpu), "CPU% of {row:?}");
+    assert!(
+        row[4].ends_with(['K', 'M', 'G']) && row[4][..row[4].len() - 1].parse::<f64>().is_ok(),
+        "MEM of {row:?}"
+    );
+    assert_eq!(row[5], detached, "DETACHED of {row:?}");
+    assert_eq!(row[7], url, "URL of {row:?}");
+    let up = uptime_secs(&row[6]);
+    assert!(
+        (ago.as_secs()..=ago.as_secs() + elapsed).contains(&up),
+        "UPTIME of {row:?}: {up}s, expected about {}s",
+        ago.as_secs()
+    );
+    if ago.as_secs() >= 86_400 {
+        assert!(row[6].starts_with("2d "), "a day prefix: {row:?}");
+    } else {
+        assert!(!row[6].contains('d'), "no day prefix under a day: {row:?}");
     }
 }
 
