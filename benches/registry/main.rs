@@ -86,6 +86,11 @@ mod steps;
 #[allow(dead_code)]
 #[path = "../../tests/common/etcd.rs"]
 mod etcd;
+/// The certificates `etcd` serves TLS with.
+#[cfg(feature = "fleet")]
+#[allow(dead_code)]
+#[path = "../../tests/common/certs.rs"]
+mod certs;
 /// `fleet-scale` with the sizes `args` give.
 #[cfg(feature = "fleet")]
 async fn fleet_scale_figures(rows: &mut Vec<Row>, args: &[String]) {
