@@ -326,24 +326,15 @@ mod fleet {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
-    async fn the_fleet_is_read_as_its_wire_types_and_followed() {
-        let mut etcd = Etcd::start().await;
-        let (home_a, home_b) = (Home::new(), Home::new());
-        let peer_a = live_in(&home_a.running_dir());
-        let peer_b = live_in(&home_b.running_dir());
-        let bind = "127.0.0.1:0";
-        let _a = ServedBinary::spawn(serve_member(&home_a, "a", &etcd.endpoint(), bind));
-        let b = ServedBinary::spawn(serve_member(&home_b, "b", &etcd.endpoint(), bind));
-        let client = Client::discover_in(&home_a.registry_dir()).await.unwrap();
+    /// Whether `fleet` holds both hosts and both their live sessions.
+    fn whole(fleet: &FleetSessions) -> bool {
+        fleet.hosts.len() == 2
+            && fleet.sessions.len() == 2
+            && (fleet.sessions.iter()).all(|s| s.session.liveness.state == Some(SessionState::Live))
+    }
 
-        let whole = |fleet: &FleetSessions| {
-            fleet.hosts.len() == 2
-                && fleet.sessions.len() == 2
-                && (fleet.sessions.iter())
-                    .all(|s| s.session.liveness.state == Some(SessionState::Live))
-        };
+    /// The fleet once `client` sees it whole.
+    async fn until_whole(client: &Client) -> FleetSessions {
         let (fleet, _) = poll(
             "both hosts and both live sessions",
             Instant::now(),
@@ -359,6 +350,11 @@ mod fleet {
             },
         )
         .await;
+        fleet
+    }
+
+    /// `fleet`, as registry a serves it, holds each host's load and b's session as b wrote it.
+    fn assert_read_whole(fleet: &FleetSessions, b_session: &str) {
         assert_eq!(fleet.host_id, "a");
         assert_eq!(fleet.next_cursor, None, "no page asked for");
         for host in &fleet.hosts {
@@ -368,13 +364,17 @@ mod fleet {
         let of_b = (fleet.sessions.iter())
             .find(|s| s.host_id == "b")
             .expect("b's session");
-        assert_eq!(of_b.session.session_id, peer_b.id);
+        assert_eq!(of_b.session.session_id, b_session);
         assert_eq!(of_b.door_scope, Some(DoorScope::Host), "a loopback door");
         assert!(of_b.skills.iter().any(|s| s.id == "summarize"), "{of_b:?}");
+    }
 
-        let mut pages = walked(&client).await;
+    /// Paging walks `sessions` once each; the filters and `/fleet/hosts` answer; a bad host
+    /// id and a cursor without a limit are refused as invalid queries.
+    async fn assert_queries(client: &Client, sessions: [&str; 2]) {
+        let mut pages = walked(client).await;
         pages.sort();
-        let mut ids = vec![peer_a.id.clone(), peer_b.id.clone()];
+        let mut ids = sessions.map(str::to_owned).to_vec();
         ids.sort();
         assert_eq!(pages, ids, "each session on exactly one page");
         let only_b = FleetQuery {
@@ -402,47 +402,88 @@ mod fleet {
         };
         let loose_cursor = client.fleet_sessions(&loose_cursor).await.unwrap_err();
         assert_eq!(problem(loose_cursor), (400, "invalid-query".into()));
+    }
 
+    /// The next event `pick` takes from `events`, within the deadline; `what` names it.
+    async fn next_of<T>(
+        events: &mut (
+                 impl futures_util::Stream<Item = Result<FleetEvent, murmur_registry::client::Error>>
+                 + Unpin
+             ),
+        what: &str,
+        mut pick: impl FnMut(FleetEvent) -> Option<T>,
+    ) -> T {
+        let found = tokio::time::timeout(DEADLINE, async {
+            loop {
+                match events.next().await {
+                    Some(Ok(event)) => {
+                        if let Some(found) = pick(event) {
+                            return found;
+                        }
+                    }
+                    other => panic!("the stream broke: {other:?}"),
+                }
+            }
+        });
+        found
+            .await
+            .unwrap_or_else(|_| panic!("{what} within the deadline"))
+    }
+
+    /// The event stream starts whole, then follows a session started on b, then b leaving:
+    /// its sessions go, then the host.
+    async fn follow_b_until_it_leaves(
+        client: &Client,
+        home_b: &Home,
+        b: ServedBinary,
+        b_session: &str,
+    ) {
         let mut events = Box::pin(client.fleet_events());
         let first = tokio::time::timeout(DEADLINE, events.next()).await.unwrap();
         let Some(Ok(FleetEvent::Snapshot(snapshot))) = first else {
             panic!("a snapshot first: {first:?}");
         };
         assert!(whole(&snapshot), "{snapshot:?}");
-        // A session started on b arrives; then b leaves: its sessions go, then the host.
         let later = TestProcess::sleeping();
         let later = (later.record(), later);
         home_b.write(&later.0);
-        let added = tokio::time::timeout(DEADLINE, async {
-            loop {
-                match events.next().await {
-                    Some(Ok(FleetEvent::SessionAdded(added))) => return added,
-                    Some(Ok(_)) => {}
-                    other => panic!("the stream broke: {other:?}"),
-                }
-            }
-        })
-        .await
-        .expect("b's new session arrives");
+        let added = next_of(&mut events, "b's new session", |event| match event {
+            FleetEvent::SessionAdded(added) => Some(added),
+            _ => None,
+        });
+        let added = added.await;
         assert_eq!(added.session.session.session_id, later.0.session_id());
         assert_eq!(added.host_id, "b");
         let (exit, stderr) = b.stop_with(Signal::TERM);
         assert!(exit.success(), "{stderr}");
-        let left = tokio::time::timeout(DEADLINE, async {
-            let mut removed = Vec::new();
-            loop {
-                match events.next().await {
-                    Some(Ok(FleetEvent::SessionRemoved(gone))) => removed.push(gone.session_id),
-                    Some(Ok(FleetEvent::HostLeft(host))) => return (host.host_id, removed),
-                    Some(Ok(_)) => {}
-                    other => panic!("the stream broke: {other:?}"),
-                }
+        let mut removed = Vec::new();
+        let left = next_of(&mut events, "b leaving", |event| match event {
+            FleetEvent::SessionRemoved(gone) => {
+                removed.push(gone.session_id);
+                None
             }
-        })
-        .await
-        .expect("b leaves within the deadline");
-        assert_eq!(left.0, "b");
-        assert!(left.1.contains(&peer_b.id), "{left:?}");
+            FleetEvent::HostLeft(host) => Some(host.host_id),
+            _ => None,
+        });
+        assert_eq!(left.await, "b");
+        assert!(removed.contains(&b_session.to_owned()), "{removed:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn the_fleet_is_read_as_its_wire_types_and_followed() {
+        let mut etcd = Etcd::start().await;
+        let (home_a, home_b) = (Home::new(), Home::new());
+        let peer_a = live_in(&home_a.running_dir());
+        let peer_b = live_in(&home_b.running_dir());
+        let bind = "127.0.0.1:0";
+        let _a = ServedBinary::spawn(serve_member(&home_a, "a", &etcd.endpoint(), bind));
+        let b = ServedBinary::spawn(serve_member(&home_b, "b", &etcd.endpoint(), bind));
+        let client = Client::discover_in(&home_a.registry_dir()).await.unwrap();
+
+        assert_read_whole(&until_whole(&client).await, &peer_b.id);
+        assert_queries(&client, [peer_a.id.as_str(), &peer_b.id]).await;
+        follow_b_until_it_leaves(&client, &home_b, b, &peer_b.id).await;
 
         // etcd gone: the fleet is not served stale, and the client says why.
         etcd.kill();

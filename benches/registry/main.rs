@@ -82,15 +82,15 @@ mod served;
 #[path = "../../tests/common/steps.rs"]
 mod steps;
 // The fleet scenario's etcd is started exactly as the fleet tests start theirs.
-#[cfg(feature = "fleet")]
-#[allow(dead_code)]
-#[path = "../../tests/common/etcd.rs"]
-mod etcd;
 /// The certificates `etcd` serves TLS with.
 #[cfg(feature = "fleet")]
 #[allow(dead_code)]
 #[path = "../../tests/common/certs.rs"]
 mod certs;
+#[cfg(feature = "fleet")]
+#[allow(dead_code)]
+#[path = "../../tests/common/etcd.rs"]
+mod etcd;
 /// `fleet-scale` with the sizes `args` give.
 #[cfg(feature = "fleet")]
 async fn fleet_scale_figures(rows: &mut Vec<Row>, args: &[String]) {
