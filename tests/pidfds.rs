@@ -211,6 +211,74 @@ async fn next_about(events: &mut EventStream, id: &str) -> SseEvent {
 // One pidfd per live process
 // ---------------------------------------------------------------------------------------------
 
+/// `owned` (of `own`) rewritten, staged and renamed into place, for a new process (new pid,
+/// new start token): the new process gets a pidfd, the old one's is dropped although it still
+/// runs, and the pidfds of `others` stay. The new process, kept running.
+async fn a_rewritten_record_moves_to_its_new_process(
+    server: &Server,
+    home: &Home,
+    (owned, own): (&RecordJson, &TestProcess),
+    others: [u32; 2],
+) -> TestProcess {
+    let successor = TestProcess::sleeping();
+    let rewritten = RecordJson::new(&owned.session_id())
+        .process(successor.pid(), &successor.start_token())
+        .no_door();
+    replace_by_rename(
+        &home.running_dir(),
+        &owned.file_name(),
+        rewritten.to_bytes(),
+    );
+    let listing = server.list("").await;
+    listing.assert_process(&owned.session_id(), "alive");
+    assert!(
+        server.pidfds().contains(&i64::from(successor.pid())),
+        "the rewritten record's new process gets a pidfd: {:?}",
+        server.pidfds()
+    );
+    let wanted = pidfd_pids(&[others[0], successor.pid(), others[1]]);
+    server
+        .list_until(PASSES_TO_DROP, "the old process's pidfd dropped", |pids| {
+            pids == wanted
+        })
+        .await;
+    assert_eq!(
+        common::proc_state(own.pid()).map(|s| s != 'Z'),
+        Some(true),
+        "the old process still runs: its pidfd was dropped because no record names it"
+    );
+    successor
+}
+
+/// Both `records` name process `shared`; beside it the registry holds pidfds of `others`
+/// only. Its pidfd stays while one record remains, and goes with the last.
+async fn a_process_two_records_name_keeps_its_pidfd_while_one_remains(
+    server: &Server,
+    home: &Home,
+    records: [&RecordJson; 2],
+    shared: u32,
+    others: [u32; 2],
+) {
+    let with_shared = pidfd_pids(&[shared, others[0], others[1]]);
+    std::fs::remove_file(home.running_dir().join(records[0].file_name())).expect("unlink");
+    for _ in 0..PASSES_TO_DROP {
+        server.list("").await;
+        assert_eq!(
+            server.pidfds(),
+            with_shared,
+            "another record still names the shared process"
+        );
+    }
+    std::fs::remove_file(home.running_dir().join(records[1].file_name())).expect("unlink");
+    server
+        .list_until(
+            PASSES_TO_DROP,
+            "the removed records' pidfd dropped",
+            |pids| pids == pidfd_pids(&others),
+        )
+        .await;
+}
+
 #[tokio::test]
 async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record_names() {
     let home = Home::new();
@@ -266,52 +334,23 @@ async fn the_registry_holds_one_pidfd_per_live_process_and_drops_those_no_record
         "a listing without probes uses the same pidfds"
     );
 
-    // Rewritten (staged, renamed into place) for a new process: new pid, new start token.
-    let successor = TestProcess::sleeping();
-    let rewritten = RecordJson::new(&owned.session_id())
-        .process(successor.pid(), &successor.start_token())
-        .no_door();
-    replace_by_rename(
-        &home.running_dir(),
-        &owned.file_name(),
-        rewritten.to_bytes(),
-    );
-    let listing = server.list("").await;
-    listing.assert_process(&owned.session_id(), "alive");
-    assert!(
-        server.pidfds().contains(&i64::from(successor.pid())),
-        "the rewritten record's new process gets a pidfd: {:?}",
-        server.pidfds()
-    );
-    server
-        .list_until(PASSES_TO_DROP, "the old process's pidfd dropped", |pids| {
-            pids == pidfd_pids(&[shared.pid(), successor.pid(), leader.pid()])
-        })
-        .await;
-    assert_eq!(
-        common::proc_state(own.pid()).map(|s| s != 'Z'),
-        Some(true),
-        "the old process still runs: its pidfd was dropped because no record names it"
-    );
-
-    // A process two records name keeps its pidfd while one of them remains.
-    std::fs::remove_file(home.running_dir().join(shared_first.file_name())).expect("unlink");
-    for _ in 0..PASSES_TO_DROP {
-        server.list("").await;
-        assert_eq!(
-            server.pidfds(),
-            pidfd_pids(&[shared.pid(), successor.pid(), leader.pid()]),
-            "another record still names the shared process"
-        );
-    }
-    std::fs::remove_file(home.running_dir().join(shared_second.file_name())).expect("unlink");
-    server
-        .list_until(
-            PASSES_TO_DROP,
-            "the removed records' pidfd dropped",
-            |pids| pids == pidfd_pids(&[successor.pid(), leader.pid()]),
-        )
-        .await;
+    let successor = a_rewritten_record_moves_to_its_new_process(
+        &server,
+        &home,
+        (&owned, &own),
+        [shared.pid(), leader.pid()],
+    )
+    .await;
+    let others = [successor.pid(), leader.pid()];
+    let shared_records = [&shared_first, &shared_second];
+    a_process_two_records_name_keeps_its_pidfd_while_one_remains(
+        &server,
+        &home,
+        shared_records,
+        shared.pid(),
+        others,
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------
