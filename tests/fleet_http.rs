@@ -509,17 +509,10 @@ mod with_etcd {
         ids(body, "hosts", "host_id")
     }
 
-    #[tokio::test]
-    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
-    async fn other_hosts_are_served_as_etcd_holds_them_and_followed_on_the_stream() {
-        let etcd = Etcd::start().await;
-        let mut client = etcd.client().await;
-        let b = OtherHost::join(&mut client, "b", 60).await;
-        b.put_session(&mut client, "ses_b1", "live").await;
-        let (server, watcher) = registry_on(&etcd).await;
-
+    /// The view serves b's one live session as etcd holds it, and filters and lists hosts.
+    async fn assert_served_as_etcd_holds_b(server: &FleetServer) {
         until(
-            &server,
+            server,
             "/fleet/sessions",
             "b's session is served",
             |s, body| s == 200 && sessions(body) == ["ses_b1"],
@@ -535,13 +528,16 @@ mod with_etcd {
         assert_eq!((status, sessions(&body)), (200, Vec::<String>::new()));
         let (status, body) = server.get("/fleet/hosts").await;
         assert_eq!((status, hosts(&body)), (200, vec!["b".to_owned()]));
+    }
 
-        let mut stream = fleet_events(&server).await;
-        let SseEvent { id, name, data } = stream.expect_event().await;
-        assert_eq!((id, name.as_str()), (0, "snapshot"));
-        assert_eq!(sessions(&data), ["ses_b1"]);
-
-        b.put_session(&mut client, "ses_b2", "live").await;
+    /// b adds, changes and removes a session and c joins: each arrives on `stream`, in order.
+    /// c, kept by the caller.
+    async fn changes_arrive_in_order(
+        stream: &mut EventStream,
+        client: &mut Client,
+        b: &OtherHost,
+    ) -> OtherHost {
+        b.put_session(client, "ses_b2", "live").await;
         let SseEvent { name, data, .. } = stream.expect_event().await;
         assert_eq!(name, "session.added");
         assert_eq!(
@@ -549,7 +545,7 @@ mod with_etcd {
             (Some("b"), Some("ses_b2"))
         );
 
-        b.put_session(&mut client, "ses_b2", "unreachable").await;
+        b.put_session(client, "ses_b2", "unreachable").await;
         let SseEvent { name, data, .. } = stream.expect_event().await;
         assert_eq!(name, "session.changed");
         assert_eq!(
@@ -557,21 +553,29 @@ mod with_etcd {
             (Some("live"), Some("unreachable"))
         );
 
-        b.delete_session(&mut client, "ses_b1").await;
+        b.delete_session(client, "ses_b1").await;
         let SseEvent { name, data, .. } = stream.expect_event().await;
         assert_eq!(
             (name.as_str(), data["session_id"].as_str()),
             ("session.removed", Some("ses_b1"))
         );
 
-        let _c = OtherHost::join(&mut client, "c", 60).await;
+        let c = OtherHost::join(client, "c", 60).await;
         let SseEvent { name, data, .. } = stream.expect_event().await;
         assert_eq!(
             (name.as_str(), data["host_id"].as_str()),
             ("host.joined", Some("c"))
         );
+        c
+    }
 
-        // b leaves the way a registry does on SIGTERM: its lease revoked, every key at once.
+    /// b leaves the way a registry does on SIGTERM (its lease revoked, every key at once):
+    /// `stream` hears its last session go, then b.
+    async fn b_leaving_removes_its_sessions_first(
+        stream: &mut EventStream,
+        client: &mut Client,
+        b: &OtherHost,
+    ) {
         client
             .lease_revoke(b.lease)
             .await
@@ -592,6 +596,24 @@ mod with_etcd {
             ["session.removed ses_b2", "host.left b"],
             "sessions first"
         );
+    }
+
+    #[tokio::test]
+    #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+    async fn other_hosts_are_served_as_etcd_holds_them_and_followed_on_the_stream() {
+        let etcd = Etcd::start().await;
+        let mut client = etcd.client().await;
+        let b = OtherHost::join(&mut client, "b", 60).await;
+        b.put_session(&mut client, "ses_b1", "live").await;
+        let (server, watcher) = registry_on(&etcd).await;
+
+        assert_served_as_etcd_holds_b(&server).await;
+        let mut stream = fleet_events(&server).await;
+        let SseEvent { id, name, data } = stream.expect_event().await;
+        assert_eq!((id, name.as_str()), (0, "snapshot"));
+        assert_eq!(sessions(&data), ["ses_b1"]);
+        let _c = changes_arrive_in_order(&mut stream, &mut client, &b).await;
+        b_leaving_removes_its_sessions_first(&mut stream, &mut client, &b).await;
         let (_, body) = server.get("/fleet/sessions").await;
         assert_eq!(
             (hosts(&body), sessions(&body)),
