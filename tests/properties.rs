@@ -50,46 +50,58 @@ fn ids() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-#[test]
-fn arbitrary_ids_methods_and_bodies_never_5xx_and_never_touch_a_file() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let home = temp_dir();
-    let running = home.path().join("running");
-    std::fs::create_dir(&running).expect("running dir");
-    std::fs::set_permissions(
-        &running,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .expect("0700");
-    let capsule = TestProcess::sleeping();
-    let record = capsule.record().no_door();
-    record.write_in(&running);
-    // Decoys a traversal would reach: a file one level up, a record in a sibling directory.
-    std::fs::write(home.path().join("decoy.json"), record.to_bytes()).expect("decoy");
-    let sibling = home.path().join("sibling");
-    std::fs::create_dir(&sibling).expect("sibling");
-    RecordJson::fresh()
-        .process(capsule.pid(), &capsule.start_token())
-        .write_in(&sibling);
-    let before = (
-        dir_snapshot(home.path()),
-        dir_snapshot(&running),
-        dir_snapshot(&sibling),
-    );
+/// A running directory holding one live capsule's record, beside decoys a traversal would
+/// reach: a file one level up, a record in a sibling directory.
+struct Laid {
+    home: tempfile::TempDir,
+    running: std::path::PathBuf,
+    sibling: std::path::PathBuf,
+}
 
-    // The registry serves the running directory laid out above, beside its decoys.
-    let server = runtime.block_on(TestServer::builder().running_dir(&running).start());
+impl Laid {
+    fn out(capsule: &TestProcess) -> Self {
+        let home = temp_dir();
+        let running = home.path().join("running");
+        std::fs::create_dir(&running).expect("running dir");
+        std::fs::set_permissions(
+            &running,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .expect("0700");
+        let record = capsule.record().no_door();
+        record.write_in(&running);
+        std::fs::write(home.path().join("decoy.json"), record.to_bytes()).expect("decoy");
+        let sibling = home.path().join("sibling");
+        std::fs::create_dir(&sibling).expect("sibling");
+        RecordJson::fresh()
+            .process(capsule.pid(), &capsule.start_token())
+            .write_in(&sibling);
+        Self {
+            home,
+            running,
+            sibling,
+        }
+    }
+
+    /// What is there now: one level up, the running directory, the sibling.
+    fn snapshot(&self) -> [std::collections::BTreeMap<String, EntrySnapshot>; 3] {
+        [
+            dir_snapshot(self.home.path()),
+            dir_snapshot(&self.running),
+            dir_snapshot(&self.sibling),
+        ]
+    }
+}
+
+/// Arbitrary ids, tails, methods, bodies and content types sent to `server` (with its token),
+/// `PROPTEST_CASES` of them: none answered with a 5xx. How many were sent.
+fn send_arbitrary(runtime: &tokio::runtime::Runtime, server: &TestServer) -> usize {
     let (base, token) = (server.base().to_owned(), server.token().to_owned());
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
         .expect("client");
     let sent = AtomicUsize::new(0);
-
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -125,21 +137,30 @@ fn arbitrary_ids_methods_and_bodies_never_5xx_and_never_touch_a_file() {
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
-    let after = (
-        dir_snapshot(home.path()),
-        dir_snapshot(&running),
-        dir_snapshot(&sibling),
-    );
+    sent.into_inner()
+}
+
+#[test]
+fn arbitrary_ids_methods_and_bodies_never_5xx_and_never_touch_a_file() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut capsule = TestProcess::sleeping();
+    let laid = Laid::out(&capsule);
+    let before = laid.snapshot();
+
+    // The registry serves the running directory laid out above, beside its decoys.
+    let server = runtime.block_on(TestServer::builder().running_dir(&laid.running).start());
+    let sent = send_arbitrary(&runtime, &server);
+    let after = laid.snapshot();
     // The running directory and the sibling are byte for byte the same; the decoy one level
     // up is still there (the token file lives in the server's own home, not beside them).
-    assert_eq!(before.1, after.1, "the running directory changed");
-    assert_eq!(before.2, after.2, "a sibling directory changed");
-    assert!(after.0.contains_key("decoy.json"));
+    assert_eq!(before[1], after[1], "the running directory changed");
+    assert_eq!(before[2], after[2], "a sibling directory changed");
+    assert!(after[0].contains_key("decoy.json"));
     drop(server);
-    let mut capsule = capsule;
     assert!(capsule.is_running(), "the capsule was signalled");
-    eprintln!(
-        "properties: {} requests with arbitrary ids, methods and bodies",
-        sent.into_inner()
-    );
+    eprintln!("properties: {sent} requests with arbitrary ids, methods and bodies");
 }
