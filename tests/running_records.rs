@@ -269,9 +269,10 @@ fn a_record_with_odd_later_keys_is_listed_and_never_removed() {
 /// A value that must never appear in any reason given for a record.
 const SECRET: &str = "tok-SECRET-123";
 
-#[test]
-fn why_a_record_does_not_parse_never_quotes_its_values() {
-    let dir = temp_dir();
+/// Records in `dir` that do not parse, each with [`SECRET`] where a value should be or beside
+/// it (as its door token and as an unknown member): a field of the wrong type, each in turn;
+/// not JSON at all; cut short; a field missing. Their session ids, and the one missing `pid`.
+fn write_records_hiding_the_secret(dir: &Path) -> (Vec<String>, String) {
     let wrong: [(&str, Value); 8] = [
         ("pid", json!(SECRET)),
         ("process_start", json!([SECRET])),
@@ -290,20 +291,19 @@ fn why_a_record_does_not_parse_never_quotes_its_values() {
             .set("padding", SECRET);
         // Written under a name of its own, since `session_id` itself may be the odd value.
         let id = session_id();
-        record.write_as(dir.path(), &format!("{id}.json"));
+        record.write_as(dir, &format!("{id}.json"));
         ids.push(id);
     }
-    // Not JSON at all, with the secret where a value should be, and a secret cut short.
     let bare = session_id();
     write_raw(
-        dir.path(),
+        dir,
         &format!("{bare}.json"),
         format!(r#"{{"pid": {SECRET}}}"#),
     );
     ids.push(bare);
     let cut = session_id();
     write_raw(
-        dir.path(),
+        dir,
         &format!("{cut}.json"),
         format!(r#"{{"pid": "{SECRET}"#),
     );
@@ -313,8 +313,15 @@ fn why_a_record_does_not_parse_never_quotes_its_values() {
     RecordJson::new(&missing)
         .without("pid")
         .door_token(SECRET)
-        .write_in(dir.path());
+        .write_in(dir);
     ids.push(missing.clone());
+    (ids, missing)
+}
+
+#[test]
+fn why_a_record_does_not_parse_never_quotes_its_values() {
+    let dir = temp_dir();
+    let (ids, missing) = write_records_hiding_the_secret(dir.path());
 
     let found = scan(dir.path(), None).unwrap();
     assert!(found.records.is_empty(), "{:?}", names_of(&found.records));
