@@ -528,6 +528,14 @@ mod with_etcd {
         assert_eq!((status, sessions(&body)), (200, Vec::<String>::new()));
         let (status, body) = server.get("/fleet/hosts").await;
         assert_eq!((status, hosts(&body)), (200, vec!["b".to_owned()]));
+        let (_, whole) = server.get("/fleet/sessions").await;
+        let members: Vec<&str> = (body.as_object().expect("an object").keys())
+            .map(String::as_str)
+            .collect();
+        assert_eq!(members, ["host_id", "hosts", "revision"]);
+        assert_eq!(body["host_id"], "a");
+        assert_eq!(body["revision"], whole["revision"]);
+        assert_eq!(body["hosts"], whole["hosts"]);
     }
 
     /// b adds, changes and removes a session and c joins: each arrives on `stream`, in order.

@@ -189,6 +189,21 @@ impl FleetView {
         state.picture(&shared.own)
     }
 
+    /// The fleet's hosts now, by id, and the revision they describe, or why they cannot be
+    /// served: without the whole picture, whose making (every session, sorted) would hold the
+    /// view, and so every change, for tens of milliseconds at 100,000 sessions.
+    pub fn hosts(&self) -> Result<(i64, Vec<Arc<HostEntry>>), FleetUnavailable> {
+        let shared = self.shared()?;
+        let state = shared.lock();
+        match &state.cache {
+            Ok(cache) => Ok((
+                cache.revision(),
+                hosts_of(cache, state.own.as_ref(), &shared.own),
+            )),
+            Err(why) => Err(FleetUnavailable::Unavailable(why.clone())),
+        }
+    }
+
     /// Start listening: the fleet now, then every change after it. The snapshot is handed
     /// apart, so a stream can let go of it once it is sent.
     pub fn subscribe(&self) -> Result<(Arc<FleetSnapshot>, FleetSubscription), FleetUnavailable> {
@@ -428,20 +443,25 @@ fn snapshot_of(
             .then_with(|| a.host_id().cmp(b.host_id()))
             .then_with(|| a.session_id().cmp(b.session_id()))
     });
+    FleetSnapshot {
+        id,
+        revision: cache.revision(),
+        host_id: own.clone(),
+        hosts: hosts_of(cache, mine, own),
+        sessions,
+        encoded: OnceLock::new(),
+    }
+}
+
+/// The hosts of `cache` but `own`, and `own` as `mine` holds it, by id.
+fn hosts_of(cache: &FleetCache, mine: Option<&FleetCache>, own: &HostId) -> Vec<Arc<HostEntry>> {
     let mut hosts: Vec<_> = (cache.hosts())
         .filter(|host| host.host_id != own.as_str())
         .chain(mine.into_iter().flat_map(FleetCache::hosts))
         .cloned()
         .collect();
     hosts.sort_by(|a, b| a.host_id.cmp(&b.host_id));
-    FleetSnapshot {
-        id,
-        revision: cache.revision(),
-        host_id: own.clone(),
-        hosts,
-        sessions,
-        encoded: OnceLock::new(),
-    }
+    hosts
 }
 
 /// Whether `change` is about host `host`.

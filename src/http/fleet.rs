@@ -155,11 +155,12 @@ async fn fleet_page(
     )
 )]
 pub async fn fleet_hosts(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let snapshot = state.fleet().current()?;
+    let (revision, hosts) = state.fleet().hosts()?;
+    let own = state.fleet().own_host().map_or("", HostId::as_str);
     json_response(&FleetHosts {
-        revision: snapshot.revision,
-        host_id: snapshot.host_id.as_str(),
-        hosts: snapshot.hosts.iter().map(|h| &**h).collect(),
+        revision,
+        host_id: own,
+        hosts: hosts.iter().map(|h| &**h).collect(),
     })
 }
 

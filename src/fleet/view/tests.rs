@@ -299,6 +299,7 @@ fn own_host_comes_from_its_publisher_never_from_etcd() {
     view.own(Some(own_published()));
     let picture = view.current().expect("current");
     assert_eq!(capsules(&picture), [("z", "ses_1", "c")]);
+    assert_same_hosts(&view, &picture);
     assert!(matches!(
         next_now(&mut listener).map(|n| match n {
             FleetNext::Event(e) => e.change.clone(),
@@ -335,22 +336,23 @@ fn own_host_comes_from_its_publisher_never_from_etcd() {
         FleetChange::SessionRemoved { .. }
     ));
     assert!(matches!(change(left), FleetChange::HostLeft { .. }));
-    assert!(view.current().expect("current").sessions.is_empty());
+    let picture = view.current().expect("current");
+    assert!(picture.sessions.is_empty());
+    assert_same_hosts(&view, &picture);
 }
 
-#[test]
-fn with_etcd_away_the_fleet_is_unavailable_even_with_its_own_picture() {
-    let view = FleetView::new(own());
-    view.own(Some(own_published()));
-    assert!(matches!(
-        view.current(),
-        Err(FleetUnavailable::Unavailable(_))
-    ));
-    view.read(sample::cache(7, &[sample::host("a")]));
-    assert_eq!(view.current().expect("current").sessions.len(), 1);
-    view.unavailable("etcd refused the connection".to_owned());
-    assert!(matches!(
-        view.current(),
-        Err(FleetUnavailable::Unavailable(_))
-    ));
+/// `view.hosts()` is the picture's hosts, at its revision.
+fn assert_same_hosts(view: &FleetView, picture: &FleetSnapshot) {
+    let (revision, hosts) = view.hosts().expect("current");
+    let ids = |hosts: &[Arc<HostEntry>]| -> Vec<String> {
+        hosts.iter().map(|h| h.host_id.clone()).collect()
+    };
+    assert_eq!(revision, picture.revision);
+    assert_eq!(ids(&hosts), ids(&picture.hosts));
+    assert!(
+        hosts
+            .iter()
+            .zip(&picture.hosts)
+            .all(|(a, b)| Arc::ptr_eq(a, b))
+    );
 }
