@@ -66,6 +66,32 @@ impl FleetSnapshot {
     }
 }
 
+/// A picture of at least this many sessions is let go on the runtime's blocking pool, not
+/// where its last holder drops it.
+const LET_GO_APART_FROM: usize = 4_096;
+
+impl Drop for FleetSnapshot {
+    /// A large picture is let go on the blocking pool, when there is a runtime: at 100,000
+    /// sessions, returning its 57 MB text to the kernel and letting go of every session took a
+    /// runtime worker (the view's lock held, or a stream's connection) for up to 41 ms while
+    /// changes waited. Off a runtime it goes where it is dropped, as any value.
+    fn drop(&mut self) {
+        if self.sessions.len() < LET_GO_APART_FROM {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let held = (
+            std::mem::take(&mut self.sessions),
+            std::mem::take(&mut self.hosts),
+            std::mem::take(&mut self.encoded),
+        );
+        // A runtime shutting down drops the task, and with it `held`, where it is.
+        drop(runtime.spawn_blocking(move || drop(held)));
+    }
+}
+
 /// One change, with its id.
 #[derive(Debug)]
 pub struct FleetEvent {

@@ -356,3 +356,47 @@ fn assert_same_hosts(view: &FleetView, picture: &FleetSnapshot) {
             .all(|(a, b)| Arc::ptr_eq(a, b))
     );
 }
+
+/// A picture large enough to be let go apart, and one of its sessions, held: the picture's
+/// the only other hold on it.
+fn large_picture() -> (FleetSnapshot, Arc<CachedSession>) {
+    let entries: Vec<_> = (0..LET_GO_APART_FROM)
+        .map(|n| sample::session("a", &format!("ses_{n}"), (n % 60) as u32, "live", "plan"))
+        .collect();
+    let cache = sample::cache(7, &entries);
+    let picture = snapshot_of(&cache, None, 0, &own());
+    let held = Arc::clone(&picture.sessions[0]);
+    (picture, held)
+}
+
+#[test]
+fn a_large_picture_is_let_go_off_a_runtime_and_on_one() {
+    let (picture, held) = large_picture();
+    drop(picture);
+    assert_eq!(Arc::strong_count(&held), 1, "let go where it was dropped");
+    let (picture, held) = large_picture();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async move { drop(picture) });
+    // The runtime's end waits for its blocking pool, or drops what it had not started.
+    drop(runtime);
+    assert_eq!(Arc::strong_count(&held), 1, "let go on the blocking pool");
+}
+
+#[test]
+fn with_etcd_away_the_fleet_is_unavailable_even_with_its_own_picture() {
+    let view = FleetView::new(own());
+    view.own(Some(own_published()));
+    assert!(matches!(
+        view.current(),
+        Err(FleetUnavailable::Unavailable(_))
+    ));
+    view.read(sample::cache(7, &[sample::host("a")]));
+    assert_eq!(view.current().expect("current").sessions.len(), 1);
+    view.unavailable("etcd refused the connection".to_owned());
+    assert!(matches!(
+        view.current(),
+        Err(FleetUnavailable::Unavailable(_))
+    ));
+}
