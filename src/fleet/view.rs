@@ -64,6 +64,11 @@ impl FleetSnapshot {
     pub fn encoded(&self, encode: impl FnOnce(&Self) -> String) -> &str {
         self.encoded.get_or_init(|| encode(self))
     }
+
+    /// Whether its wire form is made already.
+    pub fn is_encoded(&self) -> bool {
+        self.encoded.get().is_some()
+    }
 }
 
 /// A picture of at least this many sessions is let go on the runtime's blocking pool, not

@@ -104,6 +104,7 @@ pub async fn fleet_sessions(
     if keep.is_everything() {
         // Made once per picture, shared with the streams' snapshots: the body is those bytes,
         // not a copy.
+        encode_apart(&snapshot).await;
         return Ok(json_body(shared_text(snapshot, |s| s.encoded(whole))));
     }
     let body = sessions_json(&snapshot, |h| keep.host(&h.host_id), |s| keep.session(s));
@@ -224,16 +225,15 @@ fn stream(
     snapshot: Arc<FleetSnapshot>,
     subscription: FleetSubscription,
 ) -> impl Stream<Item = Frame> + use<> {
-    let first = snapshot_frame(snapshot);
-    futures_util::stream::unfold(Some((Some(first), subscription)), |state| async move {
+    futures_util::stream::unfold(Some((Some(snapshot), subscription)), |state| async move {
         // `None`: the last comment went out; the stream is over.
         let (first, mut subscription) = state?;
         if let Some(first) = first {
-            return Some((first, Some((None, subscription))));
+            return Some((snapshot_frame(first).await, Some((None, subscription))));
         }
         Some(match subscription.next().await {
             Ok(FleetNext::Snapshot(snapshot)) => {
-                (snapshot_frame(snapshot), Some((None, subscription)))
+                (snapshot_frame(snapshot).await, Some((None, subscription)))
             }
             Ok(FleetNext::Event(event)) => (event_frame(event), Some((None, subscription))),
             Err(why) => (last_words(&why), None),
@@ -241,10 +241,26 @@ fn stream(
     })
 }
 
-fn snapshot_frame(snapshot: Arc<FleetSnapshot>) -> Frame {
+async fn snapshot_frame(snapshot: Arc<FleetSnapshot>) -> Frame {
+    encode_apart(&snapshot).await;
     let id = snapshot.id;
     let data = shared_text(snapshot, |snapshot| snapshot.encoded(whole));
     Frame::event(id, EventName::Snapshot, data)
+}
+
+/// Make `snapshot`'s wire form, if not made yet, on the blocking pool: at 100,000 sessions it
+/// is 57 MB and hundreds of milliseconds of a core, which on a runtime worker (two on two
+/// cores) the fleet's watch and every other stream would wait behind. Should the pool fail
+/// us, it is made where it is first read.
+async fn encode_apart(snapshot: &Arc<FleetSnapshot>) {
+    if snapshot.is_encoded() {
+        return;
+    }
+    let snapshot = Arc::clone(snapshot);
+    let _ = tokio::task::spawn_blocking(move || {
+        snapshot.encoded(whole);
+    })
+    .await;
 }
 
 /// The whole fleet's JSON: a snapshot's data, and the unfiltered `GET /fleet/sessions`.
