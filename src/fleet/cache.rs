@@ -21,6 +21,7 @@ use super::keys::{FleetKey, FleetKeys};
 use super::model::check_value_size;
 pub use super::refusals::{Refusal, Skipped};
 use super::{HostEntry, HostId, refusals};
+pub(crate) use cold_read::ColdRead;
 use held::HeldEntry;
 pub use session::CachedSession;
 
@@ -103,44 +104,9 @@ impl FleetCache {
         revision: i64,
         entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> (Self, Vec<Skipped>) {
-        let mut cache = Self::empty(keys, revision);
-        let skipped = cache.read_more(entries);
-        (cache, skipped)
-    }
-
-    /// A cache of nothing under `keys`, as of `revision`: where a read in pages starts.
-    pub fn empty(keys: FleetKeys, revision: i64) -> Self {
-        Self {
-            keys,
-            revision,
-            hosts: BTreeMap::new(),
-            sessions: BTreeMap::new(),
-        }
-    }
-
-    /// Take in `entries`, another page of the read at this cache's revision (no listener
-    /// hears of them); the entries it skipped.
-    pub fn read_more<'a>(
-        &mut self,
-        entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
-    ) -> Vec<Skipped> {
-        let mut skipped = Vec::new();
-        for (key, value) in entries {
-            let parsed = self.parse(key, value);
-            if parsed.is_ok() {
-                refusals::forget(&String::from_utf8_lossy(key));
-            }
-            match parsed {
-                Ok(Parsed::Host(id, entry)) => {
-                    self.hosts.insert(id, entry);
-                }
-                Ok(Parsed::Session(host, id, entry)) => {
-                    self.sessions.insert((host, id), entry);
-                }
-                Err(skip) => skipped.push(skip),
-            }
-        }
-        skipped
+        let mut read = ColdRead::new(keys, revision);
+        read.take(entries);
+        read.finish()
     }
 
     /// The revision the cache describes.
@@ -189,7 +155,7 @@ impl FleetCache {
     pub fn apply(&mut self, revision: i64, change: WatchChange<'_>) -> Applied {
         self.advance(revision);
         match change {
-            WatchChange::Put { key, value } => match self.parse(key, value) {
+            WatchChange::Put { key, value } => match parse(&self.keys, key, value) {
                 Ok(parsed) => {
                     refusals::forget(&String::from_utf8_lossy(key));
                     let change = match parsed {
@@ -297,53 +263,57 @@ impl FleetCache {
                 }),
         }
     }
+}
 
-    fn parse(&self, key: &[u8], value: &[u8]) -> Result<Parsed, Skipped> {
-        let skip = |refusal: Refusal, why: String| Skipped {
-            key: String::from_utf8_lossy(key).into_owned(),
-            why,
-            refusal,
-        };
-        let invalid = |why: String| skip(Refusal::Invalid, why);
-        let Some(named) = self.keys.parse(key) else {
-            return Err(invalid("not a key of the fleet layout".to_owned()));
-        };
-        // Before a byte of it is parsed: a value over the cap costs nothing more than its read.
-        check_value_size(value.len()).map_err(|why| skip(Refusal::TooLarge, why))?;
-        // JSON is UTF-8, and serde skips a member it ignores without checking its bytes.
-        let value =
-            std::str::from_utf8(value).map_err(|_| invalid("not UTF-8, so not JSON".to_owned()))?;
-        match named {
-            FleetKey::Host(id) => {
-                let entry: HostEntry = serde_json::from_str(value)
-                    .map_err(|e| invalid(format!("not a host entry: {e}")))?;
-                if entry.host_id != id.as_str() {
-                    return Err(invalid(format!("names host {:?}", entry.host_id)));
-                }
-                Ok(Parsed::Host(id, Arc::new(entry)))
+/// What `key` holding `value` is to a cache under `keys`: an entry to hold, or why not.
+fn parse(keys: &FleetKeys, key: &[u8], value: &[u8]) -> Result<Parsed, Skipped> {
+    let skip = |refusal: Refusal, why: String| Skipped {
+        key: String::from_utf8_lossy(key).into_owned(),
+        why,
+        refusal,
+    };
+    let invalid = |why: String| skip(Refusal::Invalid, why);
+    let Some(named) = keys.parse(key) else {
+        return Err(invalid("not a key of the fleet layout".to_owned()));
+    };
+    // Before a byte of it is parsed: a value over the cap costs nothing more than its read.
+    check_value_size(value.len()).map_err(|why| skip(Refusal::TooLarge, why))?;
+    // JSON is UTF-8, and serde skips a member it ignores without checking its bytes.
+    let value =
+        std::str::from_utf8(value).map_err(|_| invalid("not UTF-8, so not JSON".to_owned()))?;
+    match named {
+        FleetKey::Host(id) => {
+            let entry: HostEntry = serde_json::from_str(value)
+                .map_err(|e| invalid(format!("not a host entry: {e}")))?;
+            if entry.host_id != id.as_str() {
+                return Err(invalid(format!("names host {:?}", entry.host_id)));
             }
-            FleetKey::Session { host, session_id } => {
-                // Only the members a session is served with are read: a faulty or hostile
-                // host adds nothing (a `door_token` or `credentials` least of all).
-                let HeldEntry(entry) = serde_json::from_str(value)
-                    .map_err(|e| invalid(format!("not a session entry: {e}")))?;
-                entry.check().map_err(|why| skip(Refusal::TooLarge, why))?;
-                if entry.host_id != host.as_str() {
-                    return Err(invalid(format!("names host {:?}", entry.host_id)));
-                }
-                if entry.session.get("session_id").and_then(|v| v.as_str()) != Some(&session_id) {
-                    return Err(invalid("its session_id is not its key's".to_owned()));
-                }
-                // Infallible for this shape (string keys, JSON values), but never assumed.
-                let json = serde_json::value::to_raw_value(&entry)
-                    .map_err(|e| invalid(format!("cannot be encoded: {e}")))?;
-                let cached = CachedSession::new(host.clone(), session_id.clone(), entry, json);
-                Ok(Parsed::Session(host, session_id, Arc::new(cached)))
+            Ok(Parsed::Host(id, Arc::new(entry)))
+        }
+        FleetKey::Session { host, session_id } => {
+            // Only the members a session is served with are read: a faulty or hostile
+            // host adds nothing (a `door_token` or `credentials` least of all).
+            let held: HeldEntry = serde_json::from_str(value)
+                .map_err(|e| invalid(format!("not a session entry: {e}")))?;
+            held.entry
+                .check()
+                .map_err(|why| skip(Refusal::TooLarge, why))?;
+            if held.entry.host_id != host.as_str() {
+                return Err(invalid(format!("names host {:?}", held.entry.host_id)));
             }
+            if held.members.get("session_id").and_then(|v| v.as_str()) != Some(&session_id) {
+                return Err(invalid("its session_id is not its key's".to_owned()));
+            }
+            // Infallible for this shape (string keys, JSON values), but never assumed.
+            let json = serde_json::value::to_raw_value(&held)
+                .map_err(|e| invalid(format!("cannot be encoded: {e}")))?;
+            let cached = CachedSession::new(host.clone(), session_id.clone(), held, json);
+            Ok(Parsed::Session(host, session_id, Arc::new(cached)))
         }
     }
 }
 
+mod cold_read;
 mod held;
 mod session;
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, timeout_at};
 
-use super::cache::{FleetCache, Skipped};
+use super::cache::{ColdRead, FleetCache, Skipped};
 use super::keys::FleetKeys;
 use crate::private_fs::{PrivateFileProblem, read_private_file};
 use etcd_client::{
@@ -115,12 +115,11 @@ pub(crate) async fn read_fleet_paged(
     if let Some(first_by) = first_by {
         asked.by = asked.by.min(first_by);
     }
-    let (mut at, mut cache, mut skipped) = (0, None, Vec::new());
-    for page in 0.. {
-        let mut response = asked.answer(page).await?;
-        if at == 0 {
-            at = response.header().map_or(0, |header| header.revision());
-        }
+    let mut response = asked.answer(0).await?;
+    let at = response.header().map_or(0, |header| header.revision());
+    let mut read = ColdRead::new(keys.clone(), at);
+    let mut page = 0;
+    loop {
         let kvs = response.take_kvs();
         let next = match (response.more(), kvs.last()) {
             (true, Some(last)) => {
@@ -131,17 +130,13 @@ pub(crate) async fn read_fleet_paged(
             }
             _ => None,
         };
-        let cache = cache.get_or_insert_with(|| FleetCache::empty(keys.clone(), at));
-        skipped.extend(cache.read_more(kvs.iter().map(|kv| (kv.key(), kv.value()))));
-        match next {
-            Some(next) => asked = next,
-            None => break,
-        }
+        read.take(kvs.iter().map(|kv| (kv.key(), kv.value())));
+        let Some(mut next) = next else {
+            return Ok(read.finish());
+        };
+        page += 1;
+        response = next.answer(page).await?;
     }
-    Ok((
-        cache.unwrap_or_else(|| FleetCache::empty(keys.clone(), at)),
-        skipped,
-    ))
 }
 
 /// One range asked of etcd, under way on its own task; dropping it abandons the request.

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use crate::running::Skill;
 
 use super::super::{HostId, SessionEntry};
+use super::held::HeldEntry;
 
 /// A session as the cache holds it. Two are equal when their encodings are (the encoding is
 /// canonical: serde writes a map's members in key order, and every other field derives from it).
@@ -36,26 +37,26 @@ impl PartialEq for CachedSession {
 impl Eq for CachedSession {}
 
 impl CachedSession {
-    /// `entry`, checked, of host `host_id` and session `session_id`, as `json` encodes it.
+    /// `held`, checked, of host `host_id` and session `session_id`, as `json` encodes it.
     pub(super) fn new(
         host_id: HostId,
         session_id: String,
-        entry: SessionEntry,
+        held: HeldEntry,
         json: Box<RawValue>,
     ) -> Self {
         let text = |value: Option<&serde_json::Value>| {
             value.and_then(|v| v.as_str()).map(Box::<str>::from)
         };
-        let session = &entry.session;
-        let liveness = |field: &str| (session.get("liveness")).and_then(|l| l.get(field));
+        let members = &held.members;
+        let liveness = |field: &str| (members.get("liveness")).and_then(|l| l.get(field));
         Self {
-            started_at: text(session.get("started_at")).unwrap_or_default(),
-            capsule_name: text(session.get("capsule_name")),
+            started_at: text(members.get("started_at")).unwrap_or_default(),
+            capsule_name: text(members.get("capsule_name")),
             state: text(liveness("state")),
             reason: text(liveness("reason")),
             host_id,
             session_id: session_id.into(),
-            skills: entry.skills.into(),
+            skills: held.entry.skills.into(),
             json,
         }
     }

@@ -11,7 +11,7 @@ fn derived(text: &str) -> Result<SessionEntry, serde_json::Error> {
 }
 
 fn held(text: &str) -> Result<SessionEntry, serde_json::Error> {
-    serde_json::from_str::<HeldEntry>(text).map(|held| held.0)
+    serde_json::from_str::<HeldEntry>(text).map(HeldEntry::into_entry)
 }
 
 #[test]
@@ -34,6 +34,9 @@ fn every_value_reads_as_the_derive_reads_it_less_what_is_not_served() {
         assert_eq!(got, want, "{text}");
         let encode = |entry: &SessionEntry| serde_json::to_string(entry).expect("encodes");
         assert_eq!(encode(&got), encode(&want), "{text}");
+        let written =
+            serde_json::from_str::<HeldEntry>(text).and_then(|held| serde_json::to_string(&held));
+        assert_eq!(written.expect("written"), encode(&want), "{text}");
     }
 }
 

@@ -1,0 +1,89 @@
+//! A [`FleetCache`] read whole at one revision, page after page: each entry parsed as it comes,
+//! the maps built once at the end.
+//!
+//! Why: a read of 100,000 sessions inserted into the cache's `BTreeMap`s one by one spent a
+//! tenth of its time comparing keys with a long common prefix (issue 27's profile); a map built
+//! from a sorted list is built in one pass.
+//!
+//! Invariant: the cache [`ColdRead::finish`] makes, and the entries it skipped (in the order
+//! given), are those inserting each entry in turn into an empty cache would have made: the
+//! same parse ([`parse`](super::parse)), and of two entries of one key the later kept.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{CachedSession, FleetCache, FleetKeys, Parsed, Skipped, parse, refusals};
+use crate::fleet::{HostEntry, HostId};
+
+/// A read under way: what its pages held so far.
+#[derive(Debug)]
+pub(crate) struct ColdRead {
+    keys: FleetKeys,
+    revision: i64,
+    hosts: Vec<(HostId, Arc<HostEntry>)>,
+    sessions: Vec<((HostId, String), Arc<CachedSession>)>,
+    skipped: Vec<Skipped>,
+}
+
+impl ColdRead {
+    /// A read of the prefix of `keys` at `revision`, nothing taken in yet.
+    pub(crate) fn new(keys: FleetKeys, revision: i64) -> Self {
+        Self {
+            keys,
+            revision,
+            hosts: Vec::new(),
+            sessions: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// Take in `entries` (key, value), the next page of the read.
+    pub(crate) fn take<'a>(&mut self, entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) {
+        for (key, value) in entries {
+            match parse(&self.keys, key, value) {
+                Ok(parsed) => {
+                    refusals::forget(&String::from_utf8_lossy(key));
+                    match parsed {
+                        Parsed::Host(id, entry) => self.hosts.push((id, entry)),
+                        Parsed::Session(host, id, entry) => self.sessions.push(((host, id), entry)),
+                    }
+                }
+                Err(skip) => self.skipped.push(skip),
+            }
+        }
+    }
+
+    /// The cache the pages make, and the entries they skipped.
+    pub(crate) fn finish(self) -> (FleetCache, Vec<Skipped>) {
+        let cache = FleetCache {
+            keys: self.keys,
+            revision: self.revision,
+            hosts: built(self.hosts),
+            sessions: built(self.sessions),
+        };
+        (cache, self.skipped)
+    }
+}
+
+/// The map of `entries`, of two of one key the later kept, as inserting each in turn makes it.
+///
+/// The sort is needed: etcd's byte order of keys is not the maps' (`a-b/x` comes before `a/x`
+/// in etcd, after it as a pair of host and session), yet it finds a read already in order in
+/// one pass. Stable, so equal keys stay in the order given, and the last of each is kept here
+/// rather than left to `from_iter`, whose documentation does not say which of equal keys it keeps.
+fn built<K: Ord, V>(mut entries: Vec<(K, V)>) -> BTreeMap<K, V> {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    // `dedup_by` keeps the first of a run (`kept`): the later value is moved into it.
+    entries.dedup_by(|later, kept| {
+        let equal = later.0 == kept.0;
+        if equal {
+            std::mem::swap(&mut later.1, &mut kept.1);
+        }
+        equal
+    });
+    // Sorted, no key twice: `from_iter` finds it so in one pass, then builds the tree.
+    BTreeMap::from_iter(entries)
+}
+
+#[cfg(test)]
+mod tests;
