@@ -891,12 +891,20 @@ async fn reads_and_txns(etcd: &Etcd) -> (u64, u64) {
 /// At rest a step asks etcd nothing but its renewal (and a progress notice on the watch of its
 /// keys, which is no request etcd counts): five quiet steps are served no `Range` and no `Txn`.
 /// A key deleted behind its back meanwhile is still put back at the next step, by one `Txn`
-/// and no read.
+/// and no read; another host's keys are left alone.
 #[tokio::test]
 #[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
 async fn at_rest_a_step_reads_nothing_and_a_key_deleted_meanwhile_is_put_back_at_the_next() {
     let etcd = Etcd::start().await;
     let mut client = etcd.client().await;
+    // Another host's keys, which no step of this one may touch.
+    let others = [
+        format!("{PREFIX}/hosts/b"),
+        format!("{PREFIX}/sessions/b/s"),
+    ];
+    for key in &others {
+        client.put(key.as_str(), "{}", None).await.expect("b's key");
+    }
     let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
     let three = sessions("a", 3);
     publisher.step(&three).await.expect("first step");
@@ -923,7 +931,9 @@ async fn at_rest_a_step_reads_nothing_and_a_key_deleted_meanwhile_is_put_back_at
         "the put, and no read"
     );
     let lease = publisher.lease_id().expect("a lease");
-    assert_eq!(keys_in(&mut client).await.get(&key), Some(&lease));
+    let keys = keys_in(&mut client).await;
+    assert_eq!(keys.get(&key), Some(&lease));
+    assert!(others.iter().all(|k| keys.get(k) == Some(&0)), "{keys:?}");
 }
 
 /// A watch that etcd ended (here by restarting) is not trusted: a key deleted after the
