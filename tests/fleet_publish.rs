@@ -12,6 +12,9 @@
 //!   publishing and its client run on a thread of their own;
 //! - writes happen only on change: a quiet pass moves etcd's revision not at all and renews
 //!   the lease once; 1,000 new sessions take ceil(1000 / 128) transactions;
+//! - at rest a step reads nothing (a watch keeps what etcd holds under this host): etcd serves
+//!   it no `Range` and no `Txn`, and a key deleted meanwhile is still put back at the next
+//!   step; a watch etcd ended (a restart) is not trusted, and the keys are read again;
 //! - a lease lost behind the publisher's back (revoked, or lapsed) is replaced at the next
 //!   step and everything is put again; leaving revokes it and every key goes in one revision;
 //! - etcd killed or frozen: a step fails within the TTL (never hangs) and the next one after
@@ -863,6 +866,105 @@ async fn keys_of_this_host_it_did_not_write_are_put_back_or_deleted_at_the_next_
     let quiet = publisher.step(&three).await.expect("a quiet step");
     assert_eq!((quiet.txns, quiet.keepalives), (0, 1));
     assert_eq!(revision(&mut client).await, before);
+}
+
+/// etcd's count of reads and transactions served (`grpc_server_handled_total` of `Range` and
+/// of `Txn`, whatever their code), from its own `/metrics`: the publisher's read of its keys is
+/// a `Txn`.
+async fn reads_and_txns(etcd: &Etcd) -> (u64, u64) {
+    let metrics = reqwest::get(format!("{}/metrics", etcd.endpoint()))
+        .await
+        .expect("etcd's /metrics")
+        .text()
+        .await
+        .expect("etcd's metrics");
+    let calls = |method: &str| -> u64 {
+        let label = format!("grpc_method=\"{method}\"");
+        (metrics.lines())
+            .filter(|line| line.starts_with("grpc_server_handled_total{") && line.contains(&label))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    (calls("Range"), calls("Txn"))
+}
+
+/// At rest a step asks etcd nothing but its renewal (and a progress notice on the watch of its
+/// keys, which is no request etcd counts): five quiet steps are served no `Range` and no `Txn`.
+/// A key deleted behind its back meanwhile is still put back at the next step, by one `Txn`
+/// and no read; another host's keys are left alone.
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn at_rest_a_step_reads_nothing_and_a_key_deleted_meanwhile_is_put_back_at_the_next() {
+    let etcd = Etcd::start().await;
+    let mut client = etcd.client().await;
+    // Another host's keys, which no step of this one may touch.
+    let others = [
+        format!("{PREFIX}/hosts/b"),
+        format!("{PREFIX}/sessions/b/s"),
+    ];
+    for key in &others {
+        client.put(key.as_str(), "{}", None).await.expect("b's key");
+    }
+    let mut publisher = claim(&etcd, "a", TTL).await.expect("claim");
+    let three = sessions("a", 3);
+    publisher.step(&three).await.expect("first step");
+    publisher.step(&three).await.expect("a quiet step");
+    let before = reads_and_txns(&etcd).await;
+    assert!(
+        before.1 > 0,
+        "etcd counts the claim's and the first step's Txn: {before:?}"
+    );
+    for _ in 0..5 {
+        let quiet = publisher.step(&three).await.expect("a quiet step");
+        assert_eq!((quiet.txns, quiet.keepalives), (0, 1), "{quiet:?}");
+    }
+    assert_eq!(reads_and_txns(&etcd).await, before, "five steps at rest");
+
+    let id = three.keys().next().expect("a session");
+    let key = format!("{PREFIX}/sessions/a/{id}");
+    client.delete(key.as_str(), None).await.expect("delete");
+    let report = publisher.step(&three).await.expect("the step after");
+    assert_eq!((report.txns, report.puts, report.deletes), (1, 1, 0));
+    assert_eq!(
+        reads_and_txns(&etcd).await,
+        (before.0, before.1 + 1),
+        "the put, and no read"
+    );
+    let lease = publisher.lease_id().expect("a lease");
+    let keys = keys_in(&mut client).await;
+    assert_eq!(keys.get(&key), Some(&lease));
+    assert!(others.iter().all(|k| keys.get(k) == Some(&0)), "{keys:?}");
+}
+
+/// A watch that etcd ended (here by restarting) is not trusted: a key deleted after the
+/// restart is put back once steps succeed again, which only a fresh read can tell.
+#[tokio::test]
+#[ignore = "needs etcd (Debian etcd-server), run with --features fleet"]
+async fn a_watch_ended_by_an_etcd_restart_is_not_trusted_and_the_keys_are_read_again() {
+    let mut etcd = Etcd::start().await;
+    let mut publisher = claim(&etcd, "a", Duration::from_secs(6))
+        .await
+        .expect("claim");
+    let two = sessions("a", 2);
+    publisher.step(&two).await.expect("first step");
+    publisher.step(&two).await.expect("a quiet step, watching");
+    etcd.kill();
+    etcd.restart().await;
+    let mut client = etcd.client().await;
+    let id = two.keys().next().expect("a session");
+    let key = format!("{PREFIX}/sessions/a/{id}");
+    client.delete(key.as_str(), None).await.expect("delete");
+    let start = Instant::now();
+    // The client reconnects on its own; a step may still meet the old connection's end, or a
+    // read refused, which leaves the check to the step after.
+    while !keys_in(&mut client).await.contains_key(&key) {
+        assert!(start.elapsed() < WAIT, "the deleted key was never put back");
+        if publisher.step(&two).await.is_err() {
+            // Paces the retries only.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(keys_in(&mut client).await.len(), 1 + 2);
 }
 
 /// Request load cannot starve the lease: with every worker of the runtime that started the

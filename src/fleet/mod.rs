@@ -19,9 +19,14 @@ pub mod cache;
 #[cfg(feature = "fleet")]
 pub mod etcd;
 mod figures;
+// Pure, so built and tested in every build; only the publisher (feature `fleet`) uses it.
+#[cfg_attr(not(feature = "fleet"), allow(dead_code))]
+mod held_keys;
 pub mod history;
 mod host_id;
 pub mod keys;
+#[cfg(feature = "fleet")]
+mod keys_watch;
 pub mod model;
 #[cfg(feature = "fleet")]
 mod own_host;

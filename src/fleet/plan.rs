@@ -116,7 +116,8 @@ pub fn plan(
     batches(writes, limits)
 }
 
-fn key_of(write: &Write) -> &str {
+/// The key a write is to.
+pub(crate) fn key_of(write: &Write) -> &str {
     match write {
         Write::Put { key, .. } | Write::Delete { key } => key,
     }

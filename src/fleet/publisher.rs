@@ -9,11 +9,17 @@
 //!   (plus etcd's expiry tick) before the claim is refused naming the host id. A key no live
 //!   lease holds (written by hand, or its lease gone) is taken over, in a transaction guarded
 //!   by the revision it was seen at, so a key a live registry took meanwhile stays refused.
-//! - This host's keys are its publisher's alone: each step reads what etcd holds under them
+//! - This host's keys are its publisher's alone: each step takes what etcd holds under them
 //!   and keeps as its own only the keys at the revisions of its own transactions
 //!   ([`plan::verify`]); anything else there (deleted, overwritten, a key without its lease,
-//!   a key it never wrote) is put again or deleted in that same step (or, if that read fails,
-//!   at the next step that reads: a read failing never costs a renewal).
+//!   a key it never wrote) is put again or deleted in that same step. What etcd holds is a
+//!   read at the step, or, at rest, the map a watch of these keys keeps ([`KeysWatch`]),
+//!   used only when it holds every write of this publisher's own transactions and etcd
+//!   answered the step's progress request on its stream ([`HeldKeys::trusted`]); so a change
+//!   by anyone else is undone at the first step its event reached first (on etcd 3.4 before
+//!   3.4.24, possibly the step after). Otherwise the step reads, as each step did before,
+//!   and starts a new watch from that read. If that read fails, the keys are checked at the
+//!   next step that reads: a read failing never costs a renewal.
 //! - A step writes only its difference with what is wanted (nothing at all when nothing
 //!   changed and nobody else wrote); errors are returned, never panicked on, and the next
 //!   step starts again from what etcd holds.
@@ -21,7 +27,7 @@
 use bytes::Bytes;
 use std::time::{Duration, Instant, SystemTime};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn,
@@ -29,7 +35,10 @@ use etcd_client::{
 };
 
 use super::etcd::request_deadline;
+#[cfg(doc)]
+use super::held_keys::HeldKeys;
 use super::keys::FleetKeys;
+use super::keys_watch::KeysWatch;
 use super::plan::{self, KeyValues, Published, TxnLimits, Write, Written};
 use super::{HostEntry, HostId};
 use crate::host_load::HostLoad;
@@ -148,6 +157,9 @@ pub struct Publisher {
     lease: Option<Lease>,
     /// What this registry wrote and etcd acknowledged, checked against etcd at each step.
     published: Published,
+    /// The watch of this host's keys, from the last read; `None` until a step reads, and after
+    /// any failure of it.
+    watch: Option<KeysWatch>,
 }
 
 /// What a claim does with the host key, as etcd holds it.
@@ -193,6 +205,7 @@ impl Publisher {
             limits: TxnLimits::default(),
             lease: None,
             published: Published::new(),
+            watch: None,
         };
         let start = Instant::now();
         let waited = options.ttl + EXPIRY_GRACE;
@@ -320,17 +333,7 @@ impl Publisher {
         report: &mut StepReport,
     ) -> Result<(), PublishError> {
         let id = self.lease_id().ok_or(PublishError::LeaseLost(0))?;
-        let foreign = match self.held().await {
-            Ok(held) => plan::verify(&mut self.published, &held),
-            // Checked at the next step: a read sent to a member that just died (refused at
-            // once) must not cost a renewal, which goes over its own stream. A read that timed
-            // out fails the step: etcd is silent, and a write would wait as long again.
-            Err(error) if is_unreachable(&error) => {
-                tracing::debug!(%error, "fleet: this host's keys could not be read this step");
-                std::collections::BTreeSet::new()
-            }
-            Err(error) => return Err(error),
-        };
+        let foreign = self.foreign().await?;
         for batch in plan::plan(&self.published, &foreign, wanted, self.limits) {
             let operations: Vec<TxnOp> = batch
                 .iter()
@@ -351,24 +354,66 @@ impl Publisher {
                     Write::Delete { .. } => report.deletes += 1,
                 }
             }
-            plan::apply(&mut self.published, &batch, revision_of(done.header()));
+            let revision = revision_of(done.header());
+            if let Some(watch) = self.watch.as_mut() {
+                watch.wrote(batch.iter().map(plan::key_of), revision);
+            }
+            plan::apply(&mut self.published, &batch, revision);
         }
         Ok(())
     }
 
+    /// The keys etcd holds under this host that this registry did not write as they are (see
+    /// [`plan::verify`]), `published` cut down to what etcd still holds as written: from the
+    /// watched map if it may be trusted this step, else from a read, after which a new watch
+    /// starts.
+    async fn foreign(&mut self) -> Result<BTreeSet<String>, PublishError> {
+        let deadline = catch_up_deadline(self.ttl);
+        if let Some(watch) = self.watch.as_mut() {
+            match watch.catch_up(deadline).await {
+                Ok(Some(held)) => return Ok(plan::verify(&mut self.published, held)),
+                Ok(None) => tracing::debug!("fleet: the watch of this host's keys is behind"),
+                Err(why) => tracing::debug!(%why, "fleet: the watch of this host's keys ended"),
+            }
+        }
+        self.watch = None;
+        let (held, revision) = match self.held().await {
+            Ok(read) => read,
+            // Checked at the next step: a read sent to a member that just died (refused at
+            // once) must not cost a renewal, which goes over its own stream. A read that timed
+            // out fails the step: etcd is silent, and a write would wait as long again.
+            Err(error) if is_unreachable(&error) => {
+                tracing::debug!(%error, "fleet: this host's keys could not be read this step");
+                return Ok(BTreeSet::new());
+            }
+            Err(error) => return Err(error),
+        };
+        let foreign = plan::verify(&mut self.published, &held);
+        let (host_key, sessions) = (self.keys.host(&self.host_id), self.sessions_prefix());
+        let read = (held, revision);
+        let client = &mut self.client;
+        match KeysWatch::start(client, &host_key, &sessions, read, deadline).await {
+            Ok(watch) => self.watch = Some(watch),
+            Err(why) => tracing::debug!(%why, "fleet: this host's keys are read again next step"),
+        }
+        Ok(foreign)
+    }
+
+    fn sessions_prefix(&self) -> String {
+        self.keys.sessions_of(&self.host_id)
+    }
+
     /// Every key etcd holds under this host (its host key and its sessions' prefix), with its
-    /// mod revision, read at one revision. A key that is not UTF-8 is not one a reader takes
-    /// for an entry, and is left alone.
-    async fn held(&mut self) -> Result<BTreeMap<String, i64>, PublishError> {
+    /// mod revision, and the revision they were read at. A key that is not UTF-8 is not one a
+    /// reader takes for an entry, and is left alone.
+    async fn held(&mut self) -> Result<(BTreeMap<String, i64>, i64), PublishError> {
         let keys_only = || GetOptions::new().with_keys_only();
         let read = Txn::new().and_then([
             TxnOp::get(self.keys.host(&self.host_id), Some(keys_only())),
-            TxnOp::get(
-                self.keys.sessions_of(&self.host_id),
-                Some(keys_only().with_prefix()),
-            ),
+            TxnOp::get(self.sessions_prefix(), Some(keys_only().with_prefix())),
         ]);
         let answer = self.client.txn(read).await?;
+        let revision = revision_of(answer.header());
         let mut held = BTreeMap::new();
         for response in answer.op_responses() {
             let TxnOpResponse::Get(got) = response else {
@@ -380,13 +425,15 @@ impl Publisher {
                 }
             }
         }
-        Ok(held)
+        Ok((held, revision))
     }
 
     /// A new lease holding the host key, and nothing else published yet. Refused, without
     /// waiting, if another lease holds the host key.
     async fn replace_lease(&mut self, report: &mut StepReport) -> Result<(), PublishError> {
         self.published.clear();
+        // A new lease starts from a read, as the first one did.
+        self.watch = None;
         let id = self.grant().await?;
         match self.take_host_key(id).await {
             Ok(true) => {
@@ -527,6 +574,13 @@ fn is_unreachable(error: &PublishError) -> bool {
 /// next step take the keys for foreign and put them again: harmless).
 fn revision_of(header: Option<&etcd_client::ResponseHeader>) -> i64 {
     header.map_or(0, etcd_client::ResponseHeader::revision)
+}
+
+/// How long a step waits for the watch of its keys to answer before reading them instead: a
+/// share of a request's deadline, so that a silent etcd fails the step (the read after it
+/// times out) well within the TTL.
+fn catch_up_deadline(ttl: Duration) -> Duration {
+    request_deadline(ttl) / 2
 }
 
 /// How often a claim asks again while another lease holds the host key.
