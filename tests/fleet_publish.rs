@@ -872,12 +872,7 @@ async fn keys_of_this_host_it_did_not_write_are_put_back_or_deleted_at_the_next_
 /// of `Txn`, whatever their code), from its own `/metrics`: the publisher's read of its keys is
 /// a `Txn`.
 async fn reads_and_txns(etcd: &Etcd) -> (u64, u64) {
-    let metrics = reqwest::get(format!("{}/metrics", etcd.endpoint()))
-        .await
-        .expect("etcd's /metrics")
-        .text()
-        .await
-        .expect("etcd's metrics");
+    let metrics = etcd.metrics().await;
     let calls = |method: &str| -> u64 {
         let label = format!("grpc_method=\"{method}\"");
         (metrics.lines())

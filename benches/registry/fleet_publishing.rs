@@ -149,12 +149,7 @@ async fn values_under(client: &mut Client, prefix: &str) -> Vec<Value> {
 
 /// How many lease renewals etcd has served so far.
 async fn renewals(etcd: &Etcd) -> u64 {
-    let metrics = reqwest::get(format!("{}/metrics", etcd.endpoint()))
-        .await
-        .expect("etcd's /metrics")
-        .text()
-        .await
-        .expect("etcd's metrics");
+    let metrics = etcd.metrics().await;
     (metrics.lines())
         .find_map(|line| line.strip_prefix("etcd_debugging_lease_renewed_total "))
         .and_then(|n| n.trim().parse::<f64>().ok())

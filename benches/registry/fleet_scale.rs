@@ -306,7 +306,7 @@ struct EtcdCounts {
 
 impl EtcdCounts {
     async fn now(etcd: &Etcd) -> Self {
-        let metrics = etcd_metrics(etcd).await;
+        let metrics = etcd.metrics().await;
         let counter = |name: &str| -> u64 {
             (metrics.lines())
                 .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
@@ -703,14 +703,4 @@ async fn shows(reader: &Server, host: &str) -> Result<bool, String> {
         || sessions["sessions"]
             .as_array()
             .is_none_or(|s| !s.is_empty()))
-}
-
-/// etcd's `/metrics`, as text.
-async fn etcd_metrics(etcd: &Etcd) -> String {
-    reqwest::get(format!("{}/metrics", etcd.endpoint()))
-        .await
-        .expect("etcd's /metrics")
-        .text()
-        .await
-        .expect("etcd's metrics")
 }

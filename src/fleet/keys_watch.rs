@@ -85,15 +85,7 @@ impl KeysWatch {
 
     /// Apply one response; whether it was the answer to the progress request.
     fn apply(&mut self, response: &WatchResponse) -> Result<bool, String> {
-        let facts = ResponseFacts {
-            created: response.created(),
-            canceled: response.canceled(),
-            compact_revision: response.compact_revision(),
-            cancel_reason: response.cancel_reason(),
-            events: response.events().len(),
-            revision: response.header().map_or(0, |header| header.revision()),
-        };
-        match step_of(facts) {
+        match step_of(ResponseFacts::of(response)) {
             WatchStep::Started => self.held.created(),
             WatchStep::Progress(_) => {
                 self.held.answered();

@@ -40,6 +40,21 @@ pub(crate) struct ResponseFacts<'a> {
     pub(crate) revision: i64,
 }
 
+#[cfg(feature = "fleet")]
+impl<'a> ResponseFacts<'a> {
+    /// The facts of `response`, as etcd sent it.
+    pub(crate) fn of(response: &'a etcd_client::WatchResponse) -> Self {
+        Self {
+            created: response.created(),
+            canceled: response.canceled(),
+            compact_revision: response.compact_revision(),
+            cancel_reason: response.cancel_reason(),
+            events: response.events().len(),
+            revision: response.header().map_or(0, |header| header.revision()),
+        }
+    }
+}
+
 /// What the watcher does with a response.
 pub(crate) fn step_of(facts: ResponseFacts<'_>) -> WatchStep {
     if facts.compact_revision > 0 {

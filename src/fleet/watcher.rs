@@ -315,15 +315,7 @@ impl Watcher {
                 Err(_) => return Stop::Failed(Failure::Silent, self.silent()),
             };
             heard = Instant::now();
-            let facts = ResponseFacts {
-                created: response.created(),
-                canceled: response.canceled(),
-                compact_revision: response.compact_revision(),
-                cancel_reason: response.cancel_reason(),
-                events: response.events().len(),
-                revision: response.header().map_or(0, |h| h.revision()),
-            };
-            match step_of(facts) {
+            match step_of(ResponseFacts::of(&response)) {
                 WatchStep::Started => {}
                 WatchStep::Progress(revision) => self.view.advance(revision),
                 WatchStep::Changes => {

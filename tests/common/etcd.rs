@@ -128,6 +128,13 @@ impl Etcd {
             .unwrap_or_else(|e| panic!("connect to etcd {}: {e}\n{}", self.endpoint(), self.log()))
     }
 
+    /// Its own `/metrics` exposition, as text (a server without TLS).
+    pub async fn metrics(&self) -> String {
+        let answer = reqwest::get(format!("{}/metrics", self.endpoint())).await;
+        let answer = answer.unwrap_or_else(|e| panic!("etcd's /metrics: {e}\n{}", self.log()));
+        answer.text().await.expect("etcd's metrics")
+    }
+
     /// The process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
