@@ -21,7 +21,7 @@ use super::keys::{FleetKey, FleetKeys};
 use super::model::check_value_size;
 pub use super::refusals::{Refusal, Skipped};
 use super::{HostEntry, HostId, refusals};
-pub(crate) use cold_read::ColdRead;
+pub(crate) use cold_read::{ColdRead, ParsedPage};
 use held::HeldEntry;
 pub use session::CachedSession;
 
@@ -104,8 +104,9 @@ impl FleetCache {
         revision: i64,
         entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> (Self, Vec<Skipped>) {
+        let page = ParsedPage::of(&keys, entries);
         let mut read = ColdRead::new(keys, revision);
-        read.take(entries);
+        read.take(page);
         read.finish()
     }
 

@@ -280,6 +280,10 @@ impl Watcher {
                 );
                 return Err((Failure::Silent, why));
             }
+            Err(ReadFailed::Stopped) => {
+                let why = "the read of the fleet was stopped".to_owned();
+                return Err((Failure::Broken, why));
+            }
         };
         let revision = cache.revision();
         for skipped in &skipped {

@@ -24,9 +24,13 @@ fn one_by_one(entries: &[(Vec<u8>, Vec<u8>)]) -> (FleetCache, Vec<Skipped>) {
 }
 
 fn in_pages(entries: &[(Vec<u8>, Vec<u8>)], keys_a_page: usize) -> (FleetCache, Vec<Skipped>) {
-    let mut read = ColdRead::new(FleetKeys::new("/p"), 9);
+    let keys = FleetKeys::new("/p");
+    let mut read = ColdRead::new(keys.clone(), 9);
     for page in entries.chunks(keys_a_page) {
-        read.take(page.iter().map(|(k, v)| (k.as_slice(), v.as_slice())));
+        read.take(ParsedPage::of(
+            &keys,
+            page.iter().map(|(k, v)| (k.as_slice(), v.as_slice())),
+        ));
     }
     read.finish()
 }
