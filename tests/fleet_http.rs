@@ -106,6 +106,43 @@ async fn without_a_fleet_the_fleet_endpoints_are_404_and_the_local_api_answers()
     assert_eq!(server.get("/sessions").await.0, 200);
 }
 
+/// `HEAD /fleet/events` answers as `GET` would (404 without a fleet, 503 before the fleet is
+/// read, 200 once it is), and opens no stream.
+#[tokio::test]
+async fn head_of_the_fleet_stream_answers_as_get_would_and_opens_no_stream() {
+    let head = |server: &FleetServer| {
+        (server.http.head(format!("{}/fleet/events", server.base)))
+            .bearer_auth(&server.token)
+            .send()
+    };
+    let none = FleetServer::start(FleetView::not_configured()).await;
+    let answer = head(&none).await.expect("an answer");
+    assert_eq!(answer.status().as_u16(), 404);
+    let view = FleetView::new("a".parse().expect("a host id"));
+    let limits = ServeLimits {
+        max_event_streams: 1,
+        ..ServeLimits::default()
+    };
+    let server = FleetServer::start_with(view.clone(), limits).await;
+    assert_eq!(
+        head(&server).await.expect("an answer").status().as_u16(),
+        503
+    );
+    let (cache, skipped) = FleetCache::read(FleetKeys::new("/p"), 1, []);
+    assert_eq!(skipped, []);
+    view.read(cache);
+    let answer = head(&server).await.expect("an answer");
+    assert_eq!(answer.status().as_u16(), 200);
+    let kind = answer.headers().get("content-type").cloned();
+    assert_eq!(
+        kind.as_ref().map(|v| v.as_bytes()),
+        Some(&b"text/event-stream"[..])
+    );
+    assert_eq!(answer.bytes().await.expect("a body").len(), 0);
+    // The one stream place is free: the HEAD held none.
+    assert_eq!(server.request("/fleet/events").await.status().as_u16(), 200);
+}
+
 /// A fleet stream and a local stream share the `--max-event-streams` places.
 #[tokio::test]
 async fn a_fleet_stream_takes_an_event_stream_place() {

@@ -220,19 +220,22 @@ impl FleetView {
         state.picture(&shared.own)
     }
 
+    /// Whether the fleet can be served now, and if not why: what [`current`](Self::current)
+    /// would answer, without making the picture (tens of milliseconds of the view's lock at
+    /// 100,000 sessions) for a caller that only asks.
+    pub fn available(&self) -> Result<(), FleetUnavailable> {
+        self.shared()?.lock().cache().map(drop)
+    }
+
     /// The fleet's hosts now, by id, and the revision they describe, or why they cannot be
     /// served: without the whole picture, whose making (every session, sorted) would hold the
     /// view, and so every change, for tens of milliseconds at 100,000 sessions.
     pub fn hosts(&self) -> Result<(i64, Vec<Arc<HostEntry>>), FleetUnavailable> {
         let shared = self.shared()?;
         let state = shared.lock();
-        match &state.cache {
-            Ok(cache) => Ok((
-                cache.revision(),
-                hosts_of(cache, state.own.as_ref(), &shared.own),
-            )),
-            Err(why) => Err(FleetUnavailable::Unavailable(why.clone())),
-        }
+        let cache = state.cache()?;
+        let hosts = hosts_of(cache, state.own.as_ref(), &shared.own);
+        Ok((cache.revision(), hosts))
     }
 
     /// Start listening: the fleet now, then every change after it. The snapshot is handed
@@ -404,6 +407,11 @@ impl Shared {
 }
 
 impl ViewState {
+    /// The cache, or why the fleet cannot be served.
+    fn cache(&self) -> Result<&FleetCache, FleetUnavailable> {
+        (self.cache.as_ref()).map_err(|why| FleetUnavailable::Unavailable(why.clone()))
+    }
+
     fn picture(&mut self, own: &HostId) -> Result<Arc<FleetSnapshot>, FleetUnavailable> {
         let cache = match &self.cache {
             Ok(cache) => cache,

@@ -207,7 +207,7 @@ pub async fn fleet_events(
     method: Method,
 ) -> Result<Response, ApiError> {
     if method == Method::HEAD {
-        state.fleet().current()?;
+        state.fleet().available()?;
         let headers = [
             (header::CONTENT_TYPE, "text/event-stream"),
             (header::CACHE_CONTROL, "no-cache"),
