@@ -107,8 +107,13 @@ pub async fn chaos_soak(args: ChaosArgs) {
     shared.done.store(true, Ordering::Relaxed);
     let _ = monitor.join();
     let _ = churn.join();
-    for task in tasks {
+    // `abort` only asks: a task's future, and its hold on the world, is dropped when the
+    // runtime next reaches it. Awaiting each one is what makes the hold gone.
+    for task in &tasks {
         task.abort();
+    }
+    for task in tasks {
+        let _ = task.await;
     }
     let world = Arc::try_unwrap(world)
         .ok()

@@ -135,6 +135,17 @@ enum Published {
 /// Why a ring's listeners were ended, set before the ring is dropped.
 type StreamEnd = Arc<OnceLock<String>>;
 
+/// The fleet's hosts at one revision, as [`FleetView::hosts`] answers.
+#[derive(Debug, Clone)]
+pub struct FleetHostsNow {
+    /// The revision they describe.
+    pub revision: i64,
+    /// This registry's own host.
+    pub own: HostId,
+    /// Every host, by id.
+    pub hosts: Vec<Arc<HostEntry>>,
+}
+
 /// The fleet view. Cheap to clone; clones share everything.
 #[derive(Debug, Clone, Default)]
 pub struct FleetView {
@@ -227,15 +238,18 @@ impl FleetView {
         self.shared()?.lock().cache().map(drop)
     }
 
-    /// The fleet's hosts now, by id, and the revision they describe, or why they cannot be
-    /// served: without the whole picture, whose making (every session, sorted) would hold the
-    /// view, and so every change, for tens of milliseconds at 100,000 sessions.
-    pub fn hosts(&self) -> Result<(i64, Vec<Arc<HostEntry>>), FleetUnavailable> {
+    /// The fleet's hosts now, or why they cannot be served: without the whole picture, whose
+    /// making (every session, sorted) would hold the view, and so every change, for tens of
+    /// milliseconds at 100,000 sessions.
+    pub fn hosts(&self) -> Result<FleetHostsNow, FleetUnavailable> {
         let shared = self.shared()?;
         let state = shared.lock();
         let cache = state.cache()?;
-        let hosts = hosts_of(cache, state.own.as_ref(), &shared.own);
-        Ok((cache.revision(), hosts))
+        Ok(FleetHostsNow {
+            revision: cache.revision(),
+            own: shared.own.clone(),
+            hosts: hosts_of(cache, state.own.as_ref(), &shared.own),
+        })
     }
 
     /// Start listening: the fleet now, then every change after it. The snapshot is handed

@@ -156,12 +156,11 @@ async fn fleet_page(
     )
 )]
 pub async fn fleet_hosts(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let (revision, hosts) = state.fleet().hosts()?;
-    let own = state.fleet().own_host().map_or("", HostId::as_str);
+    let now = state.fleet().hosts()?;
     json_response(&FleetHosts {
-        revision,
-        host_id: own,
-        hosts: hosts.iter().map(|h| &**h).collect(),
+        revision: now.revision,
+        host_id: now.own.as_str(),
+        hosts: now.hosts.iter().map(|h| &**h).collect(),
     })
 }
 

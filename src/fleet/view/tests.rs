@@ -341,9 +341,14 @@ fn own_host_comes_from_its_publisher_never_from_etcd() {
     assert_same_hosts(&view, &picture);
 }
 
-/// `view.hosts()` is the picture's hosts, at its revision.
+/// `view.hosts()` is the picture's hosts, at its revision, and names this host.
 fn assert_same_hosts(view: &FleetView, picture: &FleetSnapshot) {
-    let (revision, hosts) = view.hosts().expect("current");
+    let FleetHostsNow {
+        revision,
+        own,
+        hosts,
+    } = view.hosts().expect("current");
+    assert_eq!(Some(&own), view.own_host());
     let ids = |hosts: &[Arc<HostEntry>]| -> Vec<String> {
         hosts.iter().map(|h| h.host_id.clone()).collect()
     };

@@ -291,7 +291,7 @@ fn fleet(encoder: &mut DescriptorEncoder, fleet: &FleetView, publishing: &Publis
         MetricType::Counter,
         Refusal::ALL.map(|refusal| ([("reason", refusal.word().to_owned())], refused(refusal))),
     )?;
-    let Some(hosts) = fleet.hosts().ok().map(|(_, hosts)| hosts.len()) else {
+    let Some(hosts) = fleet.hosts().ok().map(|now| now.hosts.len()) else {
         return Ok(());
     };
     series::<0>(
