@@ -113,11 +113,15 @@ pub async fn chaos_soak(args: ChaosArgs) {
         task.abort();
     }
     for task in tasks {
-        let _ = task.await;
+        if let Err(ended) = task.await
+            && ended.is_panic()
+        {
+            shared.violation(format!("a client task panicked: {ended}"));
+        }
     }
     let world = Arc::try_unwrap(world)
         .ok()
-        .expect("the monitor and the churn have ended")
+        .expect("the monitor, the churn and the clients have ended")
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     world.finish(&shared);

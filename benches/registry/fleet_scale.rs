@@ -34,7 +34,7 @@ use serde_json::Value;
 
 use crate::etcd::Etcd;
 use crate::event_listener::EventListener;
-use crate::figures::{Row, add, mib, ms, percentile, status_kib};
+use crate::figures::{Row, add, mib, ms, percentile, ratio, status_kib};
 use crate::fleet::{Deadline, fleet_flags};
 use crate::fleet_sim::{SimFleet, SimSettings, sim_session_id};
 use crate::records::private_temp_dir;
@@ -128,13 +128,12 @@ struct NoWorse<'a> {
 fn row_no_worse(rows: &mut Vec<Row>, scenario: String, measured: String, judged: NoWorse) {
     let (target, baseline, ratio, in_time) = match judged.then {
         Some((shown, then)) => (
-            "no worse than B".to_owned(),
+            "no worse than B (10 % for noise)".to_owned(),
             shown,
-            format!(
-                "{:.2}x",
-                then.as_secs_f64() / judged.took.as_secs_f64().max(1e-6)
-            ),
-            judged.took <= then,
+            ratio(then, judged.took),
+            // Runs of one binary move by more than 5 % (benches/README.md); a B within that
+            // of A is a tie, not a loss.
+            judged.took <= then.mul_f64(1.1),
         ),
         None => (
             format!("<= {} (issue 27's now)", ms(judged.issue_now)),
@@ -302,7 +301,13 @@ async fn start_readers(rows: &mut Vec<Row>, etcd: &Etcd, scale: &Scale) -> Vec<S
     let median_of = |parity: usize| {
         let mut of: Vec<Duration> = took.iter().skip(parity).step_by(2).copied().collect();
         of.sort();
-        of[of.len() / 2]
+        // Of an even count, the mean of the middle two: A has one reader more than B when
+        // the readers are odd in number, and the upper of two would be A's slower.
+        let upper = of.len() / 2;
+        match of.len() % 2 {
+            0 => (of[upper - 1] + of[upper]) / 2,
+            _ => of[upper],
+        }
     };
     let (a, then) = if has_b(scale.readers) {
         let b = median_of(1);
@@ -657,8 +662,8 @@ async fn arrivals(
     sent: &HashMap<String, Instant>,
     committed: &Marks,
 ) -> Arrivals {
-    let (mut from_commit, mut from_change, mut lost) = (Vec::new(), Vec::new(), 0);
-    let mut by_binary: HashMap<String, Vec<Duration>> = HashMap::new();
+    let (mut from_commit, mut from_change) = (Vec::new(), Vec::new());
+    let mut by_binary: HashMap<String, Arrived> = HashMap::new();
     for (n, listener) in listeners.iter_mut().enumerate() {
         let mine = by_binary.entry(reader_binary(n).1).or_default();
         let mut pending: HashMap<&str, Instant> =
@@ -678,65 +683,87 @@ async fn arrivals(
                 from_change.push(event.at.saturating_duration_since(at));
                 if let Some(commit) = lock(committed).get(mark) {
                     from_commit.push(event.at.saturating_duration_since(*commit));
-                    mine.push(event.at.saturating_duration_since(*commit));
+                    mine.from_commit
+                        .push(event.at.saturating_duration_since(*commit));
                 }
             }
         }
-        lost += pending.len();
+        mine.lost += pending.len();
     }
     Arrivals {
         from_commit,
         from_change,
         by_binary,
-        lost,
     }
 }
 
 /// What the listeners of the event figure saw: each change's delay from etcd's commit and from
-/// the change, the delays from the commit by reader binary, and how many never arrived.
+/// the change, and what the readers of each binary saw.
 struct Arrivals {
     from_commit: Vec<Duration>,
     from_change: Vec<Duration>,
-    by_binary: HashMap<String, Vec<Duration>>,
+    by_binary: HashMap<String, Arrived>,
+}
+
+/// What the readers of one binary saw: the delays from etcd's commit, and the changes lost.
+#[derive(Default)]
+struct Arrived {
+    from_commit: Vec<Duration>,
     lost: usize,
 }
 
-/// The event figure's rows: each binary's p99 in an A/B run, then the judged one.
+impl Arrived {
+    /// The p99 and p50 from etcd's commit.
+    fn tail(&self) -> (Duration, Duration) {
+        let mut took = self.from_commit.clone();
+        took.sort();
+        (percentile(&took, 0.99), percentile(&took, 0.5))
+    }
+}
+
+/// The event figure's rows: each binary's in an A/B run, then the judged one.
 fn events_rows(rows: &mut Vec<Row>, readers: usize, arrived: Arrivals) {
     let Arrivals {
         mut from_commit,
         mut from_change,
         by_binary,
-        lost,
     } = arrived;
     from_commit.sort();
     from_change.sort();
-    let p99_of = |label: &str| {
-        let mut took = by_binary.get(label).cloned().unwrap_or_default();
-        took.sort();
-        (percentile(&took, 0.99), percentile(&took, 0.5))
-    };
-    for label in by_binary.keys().filter(|_| by_binary.len() > 1) {
-        let (p99, p50) = p99_of(label);
-        let what =
-            format!("{CHANGES} changes → /fleet/events, {label}: p99 (p50) from etcd's commit");
-        row(rows, what, format!("{} ({})", ms(p99), ms(p50)), "-", true);
+    for (label, seen) in by_binary.iter().filter(|_| by_binary.len() > 1) {
+        let (p99, p50) = seen.tail();
+        let what = format!(
+            "{CHANGES} changes → /fleet/events, {label}: p99 (p50) from etcd's commit, lost"
+        );
+        let measured = format!("{} ({}), {} lost", ms(p99), ms(p50), seen.lost);
+        row(rows, what, measured, "-", true);
     }
     // In an A/B run, A's readers are judged against B's; else every reader's together.
-    let (whose, (p99, p50), then) = if has_b(readers) {
-        let (b, _) = p99_of(&reader_binary(1).1);
-        let then = Some((format!("B: {}", ms(b)), b));
-        ("A's readers", p99_of(&reader_binary(0).1), then)
-    } else {
-        let all = (
-            percentile(&from_commit, 0.99),
-            percentile(&from_commit, 0.5),
-        );
-        ("every reader", all, None)
+    let all_lost = by_binary.values().map(|seen| seen.lost).sum();
+    let (whose, (p99, p50), lost, then) = match (has_b(readers), by_binary.get(&reader_binary(0).1))
+    {
+        (true, Some(a)) => {
+            let (b, _) = by_binary
+                .get(&reader_binary(1).1)
+                .map(Arrived::tail)
+                .unwrap_or_default();
+            (
+                "A's readers",
+                a.tail(),
+                a.lost,
+                Some((format!("B: {}", ms(b)), b)),
+            )
+        }
+        _ => {
+            let all = (
+                percentile(&from_commit, 0.99),
+                percentile(&from_commit, 0.5),
+            );
+            ("every reader", all, all_lost, None)
+        }
     };
     let what = format!(
-        "{CHANGES} changes at 1,000/s → /fleet/events of {} readers, p99 from etcd's commit, {whose} (from the change, all)",
-        readers
+        "{CHANGES} changes at 1,000/s → /fleet/events of {readers} readers, p99 from etcd's commit, {whose} (from the change, all)"
     );
     let measured = format!(
         "{} (p50 {}; from the change p99 {}), {lost} lost",

@@ -162,8 +162,9 @@ pub fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Blocking work (directory scans, `/proc` reads, signals) runs on at most this many threads;
-/// more concurrent requests queue for them instead of each growing the pool.
+/// Blocking work (directory scans, `/proc` reads, signals, a cold read's pages of the fleet) runs
+/// on at most this many threads; more concurrent requests queue for them instead of each growing
+/// the pool.
 const MAX_BLOCKING_THREADS: usize = 32;
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -9,15 +9,14 @@
 //! from a flag. The files are read at each connection, so a file mended while the registry
 //! runs is taken at its next try.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
 use super::cache::{ColdRead, FleetCache, ParsedPage, Skipped};
 use super::keys::FleetKeys;
+use super::pages_parsing::PagesParsing;
 use crate::private_fs::{PrivateFileProblem, read_private_file};
 use etcd_client::{
     Certificate, Client, ConnectOptions, GetResponse, Identity, KvClient, TlsOptions,
@@ -94,8 +93,7 @@ pub async fn read_fleet(
                 std::io::ErrorKind::TimedOut,
                 format!("etcd did not answer page {page} of the fleet"),
             )),
-            ReadFailed::Stopped => etcd_client::Error::IoError(std::io::Error::new(
-                std::io::ErrorKind::Interrupted,
+            ReadFailed::Stopped => etcd_client::Error::IoError(std::io::Error::other(
                 "the read of the fleet was stopped",
             )),
         })
@@ -104,8 +102,9 @@ pub async fn read_fleet(
 /// Every entry under `keys`' prefix, read in ranges as `paging` says, all at the revision of
 /// the first (so the pages are one consistent picture), each within `paging.deadline` of being
 /// asked for and the first also by `first_by` when given: the cache at that revision, and the
-/// entries it skipped. Each page is asked for before the one before it is taken in, so etcd
-/// serves one while this process parses the other. Nothing of a read that fails is kept, so no
+/// entries it skipped. Each page is asked for before the one before it is taken in, and parsed
+/// on the blocking pool, several at once ([`PagesParsing`]), so etcd serves one while this
+/// process parses others. Nothing of a read that fails is kept, so no
 /// caller can serve half of one. A compaction past that revision while the pages are read
 /// fails the read (etcd says so).
 pub(crate) async fn read_fleet_paged(
@@ -126,7 +125,7 @@ pub(crate) async fn read_fleet_paged(
     let mut response = asked.answer(0).await?;
     let at = response.header().map_or(0, |header| header.revision());
     let mut read = ColdRead::new(keys.clone(), at);
-    let mut parsing = VecDeque::new();
+    let mut parsing = PagesParsing::default();
     let mut page = 0;
     loop {
         let kvs = response.take_kvs();
@@ -140,44 +139,21 @@ pub(crate) async fn read_fleet_paged(
             _ => None,
         };
         let keys = keys.clone();
-        parsing.push_back(tokio::task::spawn_blocking(move || {
-            ParsedPage::of(&keys, kvs.iter().map(|kv| (kv.key(), kv.value())))
-        }));
+        parsing.push(move || ParsedPage::of(&keys, kvs.iter().map(|kv| (kv.key(), kv.value()))));
         let Some(mut next) = next else { break };
-        // Pages parsed beyond one a core would only wait, held in memory.
-        while parsing.len() >= pages_parsed_at_once() {
-            let Some(oldest) = parsing.pop_front() else {
+        while parsing.full() {
+            let Some(oldest) = parsing.oldest().await else {
                 break;
             };
-            read.take(parsed(oldest).await?);
+            read.take(oldest?);
         }
         page += 1;
         response = next.answer(page).await?;
     }
-    for handle in parsing {
-        read.take(parsed(handle).await?);
+    while let Some(oldest) = parsing.oldest().await {
+        read.take(oldest?);
     }
     Ok(read.finish())
-}
-
-/// How many pages of a read are parsed at once: one a core, as parsing is most of a read's
-/// work and etcd serves the next page meanwhile (at 100,000 sessions on 2 cores, one page at a
-/// time kept a core and a half of two busy: see benches/README.md).
-fn pages_parsed_at_once() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
-
-/// The page `parsing` parses, once parsed.
-async fn parsed(parsing: JoinHandle<ParsedPage>) -> Result<ParsedPage, ReadFailed> {
-    match parsing.await {
-        Ok(page) => Ok(page),
-        Err(failed) => match failed.try_into_panic() {
-            // A bug in the parse, carried on as if the parse had run on this task.
-            Ok(panic) => std::panic::resume_unwind(panic),
-            // Only a runtime shutting down cancels a blocking task.
-            Err(_) => Err(ReadFailed::Stopped),
-        },
-    }
 }
 
 /// One range asked of etcd, under way on its own task; dropping it abandons the request.

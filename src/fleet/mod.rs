@@ -30,6 +30,8 @@ mod keys_watch;
 pub mod model;
 #[cfg(feature = "fleet")]
 mod own_host;
+#[cfg(feature = "fleet")]
+mod pages_parsing;
 // Pure, so built and tested in every build; only the publisher (feature `fleet`) uses it.
 #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
 pub mod plan;

@@ -80,9 +80,18 @@ fn first_telling(told: &mut BTreeMap<String, String>, skipped: &Skipped) -> bool
 
 /// `key` holds an accepted value now, or nothing: a later refusal of it is news.
 pub(crate) fn forget(key: &str) {
+    forget_each([key.as_bytes()]);
+}
+
+/// [`forget`] each of `keys`, under one hold of the told set: a cold read's page forgets
+/// thousands of keys, from several threads at once.
+pub(crate) fn forget_each<'a>(keys: impl IntoIterator<Item = &'a [u8]>) {
     let mut told = told();
-    if !told.is_empty() {
-        told.remove(key);
+    if told.is_empty() {
+        return;
+    }
+    for key in keys {
+        told.remove(&*String::from_utf8_lossy(key));
     }
 }
 

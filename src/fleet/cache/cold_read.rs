@@ -43,10 +43,11 @@ impl ParsedPage {
         entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Self {
         let mut page = Self::default();
+        let mut accepted = Vec::new();
         for (key, value) in entries {
             match parse(keys, key, value) {
                 Ok(parsed) => {
-                    refusals::forget(&String::from_utf8_lossy(key));
+                    accepted.push(key);
                     match parsed {
                         Parsed::Host(id, entry) => page.hosts.push((id, entry)),
                         Parsed::Session(host, id, entry) => page.sessions.push(((host, id), entry)),
@@ -55,6 +56,7 @@ impl ParsedPage {
                 Err(skip) => page.skipped.push(skip),
             }
         }
+        refusals::forget_each(accepted);
         page
     }
 }
