@@ -131,8 +131,8 @@ fn row_no_worse(rows: &mut Vec<Row>, scenario: String, measured: String, judged:
             "no worse than B (10 % for noise)".to_owned(),
             shown,
             ratio(then, judged.took),
-            // Runs of one binary move by more than 5 % (benches/README.md); a B within that
-            // of A is a tie, not a loss.
+            // Runs of one binary move by 10 % and more (benches/README.md): A within that of
+            // B is a tie, not a loss.
             judged.took <= then.mul_f64(1.1),
         ),
         None => (
@@ -301,8 +301,9 @@ async fn start_readers(rows: &mut Vec<Row>, etcd: &Etcd, scale: &Scale) -> Vec<S
     let median_of = |parity: usize| {
         let mut of: Vec<Duration> = took.iter().skip(parity).step_by(2).copied().collect();
         of.sort();
-        // Of an even count, the mean of the middle two: A has one reader more than B when
-        // the readers are odd in number, and the upper of two would be A's slower.
+        // Of an even count, the mean of the middle two, not `figures::median`'s upper one: A
+        // has one reader more than B when the readers are odd in number, and the upper of two
+        // would be A's slower.
         let upper = of.len() / 2;
         match of.len() % 2 {
             0 => (of[upper - 1] + of[upper]) / 2,
@@ -662,7 +663,7 @@ async fn arrivals(
     sent: &HashMap<String, Instant>,
     committed: &Marks,
 ) -> Arrivals {
-    let (mut from_commit, mut from_change) = (Vec::new(), Vec::new());
+    let mut from_change = Vec::new();
     let mut by_binary: HashMap<String, Arrived> = HashMap::new();
     for (n, listener) in listeners.iter_mut().enumerate() {
         let mine = by_binary.entry(reader_binary(n).1).or_default();
@@ -682,7 +683,6 @@ async fn arrivals(
                 }
                 from_change.push(event.at.saturating_duration_since(at));
                 if let Some(commit) = lock(committed).get(mark) {
-                    from_commit.push(event.at.saturating_duration_since(*commit));
                     mine.from_commit
                         .push(event.at.saturating_duration_since(*commit));
                 }
@@ -691,16 +691,14 @@ async fn arrivals(
         mine.lost += pending.len();
     }
     Arrivals {
-        from_commit,
         from_change,
         by_binary,
     }
 }
 
-/// What the listeners of the event figure saw: each change's delay from etcd's commit and from
-/// the change, and what the readers of each binary saw.
+/// What the listeners of the event figure saw: each change's delay from the change, and what
+/// the readers of each binary saw.
 struct Arrivals {
-    from_commit: Vec<Duration>,
     from_change: Vec<Duration>,
     by_binary: HashMap<String, Arrived>,
 }
@@ -713,6 +711,16 @@ struct Arrived {
 }
 
 impl Arrived {
+    /// What the readers of every binary saw, together.
+    fn together<'a>(all: impl Iterator<Item = &'a Arrived>) -> Arrived {
+        let mut together = Arrived::default();
+        for seen in all {
+            together.from_commit.extend(&seen.from_commit);
+            together.lost += seen.lost;
+        }
+        together
+    }
+
     /// The p99 and p50 from etcd's commit.
     fn tail(&self) -> (Duration, Duration) {
         let mut took = self.from_commit.clone();
@@ -724,11 +732,9 @@ impl Arrived {
 /// The event figure's rows: each binary's in an A/B run, then the judged one.
 fn events_rows(rows: &mut Vec<Row>, readers: usize, arrived: Arrivals) {
     let Arrivals {
-        mut from_commit,
         mut from_change,
         by_binary,
     } = arrived;
-    from_commit.sort();
     from_change.sort();
     for (label, seen) in by_binary.iter().filter(|_| by_binary.len() > 1) {
         let (p99, p50) = seen.tail();
@@ -739,29 +745,16 @@ fn events_rows(rows: &mut Vec<Row>, readers: usize, arrived: Arrivals) {
         row(rows, what, measured, "-", true);
     }
     // In an A/B run, A's readers are judged against B's; else every reader's together.
-    let all_lost = by_binary.values().map(|seen| seen.lost).sum();
-    let (whose, (p99, p50), lost, then) = match (has_b(readers), by_binary.get(&reader_binary(0).1))
-    {
-        (true, Some(a)) => {
-            let (b, _) = by_binary
-                .get(&reader_binary(1).1)
-                .map(Arrived::tail)
-                .unwrap_or_default();
-            (
-                "A's readers",
-                a.tail(),
-                a.lost,
-                Some((format!("B: {}", ms(b)), b)),
-            )
+    let together = Arrived::together(by_binary.values());
+    let of = |n: usize| by_binary.get(&reader_binary(n).1);
+    let (whose, judged_on, then) = match (has_b(readers), of(0), of(1)) {
+        (true, Some(a), Some(b)) => {
+            let (b99, _) = b.tail();
+            ("A's readers", a, Some((format!("B: {}", ms(b99)), b99)))
         }
-        _ => {
-            let all = (
-                percentile(&from_commit, 0.99),
-                percentile(&from_commit, 0.5),
-            );
-            ("every reader", all, all_lost, None)
-        }
+        _ => ("every reader", &together, None),
     };
+    let ((p99, p50), lost) = (judged_on.tail(), judged_on.lost);
     let what = format!(
         "{CHANGES} changes at 1,000/s → /fleet/events of {readers} readers, p99 from etcd's commit, {whose} (from the change, all)"
     );

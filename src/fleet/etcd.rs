@@ -104,8 +104,8 @@ pub async fn read_fleet(
 /// asked for and the first also by `first_by` when given: the cache at that revision, and the
 /// entries it skipped. Each page is asked for before the one before it is taken in, and parsed
 /// on the blocking pool, several at once ([`PagesParsing`]), so etcd serves one while this
-/// process parses others. Nothing of a read that fails is kept, so no
-/// caller can serve half of one. A compaction past that revision while the pages are read
+/// process parses others. Nothing of a read that fails is kept, so no caller can serve half of
+/// one. A compaction past that revision while the pages are read
 /// fails the read (etcd says so).
 pub(crate) async fn read_fleet_paged(
     client: &Client,
@@ -141,10 +141,9 @@ pub(crate) async fn read_fleet_paged(
         let keys = keys.clone();
         parsing.push(move || ParsedPage::of(&keys, kvs.iter().map(|kv| (kv.key(), kv.value()))));
         let Some(mut next) = next else { break };
-        while parsing.full() {
-            let Some(oldest) = parsing.oldest().await else {
-                break;
-            };
+        while parsing.full()
+            && let Some(oldest) = parsing.oldest().await
+        {
             read.take(oldest?);
         }
         page += 1;

@@ -1,8 +1,9 @@
 //! The pages of a cold read being parsed on the blocking pool while etcd serves the next.
 //!
 //! Invariants: pages come back in the order they were handed in, so the cache is the one the
-//! pages taken in turn make; at most one a core (and 8) are parsing at once; dropped with its read (a failed page, the read's future dropped),
-//! it cancels the parses not yet begun, as [`super::etcd`]'s asked pages abandon their requests.
+//! pages taken in turn make; at most one a core (and 8) are parsing at once; dropped with its
+//! read (a failed page, the read's future dropped), it cancels the parses not yet begun, as
+//! [`super::etcd`]'s asked pages abandon their requests.
 
 use std::collections::VecDeque;
 use std::sync::LazyLock;
